@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every system package ShadowSync needs, from Debian 12's archive.
+# This is the only place that lists system packages. Idempotent: packages
+# already present are skipped, and apt-get is not touched when nothing is missing.
+#
+#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --bench    also the benchmark peers (PyTorch, Redis)
+set -euo pipefail
+
+build_pkgs=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  # RPC and storage
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  librocksdb-dev libabsl-dev zlib1g-dev
+  # observability and Kubernetes API client
+  prometheus-cpp-dev libcpprest-dev
+  # model math: OpenBLAS (pthread build) through CBLAS, see docs/decisions.md
+  libopenblas-dev libopenblas0-pthread
+  # config, JSON, CLI
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  # tests and tooling
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev clang-format clang-tidy
+)
+bench_pkgs=(python3 python3-torch python3-numpy redis-server)
+
+want=("${build_pkgs[@]}")
+[[ "${1:-}" == "--bench" ]] && want+=("${bench_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#want[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,60 @@
+// Helpers shared by every test: status matchers, scratch directories and the
+// locations of built binaries and shared test data.
+#ifndef SHADOWSYNC_TESTS_UTIL_TEST_UTIL_H_
+#define SHADOWSYNC_TESTS_UTIL_TEST_UTIL_H_
+
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace shadowsync::testing {
+
+// absl at Debian 12's version has no status matchers; these are the two we use.
+#define SS_ASSERT_OK(expr) \
+  ASSERT_TRUE(::shadowsync::testing::AsStatus(expr).ok()) << ::shadowsync::testing::AsStatus(expr)
+#define SS_EXPECT_OK(expr) \
+  EXPECT_TRUE(::shadowsync::testing::AsStatus(expr).ok()) << ::shadowsync::testing::AsStatus(expr)
+
+inline absl::Status AsStatus(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status AsStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Matches a Status or StatusOr whose code is `code` and whose message contains `substr`.
+MATCHER_P2(StatusIs, code, substr, "") {
+  absl::Status s = ::shadowsync::testing::AsStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code && s.message().find(substr) != std::string::npos;
+}
+
+// A fresh directory under the test's temp dir, removed at destruction.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes `contents` to `path`, replacing it.
+void WriteFile(const std::string& path, const std::string& contents);
+std::string ReadFile(const std::string& path);
+
+// Directory of the built binaries ($SHADOWSYNC_BIN_DIR, else the build's bin/).
+std::string BinDir();
+// The source tree ($SHADOWSYNC_SOURCE_DIR, else the configured source dir).
+std::string SourceDir();
+// The real Criteo excerpt in ../shared/data/criteo, or "" when absent.
+std::string CriteoSamplePath();
+
+}  // namespace shadowsync::testing
+
+#endif  // SHADOWSYNC_TESTS_UTIL_TEST_UTIL_H_
