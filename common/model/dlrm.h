@@ -1,0 +1,118 @@
+// The DLRM-style CTR model (DESIGN.md §3): dense features -> bottom MLP; one
+// pooled embedding per table; pairwise dots of the bottom output and the
+// embeddings; top MLP -> logit; binary cross-entropy.
+//
+// All dense parameters live in one flat float vector (layer by layer: W then
+// b), so trainers can snapshot, average and range-partition them as one
+// array. A Dlrm is immutable after construction and safe to share; each
+// thread brings its own Workspace.
+//
+//   Dlrm model(DlrmConfig{});
+//   std::vector<float> params(model.num_params());
+//   model.InitParams(/*seed=*/1, params);
+//   auto ws = model.NewWorkspace(/*max_batch=*/256);
+//   double loss = model.Step(params.data(), batch, ws.get(), probs, &grads);
+#ifndef SHADOWSYNC_COMMON_MODEL_DLRM_H_
+#define SHADOWSYNC_COMMON_MODEL_DLRM_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace shadowsync::model {
+
+struct DlrmConfig {
+  int num_dense = 13;      // Dense input features.
+  int embedding_dim = 16;  // Width of every embedding and of the bottom output.
+  std::vector<int> bottom_mlp = {512, 256,
+                                 64};     // Hidden widths; a final layer of embedding_dim follows.
+  std::vector<int> top_mlp = {512, 256};  // Hidden widths; a final layer of width 1 follows.
+  int num_tables = 26;                    // Sparse features, one embedding table each.
+
+  // InvalidArgument naming the field for a shape that cannot be built.
+  absl::Status Validate() const;
+  friend bool operator==(const DlrmConfig&, const DlrmConfig&) = default;
+};
+
+nlohmann::json DlrmConfigToJson(const DlrmConfig& config);
+absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config);
+
+// Where one linear layer's weights sit in the flat parameter vector.
+struct LayerShape {
+  int in = 0;
+  int out = 0;
+  int64_t w_offset = 0;  // out x in, row-major.
+  int64_t b_offset = 0;  // out.
+  bool relu = true;      // ReLU after this layer.
+};
+
+// One table's sparse input for a batch of B examples: example b pools (sums)
+// rows[row_index[k]] for k in [offsets[b], offsets[b + 1]). `rows` holds the
+// batch's unique rows of that table, as looked up from the EmbeddingStore.
+struct SparseInput {
+  std::span<const float> rows;         // unique_rows x dim
+  std::span<const int32_t> row_index;  // one entry per id occurrence
+  std::span<const int32_t> offsets;    // B + 1 entries
+};
+
+struct BatchView {
+  int size = 0;                         // B
+  const float* dense = nullptr;         // B x num_dense
+  const float* labels = nullptr;        // B (may be null for Forward)
+  std::span<const SparseInput> sparse;  // num_tables entries
+};
+
+// Gradients of the mean loss over the batch.
+struct Gradients {
+  std::span<float> dense;              // num_params()
+  std::vector<std::span<float>> rows;  // per table: unique_rows x dim, summed over occurrences
+};
+
+class Dlrm {
+ public:
+  // REQUIRES: config.Validate().ok().
+  explicit Dlrm(DlrmConfig config);
+  ~Dlrm();
+
+  const DlrmConfig& config() const { return config_; }
+  const std::vector<LayerShape>& bottom_layers() const { return bottom_; }
+  const std::vector<LayerShape>& top_layers() const { return top_; }
+  int64_t num_params() const { return num_params_; }
+  int interaction_width() const;
+  // Floating-point operations of one example's forward and backward pass, as computed.
+  double FlopsPerExample() const;
+
+  // The DLRM reference initialisation: W ~ N(0, sqrt(2 / (in + out))),
+  // b ~ N(0, sqrt(1 / out)); deterministic for a seed.
+  void InitParams(uint64_t seed, std::span<float> params) const;
+
+  // Scratch buffers for batches of up to max_batch examples: one per thread.
+  struct Workspace {
+    int max_batch = 0;
+    std::vector<std::vector<float>> bottom_out, top_out;  // post-activation outputs
+    std::vector<float> z, dz, interaction, delta_a, delta_b;
+  };
+  std::unique_ptr<Workspace> NewWorkspace(int max_batch) const;
+
+  // Forward pass: writes B probabilities. When grads is not null, also runs
+  // the backward pass (labels required) and overwrites *grads. Returns the
+  // mean binary cross-entropy (0 when labels are null).
+  // REQUIRES: batch.size <= the workspace's max_batch; grads->rows[t] sized to
+  // batch.sparse[t].rows.
+  double Step(const float* params, const BatchView& batch, Workspace* ws, float* probs,
+              Gradients* grads) const;
+
+ private:
+  DlrmConfig config_;
+  std::vector<LayerShape> bottom_;
+  std::vector<LayerShape> top_;
+  int64_t num_params_ = 0;
+};
+
+}  // namespace shadowsync::model
+
+#endif  // SHADOWSYNC_COMMON_MODEL_DLRM_H_

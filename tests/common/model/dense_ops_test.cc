@@ -1,0 +1,140 @@
+#include "common/model/dense_ops.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shadowsync::model {
+namespace {
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Central finite difference of f with respect to v[i].
+double NumericGrad(const std::function<double()>& f, std::vector<float>& v, size_t i,
+                   float eps = 1e-2f) {
+  const float saved = v[i];
+  v[i] = saved + eps;
+  const double plus = f();
+  v[i] = saved - eps;
+  const double minus = f();
+  v[i] = saved;
+  return (plus - minus) / (2.0 * eps);
+}
+
+void ExpectGradNear(double numeric, double analytic, const std::string& what) {
+  EXPECT_NEAR(numeric, analytic, 2e-3 + 1e-2 * std::abs(analytic)) << what;
+}
+
+TEST(GemmTest, MatchesNaiveProductForEveryTransposition) {
+  const int m = 3, n = 4, k = 5;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = RandomVector(m * k, 1), b = RandomVector(k * n, 2);
+      std::vector<float> c(m * n, 1.0f);
+      Gemm(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int p = 0; p < k; ++p) {
+            s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+          }
+          EXPECT_NEAR(c[i * n + j], 2 * s + 0.5, 1e-5) << ta << tb << i << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearTest, ForwardIsXWTransposePlusBias) {
+  // x = [1 2], W = [[1 0], [0 1], [1 1]], b = [0.5 -1 0]: y = [1.5 1 3].
+  std::vector<float> x = {1, 2}, w = {1, 0, 0, 1, 1, 1}, b = {0.5f, -1, 0}, y(3);
+  LinearForward(x.data(), 1, 2, 3, w.data(), b.data(), y.data());
+  EXPECT_FLOAT_EQ(y[0], 1.5f);
+  EXPECT_FLOAT_EQ(y[1], 1.0f);
+  EXPECT_FLOAT_EQ(y[2], 3.0f);
+}
+
+TEST(LinearTest, BackwardMatchesFiniteDifferences) {
+  const int batch = 3, in = 4, out = 5;
+  auto x = RandomVector(batch * in, 3), w = RandomVector(out * in, 4), b = RandomVector(out, 5);
+  auto c = RandomVector(batch * out, 6);  // loss = sum(c * y)
+  auto loss = [&] {
+    std::vector<float> y(batch * out);
+    LinearForward(x.data(), batch, in, out, w.data(), b.data(), y.data());
+    double s = 0;
+    for (int i = 0; i < batch * out; ++i) s += c[i] * y[i];
+    return s;
+  };
+  std::vector<float> dx(batch * in), dw(out * in), db(out);
+  LinearBackward(x.data(), c.data(), batch, in, out, w.data(), dx.data(), dw.data(), db.data());
+  for (size_t i = 0; i < x.size(); ++i) ExpectGradNear(NumericGrad(loss, x, i), dx[i], "dx");
+  for (size_t i = 0; i < w.size(); ++i) ExpectGradNear(NumericGrad(loss, w, i), dw[i], "dw");
+  for (size_t i = 0; i < b.size(); ++i) ExpectGradNear(NumericGrad(loss, b, i), db[i], "db");
+}
+
+TEST(ReluTest, ForwardClampsAndBackwardMasks) {
+  std::vector<float> y = {-1, 0, 2};
+  ReluInPlace(y.data(), 3);
+  EXPECT_EQ(y, (std::vector<float>{0, 0, 2}));
+  std::vector<float> dy = {5, 6, 7};
+  ReluBackwardInPlace(y.data(), dy.data(), 3);
+  EXPECT_EQ(dy, (std::vector<float>{0, 0, 7}));
+}
+
+TEST(InteractionTest, ForwardEmitsFirstVectorThenLowerTriangleDots) {
+  // f = 3 vectors of d = 2: a = (1, 2), b = (3, 4), c = (5, 6).
+  std::vector<float> z = {1, 2, 3, 4, 5, 6};
+  std::vector<float> out(InteractionWidth(3, 2));
+  ASSERT_EQ(out.size(), 5u);
+  InteractionForward(z.data(), 1, 3, 2, out.data());
+  // (b.a, c.a, c.b) = (11, 17, 39).
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 11, 17, 39}));
+}
+
+TEST(InteractionTest, BackwardMatchesFiniteDifferences) {
+  const int batch = 2, f = 4, d = 3;
+  auto z = RandomVector(batch * f * d, 7);
+  auto c = RandomVector(batch * InteractionWidth(f, d), 8);
+  auto loss = [&] {
+    std::vector<float> out(c.size());
+    InteractionForward(z.data(), batch, f, d, out.data());
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += c[i] * out[i];
+    return s;
+  };
+  std::vector<float> dz(z.size());
+  InteractionBackward(z.data(), c.data(), batch, f, d, dz.data());
+  for (size_t i = 0; i < z.size(); ++i) ExpectGradNear(NumericGrad(loss, z, i), dz[i], "dz");
+}
+
+TEST(SigmoidCrossEntropyTest, MatchesHandComputedValues) {
+  // logit 0, label 1: p = 0.5, loss = ln 2. logit ln 3, label 0: p = 0.75, loss = ln 4.
+  std::vector<float> logits = {0.0f, static_cast<float>(std::log(3.0))}, labels = {1, 0};
+  std::vector<float> probs(2), dlogits(2);
+  const double loss =
+      SigmoidCrossEntropy(logits.data(), labels.data(), 2, probs.data(), dlogits.data());
+  EXPECT_NEAR(loss, (std::log(2.0) + std::log(4.0)) / 2, 1e-6);
+  EXPECT_NEAR(probs[0], 0.5, 1e-6);
+  EXPECT_NEAR(probs[1], 0.75, 1e-6);
+  EXPECT_NEAR(dlogits[0], (0.5 - 1) / 2, 1e-6);
+  EXPECT_NEAR(dlogits[1], (0.75 - 0) / 2, 1e-6);
+}
+
+TEST(SigmoidCrossEntropyTest, StableForExtremeLogits) {
+  std::vector<float> logits = {100.0f, -100.0f}, labels = {0, 1}, probs(2);
+  const double loss = SigmoidCrossEntropy(logits.data(), labels.data(), 2, probs.data(), nullptr);
+  EXPECT_NEAR(loss, 100.0, 1e-4);
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
+}  // namespace
+}  // namespace shadowsync::model

@@ -1,0 +1,149 @@
+#include "common/model/dlrm.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/model/dense_ops.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace shadowsync::model {
+namespace {
+
+// A small model and a multi-hot batch (variable ids per example, a repeated
+// row), so pooling and gradient accumulation over occurrences are exercised.
+class DlrmTest : public ::testing::Test {
+ public:
+  DlrmTest() : model_(Config()) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1, 1);
+    params_.resize(model_.num_params());
+    model_.InitParams(3, params_);
+    dense_.resize(kBatch * Config().num_dense);
+    for (auto& x : dense_) x = u(rng);
+    labels_ = {1, 0, 0, 1};
+    // Table 0: 3 unique rows; example 2 has no id, example 3 repeats row 1.
+    rows_[0].resize(3 * kDim);
+    index_[0] = {0, 1, 2, 1, 1};
+    offsets_[0] = {0, 1, 3, 3, 5};
+    // Table 1: 2 unique rows, one per example.
+    rows_[1].resize(2 * kDim);
+    index_[1] = {0, 1, 1, 0};
+    offsets_[1] = {0, 1, 2, 3, 4};
+    for (auto& r : rows_) {
+      for (auto& x : r) x = u(rng) * 0.5f;
+    }
+  }
+
+  static DlrmConfig Config() {
+    DlrmConfig c;
+    c.num_dense = 3;
+    c.embedding_dim = kDim;
+    c.bottom_mlp = {5};
+    c.top_mlp = {6};
+    c.num_tables = 2;
+    return c;
+  }
+
+  BatchView Batch() {
+    for (int t = 0; t < 2; ++t) sparse_[t] = {rows_[t], index_[t], offsets_[t]};
+    return BatchView{kBatch, dense_.data(), labels_.data(), sparse_};
+  }
+
+  double Loss() {
+    auto ws = model_.NewWorkspace(kBatch);
+    std::vector<float> probs(kBatch);
+    return model_.Step(params_.data(), Batch(), ws.get(), probs.data(), nullptr);
+  }
+
+  static constexpr int kBatch = 4;
+  static constexpr int kDim = 4;
+  Dlrm model_;
+  std::vector<float> params_, dense_, labels_;
+  std::vector<float> rows_[2];
+  std::vector<int32_t> index_[2], offsets_[2];
+  SparseInput sparse_[2];
+};
+
+double NumericGrad(DlrmTest* t, std::vector<float>& v, size_t i, double (DlrmTest::*loss)()) {
+  const float eps = 2e-3f;
+  const float saved = v[i];
+  v[i] = saved + eps;
+  const double plus = (t->*loss)();
+  v[i] = saved - eps;
+  const double minus = (t->*loss)();
+  v[i] = saved;
+  return (plus - minus) / (2.0 * eps);
+}
+
+TEST_F(DlrmTest, ParameterLayoutIsContiguous) {
+  // bottom 3->5->4, top (4 + 3) -> 6 -> 1
+  EXPECT_EQ(model_.interaction_width(), 4 + 3);
+  EXPECT_EQ(model_.num_params(), (3 * 5 + 5) + (5 * 4 + 4) + (7 * 6 + 6) + (6 * 1 + 1));
+  EXPECT_FALSE(model_.top_layers().back().relu);
+  EXPECT_TRUE(model_.bottom_layers().back().relu);
+}
+
+TEST_F(DlrmTest, FullModelGradientsMatchFiniteDifferences) {
+  auto ws = model_.NewWorkspace(kBatch);
+  std::vector<float> probs(kBatch), dense_grad(model_.num_params());
+  std::vector<float> row_grads[2] = {std::vector<float>(rows_[0].size()),
+                                     std::vector<float>(rows_[1].size())};
+  Gradients grads{dense_grad, {row_grads[0], row_grads[1]}};
+  model_.Step(params_.data(), Batch(), ws.get(), probs.data(), &grads);
+
+  int checked = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const double numeric = NumericGrad(this, params_, i, &DlrmTest::Loss);
+    EXPECT_NEAR(numeric, dense_grad[i], 1e-3 + 2e-2 * std::abs(dense_grad[i])) << "param " << i;
+    ++checked;
+  }
+  for (int t = 0; t < 2; ++t) {
+    for (size_t i = 0; i < rows_[t].size(); ++i) {
+      const double numeric = NumericGrad(this, rows_[t], i, &DlrmTest::Loss);
+      EXPECT_NEAR(numeric, row_grads[t][i], 1e-3 + 2e-2 * std::abs(row_grads[t][i]))
+          << "table " << t << " value " << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, model_.num_params() + 5 * kDim);
+}
+
+TEST_F(DlrmTest, ForwardWithoutLabelsGivesSameProbabilities) {
+  auto ws = model_.NewWorkspace(kBatch);
+  std::vector<float> with_labels(kBatch), without(kBatch);
+  model_.Step(params_.data(), Batch(), ws.get(), with_labels.data(), nullptr);
+  BatchView b = Batch();
+  b.labels = nullptr;
+  model_.Step(params_.data(), b, ws.get(), without.data(), nullptr);
+  for (int i = 0; i < kBatch; ++i) EXPECT_NEAR(with_labels[i], without[i], 1e-6);
+}
+
+TEST_F(DlrmTest, InitIsDeterministicAndSeedDependent) {
+  std::vector<float> a(model_.num_params()), b(a.size()), c(a.size());
+  model_.InitParams(7, a);
+  model_.InitParams(7, b);
+  model_.InitParams(8, c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(DlrmShapeTest, DlrmSmallHasAboutTwoPointNineMegaflopsPerExample) {
+  Dlrm model{DlrmConfig{}};
+  EXPECT_EQ(model.interaction_width(), 16 + 27 * 26 / 2);
+  EXPECT_NEAR(model.FlopsPerExample(), 2.85e6, 0.05e6);
+}
+
+TEST(DlrmConfigTest, JsonRoundTripAndValidation) {
+  DlrmConfig c;
+  c.top_mlp = {7, 3};
+  DlrmConfig back;
+  ASSERT_TRUE(DlrmConfigFromJson(DlrmConfigToJson(c), &back).ok());
+  EXPECT_EQ(back, c);
+  c.bottom_mlp = {4, 0};
+  EXPECT_EQ(c.Validate().message(), "model.bottomMlp[1]: must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace shadowsync::model
