@@ -26,13 +26,13 @@ function(shadowsync_cc_binary)
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} shadowsync_build_flags)
 endfunction()
 
-# shadowsync_cc_test(NAME n SRCS ... DEPS ... [LABELS l ...] [TIMEOUT s])
-# Tests are discovered per case at test time; LABELS select suites (unit,
-# integration, slow) in scripts/test.sh and the sanitizer presets.
+# shadowsync_cc_test(NAME n SRCS ... DEPS ... [LABEL unit|integration] [TIMEOUT s])
+# Tests are discovered per case at test time. One label per test (the
+# discovery script cannot carry a list): `ctest -L unit` runs the fast suites.
 function(shadowsync_cc_test)
-  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
-  if(NOT A_LABELS)
-    set(A_LABELS unit)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT;LABEL" "SRCS;DEPS" ${ARGN})
+  if(NOT A_LABEL)
+    set(A_LABEL unit)
   endif()
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
@@ -41,5 +41,5 @@ function(shadowsync_cc_test)
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} shadowsync_test_util
                         GTest::gmock GTest::gtest_main shadowsync_build_flags)
   gtest_discover_tests(${A_NAME} DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+    PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT})
 endfunction()

@@ -47,7 +47,7 @@ float* LocalEmbeddingStore::AllocateLocked(Shard& shard) {
 
 float* LocalEmbeddingStore::Find(uint32_t table, uint64_t id) const {
   Shard& shard = ShardFor(table, id);
-  absl::ReaderMutexLock lock(&shard.mu);
+  ReaderMutexLock lock(&shard.mu);
   auto it = shard.rows.find(id);
   return it == shard.rows.end() ? nullptr : it->second;
 }
@@ -55,7 +55,7 @@ float* LocalEmbeddingStore::Find(uint32_t table, uint64_t id) const {
 float* LocalEmbeddingStore::GetOrCreate(uint32_t table, uint64_t id) {
   if (float* row = Find(table, id); row != nullptr) return row;
   Shard& shard = ShardFor(table, id);
-  absl::MutexLock lock(&shard.mu);
+  MutexLock lock(&shard.mu);
   auto [it, inserted] = shard.rows.try_emplace(id, nullptr);
   if (inserted) {
     // Initialised before it is published under the lock, so no reader can see
@@ -116,7 +116,7 @@ int64_t LocalEmbeddingStore::num_rows() const {
   int64_t n = 0;
   for (size_t t = 0; t < shards_.size(); ++t) {
     for (int s = 0; s < kShards; ++s) {
-      absl::ReaderMutexLock lock(&shards_[t][s].mu);
+      ReaderMutexLock lock(&shards_[t][s].mu);
       n += static_cast<int64_t>(shards_[t][s].rows.size());
     }
   }
@@ -128,7 +128,7 @@ void LocalEmbeddingStore::ForEachRow(const RowVisitor& visit) const {
   for (uint32_t t = 0; t < shards_.size(); ++t) {
     std::vector<std::pair<uint64_t, const float*>> rows;
     for (int s = 0; s < kShards; ++s) {
-      absl::ReaderMutexLock lock(&shards_[t][s].mu);
+      ReaderMutexLock lock(&shards_[t][s].mu);
       for (const auto& [id, row] : shards_[t][s].rows) rows.emplace_back(id, row);
     }
     std::sort(rows.begin(), rows.end());

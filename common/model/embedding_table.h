@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/model/optimizer.h"
 
 namespace shadowsync::model {
@@ -64,7 +64,7 @@ struct LocalStoreOptions {
 
 // Embedding rows in this process's memory, created on first touch. Rows are
 // read and written with relaxed atomics (Hogwild); the row index of each table
-// is sharded behind absl::Mutexes.
+// is sharded behind Mutexes.
 class LocalEmbeddingStore final : public EmbeddingStore {
  public:
   explicit LocalEmbeddingStore(LocalStoreOptions options);
@@ -94,7 +94,7 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   // A shard maps row ids to slots in its append-only arena of chunks, so row
   // pointers stay valid while other threads insert.
   struct Shard {
-    mutable absl::Mutex mu;
+    mutable Mutex mu;
     absl::flat_hash_map<uint64_t, float*> rows ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     int64_t used_in_last_chunk ABSL_GUARDED_BY(mu) = kRowsPerChunk;
