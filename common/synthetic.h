@@ -1,0 +1,40 @@
+// Synthetic CTR data in the Criteo TSV layout, with labels drawn from a
+// planted teacher model so the best achievable loss is known. Deterministic
+// for a seed: the same options always produce the same bytes.
+#ifndef SHADOWSYNC_COMMON_SYNTHETIC_H_
+#define SHADOWSYNC_COMMON_SYNTHETIC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace shadowsync {
+
+struct SyntheticOptions {
+  std::string out_path;  // TSV output; a ".gz" suffix writes gzip.
+  int64_t examples = 1'000'000;
+  uint64_t seed = 1;
+  // Generator threads; 0 = one per core. Default: 0. The bytes written do not
+  // depend on it.
+  int threads = 0;
+};
+
+// The teacher's own quality on the generated examples: the floor any model
+// can reach. Written as `<out_path>.teacher.json`.
+struct TeacherReport {
+  int64_t examples = 0;
+  double ctr = 0;      // Mean label.
+  double logloss = 0;  // Mean binary cross-entropy of the teacher's probabilities.
+  double ne = 0;       // logloss / entropy(ctr).
+  double auc = 0;
+};
+
+// Writes options.examples examples to options.out_path and the teacher report
+// beside it. Returns InvalidArgument for bad options, an I/O error naming the
+// path otherwise.
+absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options);
+
+}  // namespace shadowsync
+
+#endif  // SHADOWSYNC_COMMON_SYNTHETIC_H_
