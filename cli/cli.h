@@ -1,0 +1,14 @@
+// The `shadowsync` command: subcommands train, eval, gen-data and bench.
+// main.cc only calls RunCli; each subcommand lives in its own file.
+#ifndef SHADOWSYNC_CLI_CLI_H_
+#define SHADOWSYNC_CLI_CLI_H_
+
+namespace shadowsync::cli {
+
+// Parses argv, runs the subcommand and returns the process exit code:
+// 0 success, 1 runtime failure, 2 bad usage or invalid job spec.
+int RunCli(int argc, char** argv);
+
+}  // namespace shadowsync::cli
+
+#endif  // SHADOWSYNC_CLI_CLI_H_

@@ -1,0 +1,21 @@
+// Subcommand registration, shared by cli.cc and the per-command files.
+#ifndef SHADOWSYNC_CLI_COMMANDS_H_
+#define SHADOWSYNC_CLI_COMMANDS_H_
+
+#include <functional>
+
+#include "CLI/CLI.hpp"
+
+namespace shadowsync::cli {
+
+// Each Add*Command registers its subcommand on `app` and returns the action
+// to run when it was selected; the action returns the exit code.
+using Action = std::function<int()>;
+Action AddTrainCommand(CLI::App& app);
+Action AddEvalCommand(CLI::App& app);
+Action AddGenDataCommand(CLI::App& app);
+Action AddBenchCommand(CLI::App& app);
+
+}  // namespace shadowsync::cli
+
+#endif  // SHADOWSYNC_CLI_COMMANDS_H_

@@ -1,0 +1,322 @@
+// `shadowsync train` and `shadowsync eval`: single-process training with
+// Hogwild threads and an in-process embedding store, and scoring a saved model.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "common/job_spec.h"
+#include "common/model/model_io.h"
+#include "common/status_macros.h"
+#include "common/synthetic.h"
+#include "nlohmann/json.hpp"
+#include "worker/trainer.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> data;
+  std::vector<std::string> eval_data;
+  int threads = 2;
+  int batch_size = 256;
+  double lr = 0.05;
+  std::string optimizer = "adagrad";
+  int64_t hash_buckets = 1'000'000;
+  int embedding_dim = 16;
+  std::string bottom_mlp = "512,256,64";
+  std::string top_mlp = "512,256";
+  uint64_t seed = 1;
+  int64_t max_examples = -1;
+  int parse_threads = 1;
+  bool preload = false;
+  double progress_interval = 2.0;
+  std::string report_json;
+  std::string save_model;
+  std::string work_dir = "runs/train";
+};
+
+absl::StatusOr<std::vector<int>> ParseWidths(const std::string& flag, const std::string& text) {
+  std::vector<int> widths;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int w = 0;
+    if (!absl::SimpleAtoi(part, &w) || w < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": bad layer width '", part, "' in '", text, "'"));
+    }
+    widths.push_back(w);
+  }
+  return widths;
+}
+
+// Splits comma-separated path lists given as one or several flags.
+std::vector<std::string> SplitPaths(const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (const auto& f : flags) {
+    for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
+  }
+  return out;
+}
+
+// Writes the first `keep` lines of `in` to `head` and the rest to `tail`.
+absl::Status SplitLines(const std::string& in, int64_t keep, const std::string& head,
+                        const std::string& tail) {
+  std::ifstream src(in);
+  std::ofstream a(head), b(tail);
+  if (!src || !a || !b) return absl::UnavailableError(absl::StrCat("cannot split ", in));
+  std::string line;
+  for (int64_t i = 0; std::getline(src, line); ++i) (i < keep ? a : b) << line << '\n';
+  return absl::OkStatus();
+}
+
+// Fills `flags` from a job file, for every setting not given on the command line.
+absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
+  SS_ASSIGN_OR_RETURN(ShadowSyncJob job, LoadJobFile(flags.config));
+  const JobSpec& spec = job.spec;
+  auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  if (!given("--threads")) flags.threads = spec.trainer.threads;
+  if (!given("--batch-size")) flags.batch_size = spec.trainer.batch_size;
+  if (!given("--lr")) flags.lr = spec.trainer.learning_rate;
+  if (!given("--optimizer")) flags.optimizer = std::string(EnumName(spec.trainer.optimizer));
+  if (!given("--embedding-dim")) flags.embedding_dim = spec.model.embedding_dim;
+  auto join = [](const std::vector<int>& v) {
+    std::string s;
+    for (int w : v) absl::StrAppend(&s, s.empty() ? "" : ",", w);
+    return s;
+  };
+  if (!given("--bottom-mlp")) flags.bottom_mlp = join(spec.model.bottom_mlp);
+  if (!given("--top-mlp")) flags.top_mlp = join(spec.model.top_mlp);
+  if (!given("--hash-buckets")) flags.hash_buckets = spec.model.tables.front().hash_buckets;
+  if (given("--data")) return absl::OkStatus();
+  if (spec.data.format == DataFormat::kCriteoTsv) {
+    flags.data = spec.data.paths;
+    if (!given("--eval-data")) flags.eval_data = spec.data.eval_paths;
+    return absl::OkStatus();
+  }
+  // Synthetic: one generated file (one teacher), split into train and held-out parts.
+  std::filesystem::create_directories(flags.work_dir);
+  const std::string all = flags.work_dir + "/synthetic.tsv";
+  SyntheticOptions gen;
+  gen.out_path = all;
+  gen.examples = spec.data.synthetic.examples + spec.data.synthetic.eval_examples;
+  gen.seed = static_cast<uint64_t>(spec.data.synthetic.seed);
+  std::cerr << "generating " << gen.examples << " synthetic examples into " << all << "\n";
+  SS_ASSIGN_OR_RETURN(TeacherReport teacher, GenerateSynthetic(gen));
+  std::cerr << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f\n", teacher.ctr, teacher.ne,
+                               teacher.auc);
+  flags.data = {flags.work_dir + "/train.tsv"};
+  flags.eval_data = {flags.work_dir + "/eval.tsv"};
+  return SplitLines(all, spec.data.synthetic.examples, flags.data[0], flags.eval_data[0]);
+}
+
+void PrintProgress(const worker::Progress& p) {
+  const bool tty = isatty(STDERR_FILENO);
+  std::string bar;
+  if (p.total > 0) {
+    const double frac = std::min(1.0, static_cast<double>(p.examples) / p.total);
+    const int width = 30, filled = static_cast<int>(frac * width);
+    const double eta =
+        p.examples_per_second > 0 ? (p.total - p.examples) / p.examples_per_second : 0;
+    bar = absl::StrFormat("[%s%s] %5.1f%% eta %4.0fs ", std::string(filled, '#'),
+                          std::string(width - filled, '.'), 100 * frac, eta);
+  }
+  const std::string line =
+      absl::StrFormat("%s%d examples  %.0f ex/s  loss %.4f  train NE %.4f  %.0fs", bar, p.examples,
+                      p.examples_per_second, p.loss, p.train_ne, p.seconds);
+  if (tty) {
+    std::cerr << "\r" << line << "\033[K" << std::flush;
+  } else {
+    std::cerr << line << "\n";
+  }
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "shadowsync: " << s.message() << "\n";
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int RunTrain(const CLI::App& cmd, TrainFlags flags) {
+  if (!flags.config.empty()) {
+    if (absl::Status s = ApplyJobFile(cmd, flags); !s.ok()) return Fail(s);
+  }
+  flags.data = SplitPaths(flags.data);
+  flags.eval_data = SplitPaths(flags.eval_data);
+  if (flags.data.empty())
+    return Fail(absl::InvalidArgumentError("--data: no training files given"));
+
+  model::DlrmConfig config;
+  config.embedding_dim = flags.embedding_dim;
+  auto bottom = ParseWidths("--bottom-mlp", flags.bottom_mlp);
+  auto top = ParseWidths("--top-mlp", flags.top_mlp);
+  if (!bottom.ok()) return Fail(bottom.status());
+  if (!top.ok()) return Fail(top.status());
+  config.bottom_mlp = *bottom;
+  config.top_mlp = *top;
+  if (absl::Status s = config.Validate(); !s.ok()) return Fail(s);
+  auto kind = model::ParseOptimizerKind(flags.optimizer);
+  if (!kind.ok()) return Fail(kind.status());
+  if (flags.threads < 1 || flags.batch_size < 1 || !(flags.lr > 0) || flags.hash_buckets < 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--threads, --batch-size, --lr and --hash-buckets must all be positive"));
+  }
+
+  model::LocalStoreOptions store_options;
+  store_options.dim = config.embedding_dim;
+  for (int t = 0; t < config.num_tables; ++t) {
+    store_options.tables.push_back(
+        {absl::StrCat("C", t + 1), static_cast<uint64_t>(flags.hash_buckets)});
+  }
+  store_options.optimizer = {*kind, static_cast<float>(flags.lr)};
+  store_options.seed = flags.seed;
+  model::LocalEmbeddingStore store(store_options);
+
+  worker::TrainerOptions options;
+  options.threads = flags.threads;
+  options.batch_size = flags.batch_size;
+  options.optimizer = store_options.optimizer;
+  options.seed = flags.seed;
+  options.max_examples = flags.max_examples;
+  options.preload = flags.preload;
+  options.reader.parse_threads = flags.parse_threads;
+  options.progress_interval_seconds = flags.progress_interval;
+  options.on_progress = PrintProgress;
+  worker::Trainer trainer(config, store_options.tables, options, &store);
+
+  std::cerr << absl::StrFormat(
+      "training DLRM (%d dense params, %.2f MFLOP/example) on %s: %d threads, batch %d, %s lr %g\n",
+      trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6, flags.data.front(),
+      flags.threads, flags.batch_size, flags.optimizer, flags.lr);
+  auto report = trainer.Train(flags.data);
+  if (isatty(STDERR_FILENO)) std::cerr << "\n";
+  if (!report.ok()) return Fail(report.status());
+  for (const auto& e : report->first_errors) std::cerr << "skipped malformed line: " << e << "\n";
+
+  nlohmann::json out = {
+      {"examples", report->examples},
+      {"seconds", report->seconds},
+      {"load_seconds", report->load_seconds},
+      {"examples_per_second", report->examples_per_second},
+      {"train_ne", report->train_ne},
+      {"train_logloss", report->train_logloss},
+      {"malformed_lines", report->malformed_lines},
+      {"threads", flags.threads},
+      {"batch_size", flags.batch_size},
+      {"optimizer", flags.optimizer},
+      {"learning_rate", flags.lr},
+      {"hash_buckets", flags.hash_buckets},
+      {"dense_params", trainer.model().num_params()},
+      {"embedding_rows", store.num_rows()},
+      {"flops_per_example", trainer.model().FlopsPerExample()},
+  };
+  std::cout << absl::StrFormat("trained %d examples in %.2fs: %.0f examples/s, train NE %.4f\n",
+                               report->examples, report->seconds, report->examples_per_second,
+                               report->train_ne);
+  if (!flags.eval_data.empty()) {
+    auto eval = trainer.Evaluate(flags.eval_data);
+    if (!eval.ok()) return Fail(eval.status());
+    out["eval_examples"] = eval->examples;
+    out["eval_ne"] = eval->ne;
+    out["eval_auc"] = eval->auc;
+    out["eval_logloss"] = eval->logloss;
+    out["eval_ctr"] = eval->ctr;
+    std::cout << absl::StrFormat("eval on %d examples: NE %.4f  AUC %.4f  logloss %.4f\n",
+                                 eval->examples, eval->ne, eval->auc, eval->logloss);
+  }
+  if (!flags.save_model.empty()) {
+    absl::Status s =
+        model::SaveModel(flags.save_model, config, trainer.params(), trainer.dense_state(), store);
+    if (!s.ok()) return Fail(s);
+    std::cout << "saved model to " << flags.save_model << "\n";
+  }
+  if (!flags.report_json.empty()) {
+    std::ofstream f(flags.report_json);
+    f << out.dump(2) << "\n";
+    if (!f) return Fail(absl::UnavailableError(absl::StrCat("cannot write ", flags.report_json)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action AddTrainCommand(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd =
+      app.add_subcommand("train", "Train a DLRM model in this process (Hogwild threads).");
+  cmd->add_option("--config", flags->config, "ShadowSyncJob YAML/JSON; flags override its fields");
+  cmd->add_option("--data", flags->data,
+                  "training files (Criteo TSV, plain or .gz; comma-separated)");
+  cmd->add_option("--eval-data", flags->eval_data, "held-out files for NE/AUC/logloss");
+  cmd->add_option("--threads", flags->threads, "Hogwild threads")->capture_default_str();
+  cmd->add_option("--batch-size", flags->batch_size, "examples per thread step")
+      ->capture_default_str();
+  cmd->add_option("--lr", flags->lr, "learning rate")->capture_default_str();
+  cmd->add_option("--optimizer", flags->optimizer, "sgd or adagrad")->capture_default_str();
+  cmd->add_option("--hash-buckets", flags->hash_buckets, "rows per embedding table")
+      ->capture_default_str();
+  cmd->add_option("--embedding-dim", flags->embedding_dim, "embedding width")
+      ->capture_default_str();
+  cmd->add_option("--bottom-mlp", flags->bottom_mlp, "bottom MLP hidden widths")
+      ->capture_default_str();
+  cmd->add_option("--top-mlp", flags->top_mlp, "top MLP hidden widths")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "initialisation seed")->capture_default_str();
+  cmd->add_option("--max-examples", flags->max_examples, "stop after N examples (-1: one pass)");
+  cmd->add_option("--parse-threads", flags->parse_threads, "reader threads")->capture_default_str();
+  cmd->add_flag("--preload", flags->preload, "parse all data before timing (benchmarks)");
+  cmd->add_option("--progress-interval", flags->progress_interval,
+                  "seconds between progress lines");
+  cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
+  cmd->add_option("--save-model", flags->save_model, "save the trained model here");
+  cmd->add_option("--work-dir", flags->work_dir, "where generated data goes")
+      ->capture_default_str();
+  return [cmd, flags] { return RunTrain(*cmd, *flags); };
+}
+
+Action AddEvalCommand(CLI::App& app) {
+  struct EvalFlags {
+    std::string model, report_json;
+    std::vector<std::string> data;
+    int threads = 2;
+    int batch_size = 1024;
+  };
+  auto flags = std::make_shared<EvalFlags>();
+  CLI::App* cmd = app.add_subcommand("eval", "Score a saved model on held-out data.");
+  cmd->add_option("--model", flags->model, "model file written by train --save-model")->required();
+  cmd->add_option("--data", flags->data, "Criteo TSV files")->required();
+  cmd->add_option("--threads", flags->threads)->capture_default_str();
+  cmd->add_option("--batch-size", flags->batch_size)->capture_default_str();
+  cmd->add_option("--report-json", flags->report_json, "write the metrics as JSON here");
+  return [flags] {
+    auto saved = model::LoadModel(flags->model);
+    if (!saved.ok()) return Fail(saved.status());
+    worker::TrainerOptions options;
+    options.threads = flags->threads;
+    options.batch_size = flags->batch_size;
+    options.optimizer = saved->store_options.optimizer;
+    worker::Trainer trainer(saved->config, saved->store_options.tables, options,
+                            saved->store.get());
+    trainer.params() = saved->params;
+    auto eval = trainer.Evaluate(SplitPaths(flags->data));
+    if (!eval.ok()) return Fail(eval.status());
+    nlohmann::json out = {{"eval_examples", eval->examples},
+                          {"eval_ne", eval->ne},
+                          {"eval_auc", eval->auc},
+                          {"eval_logloss", eval->logloss},
+                          {"eval_ctr", eval->ctr}};
+    std::cout << out.dump(2) << "\n";
+    if (!flags->report_json.empty()) std::ofstream(flags->report_json) << out.dump(2) << "\n";
+    return 0;
+  };
+}
+
+}  // namespace shadowsync::cli

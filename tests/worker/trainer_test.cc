@@ -1,0 +1,107 @@
+#include "worker/trainer.h"
+
+#include <cmath>
+
+#include "common/synthetic.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync::worker {
+namespace {
+
+// A small model on synthetic teacher data, trained by several Hogwild threads.
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::ScratchDir();
+    SyntheticOptions gen;
+    gen.out_path = dir_->File("train.tsv");
+    gen.examples = 24000;
+    gen.seed = 3;
+    ASSERT_TRUE(GenerateSynthetic(gen).ok());
+    gen.out_path = dir_->File("eval.tsv");
+    gen.examples = 4000;
+    ASSERT_TRUE(GenerateSynthetic(gen).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static model::DlrmConfig SmallModel() {
+    model::DlrmConfig c;
+    c.embedding_dim = 8;
+    c.bottom_mlp = {32};
+    c.top_mlp = {32};
+    return c;
+  }
+
+  model::LocalStoreOptions StoreOptions() {
+    model::LocalStoreOptions o;
+    o.dim = 8;
+    for (int t = 0; t < 26; ++t) o.tables.push_back({"C" + std::to_string(t + 1), 10000});
+    o.optimizer = {model::OptimizerKind::kAdagrad, 0.01f};
+    return o;
+  }
+
+  static testing::ScratchDir* dir_;
+};
+testing::ScratchDir* TrainerTest::dir_ = nullptr;
+
+TEST_F(TrainerTest, HogwildThreadsLearnBetterThanTheBaseRate) {
+  model::LocalEmbeddingStore store(StoreOptions());
+  TrainerOptions options;
+  options.threads = 3;
+  options.batch_size = 64;
+  options.optimizer = store.options().optimizer;
+  Trainer trainer(SmallModel(), store.options().tables, options, &store);
+  auto report = trainer.Train({dir_->File("train.tsv")});
+  SS_ASSERT_OK(report);
+  EXPECT_EQ(report->examples, 24000);
+  EXPECT_EQ(report->malformed_lines, 0);
+  EXPECT_LT(report->train_ne, 1.0);
+  EXPECT_GT(store.num_rows(), 0);
+  auto eval = trainer.Evaluate({dir_->File("eval.tsv")});
+  SS_ASSERT_OK(eval);
+  EXPECT_EQ(eval->examples, 4000);
+  EXPECT_LT(eval->ne, 0.97) << "eval NE must beat the base-rate predictor (1.0)";
+  EXPECT_GT(eval->auc, 0.6);
+}
+
+TEST_F(TrainerTest, PreloadAndStreamingSeeTheSameExamples) {
+  for (bool preload : {false, true}) {
+    model::LocalEmbeddingStore store(StoreOptions());
+    TrainerOptions options;
+    options.threads = 2;
+    options.batch_size = 100;
+    options.preload = preload;
+    options.max_examples = 5000;
+    options.reader.chunk_bytes = 64 << 10;  // many blocks when streaming
+    Trainer trainer(SmallModel(), store.options().tables, options, &store);
+    auto report = trainer.Train({dir_->File("train.tsv")});
+    SS_ASSERT_OK(report);
+    EXPECT_EQ(report->examples, 5000) << "preload=" << preload;
+  }
+}
+
+TEST_F(TrainerTest, MissingInputIsAnErrorNamingThePath) {
+  model::LocalEmbeddingStore store(StoreOptions());
+  Trainer trainer(SmallModel(), store.options().tables, TrainerOptions{}, &store);
+  EXPECT_THAT(trainer.Train({dir_->File("nope.tsv")}),
+              testing::StatusIs(absl::StatusCode::kNotFound, "nope.tsv"));
+}
+
+TEST_F(TrainerTest, MalformedLinesAreCountedAndSkipped) {
+  const std::string path = dir_->File("mixed.tsv");
+  std::string good = testing::ReadFile(dir_->File("eval.tsv"));
+  good = good.substr(0, good.find('\n', good.size() / 4) + 1);  // some whole lines
+  testing::WriteFile(path, "garbage line\n" + good + "1\t2\n");
+  model::LocalEmbeddingStore store(StoreOptions());
+  Trainer trainer(SmallModel(), store.options().tables, TrainerOptions{}, &store);
+  auto report = trainer.Train({path});
+  SS_ASSERT_OK(report);
+  EXPECT_EQ(report->malformed_lines, 2);
+  ASSERT_FALSE(report->first_errors.empty());
+  EXPECT_NE(report->first_errors[0].find("mixed.tsv:1"), std::string::npos)
+      << report->first_errors[0];
+}
+
+}  // namespace
+}  // namespace shadowsync::worker

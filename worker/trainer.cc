@@ -1,0 +1,336 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <iterator>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "common/mutex.h"
+#include "absl/time/time.h"
+#include "common/model/dense_ops.h"
+#include "common/status_macros.h"
+
+namespace shadowsync::worker {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+// Hands out batches of consecutive examples to any number of threads, either
+// from one preloaded block or straight from a streaming reader.
+class Trainer::BatchSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<BatchSource>> Open(const std::vector<std::string>& paths,
+                                                           ReaderOptions reader_options,
+                                                           int64_t max_examples, bool preload,
+                                                           int batch_size) {
+    reader_options.max_examples = max_examples;
+    auto source = std::unique_ptr<BatchSource>(new BatchSource(batch_size));
+    MutexLock lock(&source->mu_);
+    if (preload) {
+      ReaderStats stats;
+      SS_ASSIGN_OR_RETURN(ExampleBlock all, ReadAllExamples(paths, reader_options, &stats));
+      source->stats_ = stats;
+      source->total_ = all.size();
+      source->current_ = std::make_shared<const ExampleBlock>(std::move(all));
+    } else {
+      SS_ASSIGN_OR_RETURN(source->reader_, CriteoReader::Open(paths, reader_options));
+    }
+    return source;
+  }
+
+  // The next batch: up to batch_size examples [*begin, *end) of *block, the
+  // first being example *position of the whole input. Returns false when the
+  // input is exhausted.
+  absl::StatusOr<bool> Next(std::shared_ptr<const ExampleBlock>* block, int64_t* begin,
+                            int64_t* end, int64_t* position = nullptr) {
+    MutexLock lock(&mu_);
+    while (current_ == nullptr || pos_ >= current_->size()) {
+      if (reader_ == nullptr) return false;
+      ExampleBlock next;
+      SS_ASSIGN_OR_RETURN(bool more, reader_->Next(&next));
+      stats_ = reader_->stats();
+      if (!more) {
+        reader_.reset();
+        return false;
+      }
+      current_ = std::make_shared<const ExampleBlock>(std::move(next));
+      pos_ = 0;
+    }
+    *block = current_;
+    *begin = pos_;
+    pos_ = std::min<int64_t>(pos_ + batch_size_, current_->size());
+    *end = pos_;
+    if (position != nullptr) *position = served_;
+    served_ += *end - *begin;
+    return true;
+  }
+
+  int64_t total() const {
+    MutexLock lock(&mu_);
+    return total_;
+  }
+  ReaderStats stats() const {
+    MutexLock lock(&mu_);
+    return stats_;
+  }
+
+ private:
+  explicit BatchSource(int batch_size) : batch_size_(batch_size) {}
+
+  const int batch_size_;
+  mutable Mutex mu_;
+  std::unique_ptr<CriteoReader> reader_ ABSL_GUARDED_BY(mu_);  // null when preloaded or done
+  std::shared_ptr<const ExampleBlock> current_ ABSL_GUARDED_BY(mu_);
+  int64_t pos_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t served_ ABSL_GUARDED_BY(mu_) = 0;  // Examples handed out so far.
+  int64_t total_ ABSL_GUARDED_BY(mu_) = -1;
+  ReaderStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+// Everything one worker thread reuses from batch to batch.
+struct Trainer::ThreadState {
+  ThreadState(const model::Dlrm& model, int batch_size, int num_tables)
+      : ws(model.NewWorkspace(batch_size)),
+        params(model.num_params()),
+        dense_grad(model.num_params()),
+        probs(batch_size),
+        dedupe(num_tables),
+        row_index(num_tables),
+        offsets(num_tables),
+        rows(num_tables),
+        row_grads(num_tables),
+        sparse(num_tables) {}
+
+  std::unique_ptr<model::Dlrm::Workspace> ws;
+  std::vector<float> params;  // Private snapshot of the shared replica.
+  std::vector<float> dense_grad;
+  std::vector<float> probs;
+  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedupe;  // row id -> unique index
+  std::vector<std::vector<int32_t>> row_index, offsets;
+  std::vector<model::TableRows> rows;       // Looked-up unique rows per table.
+  std::vector<model::TableRows> row_grads;  // Their summed gradients.
+  std::vector<model::SparseInput> sparse;
+  model::BatchView batch;
+};
+
+Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConfig> tables,
+                 TrainerOptions options, model::EmbeddingStore* store)
+    : model_(std::move(config)),
+      tables_(std::move(tables)),
+      options_(std::move(options)),
+      store_(store),
+      params_(model_.num_params()),
+      dense_state_(model_.num_params() * model::StateFloatsPerParam(options_.optimizer.kind)) {
+  model::UseSingleThreadedBlas();
+  model_.InitParams(options_.seed, params_);
+}
+
+Trainer::~Trainer() = default;
+
+absl::Status Trainer::PrepareBatch(const ExampleBlock& block, int64_t begin, int64_t end,
+                                   ThreadState& ts) {
+  const int n = static_cast<int>(end - begin);
+  const int num_tables = model_.config().num_tables;
+  for (int t = 0; t < num_tables; ++t) {
+    auto& dedupe = ts.dedupe[t];
+    auto& ids = ts.rows[t].ids;
+    auto& index = ts.row_index[t];
+    auto& offsets = ts.offsets[t];
+    dedupe.clear();
+    ids.clear();
+    index.clear();
+    offsets.assign(1, 0);
+    for (int64_t e = begin; e < end; ++e) {
+      const uint64_t row =
+          model::BucketOf(t, block.sparse[e * block.num_sparse + t], tables_[t].hash_buckets);
+      auto [it, inserted] = dedupe.try_emplace(row, static_cast<int32_t>(ids.size()));
+      if (inserted) ids.push_back(row);
+      index.push_back(it->second);
+      offsets.push_back(static_cast<int32_t>(index.size()));
+    }
+  }
+  SS_RETURN_IF_ERROR(store_->Lookup(ts.rows));
+  for (int t = 0; t < num_tables; ++t) {
+    ts.sparse[t] = model::SparseInput{ts.rows[t].values, ts.row_index[t], ts.offsets[t]};
+  }
+  ts.batch = model::BatchView{n, block.dense.data() + begin * block.num_dense,
+                              block.labels.data() + begin, ts.sparse};
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainStep(const ExampleBlock& block, int64_t begin, int64_t end,
+                                ThreadState& ts) {
+  SS_RETURN_IF_ERROR(PrepareBatch(block, begin, end, ts));
+  const int num_tables = model_.config().num_tables;
+  model::Gradients grads;
+  grads.dense = ts.dense_grad;
+  for (int t = 0; t < num_tables; ++t) {
+    ts.row_grads[t].ids = ts.rows[t].ids;
+    ts.row_grads[t].values.resize(ts.rows[t].values.size());
+    grads.rows.push_back(ts.row_grads[t].values);
+  }
+  if (options_.threads == 1) {
+    // Nothing races with a lone thread: no snapshot, and a vectorised update.
+    model_.Step(params_.data(), ts.batch, ts.ws.get(), ts.probs.data(), &grads);
+    model::ApplyUpdateExclusive(options_.optimizer, params_.data(), dense_state_.data(),
+                                ts.dense_grad.data(), model_.num_params());
+  } else {
+    // Hogwild: compute on a private snapshot, then apply the update to the
+    // shared replica without locks.
+    model::CopyRelaxed(params_.data(), ts.params.data(), model_.num_params());
+    model_.Step(ts.params.data(), ts.batch, ts.ws.get(), ts.probs.data(), &grads);
+    model::ApplyUpdateRelaxed(options_.optimizer, params_.data(), dense_state_.data(),
+                              ts.dense_grad.data(), model_.num_params());
+  }
+  return store_->Push(ts.row_grads);
+}
+
+absl::Status Trainer::RunWorkers(const std::function<absl::Status(int)>& body,
+                                 const std::function<void()>& tick) {
+  Mutex mu;
+  absl::Status first_error;
+  int running = options_.threads;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < options_.threads; ++i) {
+    threads.emplace_back([&, i] {
+      absl::Status s = body(i);
+      MutexLock lock(&mu);
+      if (!s.ok() && first_error.ok()) first_error = s;
+      --running;
+    });
+  }
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return running == 0; };
+  while (true) {
+    {
+      MutexLock lock(&mu);
+      if (mu.AwaitWithTimeout(done,
+                              absl::Seconds(options_.progress_interval_seconds))) {
+        break;
+      }
+    }
+    tick();
+  }
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
+absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths) {
+  const auto load_start = std::chrono::steady_clock::now();
+  SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, options_.reader, options_.max_examples,
+                                                     options_.preload, options_.batch_size));
+  TrainReport report;
+  if (options_.preload) report.load_seconds = SecondsSince(load_start);
+
+  // Progress shared by the workers; one lock per batch is noise next to a step.
+  Mutex mu;
+  RunningEntropy entropy;  // Guarded by mu, as are the two below.
+  double interval_loss = 0;
+  int64_t interval_examples = 0;
+  std::atomic<bool> stop{false};
+
+  const auto start = std::chrono::steady_clock::now();
+  auto body = [&](int) -> absl::Status {
+    ThreadState ts(model_, options_.batch_size, model_.config().num_tables);
+    std::shared_ptr<const ExampleBlock> block;
+    int64_t begin, end;
+    while (!stop.load(std::memory_order_relaxed)) {
+      auto more = source->Next(&block, &begin, &end);
+      if (!more.ok() || !*more) {
+        if (!more.ok()) stop = true;
+        return more.status();
+      }
+      if (absl::Status s = TrainStep(*block, begin, end, ts); !s.ok()) {
+        stop = true;
+        return s;
+      }
+      RunningEntropy batch_entropy;
+      for (int64_t e = begin; e < end; ++e)
+        batch_entropy.Add(ts.probs[e - begin], block->labels[e]);
+      MutexLock lock(&mu);
+      entropy.Merge(batch_entropy);
+      interval_loss += batch_entropy.logloss() * batch_entropy.count();
+      interval_examples += batch_entropy.count();
+    }
+    return absl::OkStatus();
+  };
+  double last_tick = 0;
+  auto tick = [&] {
+    Progress p;
+    p.total = source->total();
+    p.seconds = SecondsSince(start);
+    {
+      MutexLock lock(&mu);
+      p.examples = entropy.count();
+      p.train_ne = entropy.ne();
+      p.loss = interval_examples > 0 ? interval_loss / interval_examples : 0;
+      p.examples_per_second = interval_examples / std::max(p.seconds - last_tick, 1e-9);
+      interval_loss = 0;
+      interval_examples = 0;
+    }
+    last_tick = p.seconds;
+    if (options_.on_progress) options_.on_progress(p);
+  };
+  SS_RETURN_IF_ERROR(RunWorkers(body, tick));
+
+  report.seconds = SecondsSince(start);
+  MutexLock lock(&mu);
+  report.examples = entropy.count();
+  report.examples_per_second = report.examples / std::max(report.seconds, 1e-9);
+  report.train_ne = entropy.ne();
+  report.train_logloss = entropy.logloss();
+  const ReaderStats stats = source->stats();
+  report.malformed_lines = stats.malformed;
+  report.first_errors = stats.first_errors;
+  return report;
+}
+
+absl::StatusOr<QualityReport> Trainer::Evaluate(const std::vector<std::string>& paths) {
+  SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, options_.reader, /*max_examples=*/-1,
+                                                     /*preload=*/false, options_.batch_size));
+  // Scored batches, keyed by their position in the input so the metrics are
+  // summed in file order whatever thread scored which batch.
+  struct Scored {
+    int64_t position;
+    std::vector<float> probs, labels;
+  };
+  std::vector<std::vector<Scored>> scored(options_.threads);
+  auto body = [&](int i) -> absl::Status {
+    ThreadState ts(model_, options_.batch_size, model_.config().num_tables);
+    std::shared_ptr<const ExampleBlock> block;
+    int64_t begin, end, position;
+    while (true) {
+      SS_ASSIGN_OR_RETURN(bool more, source->Next(&block, &begin, &end, &position));
+      if (!more) return absl::OkStatus();
+      SS_RETURN_IF_ERROR(PrepareBatch(*block, begin, end, ts));
+      ts.batch.labels = nullptr;
+      model_.Step(params_.data(), ts.batch, ts.ws.get(), ts.probs.data(), nullptr);
+      scored[i].push_back(
+          {position, std::vector<float>(ts.probs.begin(), ts.probs.begin() + (end - begin)),
+           std::vector<float>(block->labels.begin() + begin, block->labels.begin() + end)});
+    }
+  };
+  SS_RETURN_IF_ERROR(RunWorkers(body, [] {}));
+  std::vector<Scored> batches;
+  for (auto& per_thread : scored)
+    std::move(per_thread.begin(), per_thread.end(), std::back_inserter(batches));
+  std::sort(batches.begin(), batches.end(),
+            [](const Scored& a, const Scored& b) { return a.position < b.position; });
+  std::vector<float> all_probs, all_labels;
+  for (const Scored& b : batches) {
+    all_probs.insert(all_probs.end(), b.probs.begin(), b.probs.end());
+    all_labels.insert(all_labels.end(), b.labels.begin(), b.labels.end());
+  }
+  if (all_labels.empty()) {
+    return absl::InvalidArgumentError("evaluation data holds no valid examples");
+  }
+  return shadowsync::Evaluate(all_probs, all_labels);
+}
+
+}  // namespace shadowsync::worker

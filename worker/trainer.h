@@ -1,0 +1,107 @@
+// The single-process training core: T Hogwild threads share one dense
+// replica without locks (relaxed atomics, see common/model/optimizer.h), look
+// embedding rows up in an EmbeddingStore and push their gradients back.
+// Later issues put a parameter-server client behind the store and a sync
+// strategy beside the threads; the loop itself stays the same.
+//
+// A Trainer is driven by one thread (Train, Evaluate); it runs its own
+// worker threads internally.
+#ifndef SHADOWSYNC_WORKER_TRAINER_H_
+#define SHADOWSYNC_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/criteo_reader.h"
+#include "common/eval_metrics.h"
+#include "common/model/dlrm.h"
+#include "common/model/embedding_table.h"
+#include "common/model/optimizer.h"
+
+namespace shadowsync::worker {
+
+struct Progress {
+  int64_t examples = 0;            // Trained so far.
+  int64_t total = -1;              // Examples in the run, when known (preloaded data).
+  double seconds = 0;              // Since training started.
+  double examples_per_second = 0;  // Over the last interval.
+  double loss = 0;                 // Mean training loss over the last interval.
+  double train_ne = 0;             // Progressive NE since the start.
+};
+
+struct TrainerOptions {
+  int threads = 2;                   // Hogwild threads. Default: 2.
+  int batch_size = 256;              // Examples per thread step. Default: 256.
+  model::OptimizerConfig optimizer;  // Dense parameters and embedding rows alike.
+  uint64_t seed = 1;                 // Dense initialisation seed.
+  int64_t max_examples = -1;         // Stop after this many; -1 = one full pass.
+  // Parse all input before the clock starts, so examples/s measures training
+  // alone (benchmarks); otherwise parsing streams alongside training.
+  bool preload = false;
+  ReaderOptions reader;  // Parse threads, sharding.
+  double progress_interval_seconds = 2.0;
+  std::function<void(const Progress&)> on_progress;  // Called from the driving thread.
+};
+
+struct TrainReport {
+  int64_t examples = 0;
+  double seconds = 0;       // Training wall time (excludes preloading).
+  double load_seconds = 0;  // Preloading time (0 when streaming).
+  double examples_per_second = 0;
+  double train_ne = 0;  // Progressive NE: each batch scored before its update.
+  double train_logloss = 0;
+  int64_t malformed_lines = 0;
+  std::vector<std::string> first_errors;
+};
+
+class Trainer {
+ public:
+  // `tables` gives each table's hash-bucket count; `store` must outlive the
+  // trainer. Initialises the dense parameters from options.seed.
+  Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConfig> tables,
+          TrainerOptions options, model::EmbeddingStore* store);
+  ~Trainer();
+
+  // One pass over `paths` (or max_examples). Returns the reader's errors for
+  // missing files; malformed lines are counted in the report, not errors.
+  absl::StatusOr<TrainReport> Train(const std::vector<std::string>& paths);
+
+  // Scores every example of `paths` with the current parameters.
+  absl::StatusOr<QualityReport> Evaluate(const std::vector<std::string>& paths);
+
+  const model::Dlrm& model() const { return model_; }
+  // The dense replica and its optimizer state. REQUIRES: no Train running.
+  std::vector<float>& params() { return params_; }
+  std::vector<float>& dense_state() { return dense_state_; }
+
+ private:
+  class BatchSource;
+  struct ThreadState;
+
+  // Runs `body(thread_index)` on options_.threads threads and calls `tick`
+  // on the calling thread every progress interval until they finish. Returns
+  // the first error a body returned.
+  absl::Status RunWorkers(const std::function<absl::Status(int)>& body,
+                          const std::function<void()>& tick);
+  // One Hogwild step on examples [begin, end) of `block`.
+  absl::Status TrainStep(const ExampleBlock& block, int64_t begin, int64_t end, ThreadState& ts);
+  // Builds the model input and looks the rows up. Shared by training and evaluation.
+  absl::Status PrepareBatch(const ExampleBlock& block, int64_t begin, int64_t end, ThreadState& ts);
+
+  const model::Dlrm model_;
+  const std::vector<model::EmbeddingTableConfig> tables_;
+  const TrainerOptions options_;
+  model::EmbeddingStore* const store_;
+  // The shared dense replica: Hogwild threads read and write it with relaxed atomics.
+  std::vector<float> params_;
+  std::vector<float> dense_state_;
+};
+
+}  // namespace shadowsync::worker
+
+#endif  // SHADOWSYNC_WORKER_TRAINER_H_
