@@ -100,6 +100,38 @@ TEST(InteractionTest, ForwardEmitsFirstVectorThenLowerTriangleDots) {
   EXPECT_EQ(out, (std::vector<float>{1, 2, 11, 17, 39}));
 }
 
+TEST(InteractionTest, TiledBatchesWithRemainderMatchNaiveDots) {
+  // 37 examples: two full 16-lane tiles and a partial one.
+  const int batch = 37, f = 5, d = 3, width = InteractionWidth(f, d);
+  auto z = RandomVector(batch * f * d, 9);
+  std::vector<float> out(batch * width);
+  InteractionForward(z.data(), batch, f, d, out.data());
+  for (int e = 0; e < batch; ++e) {
+    const float* ze = z.data() + e * f * d;
+    int p = d;
+    for (int i = 1; i < f; ++i) {
+      for (int j = 0; j < i; ++j, ++p) {
+        float dot = 0;
+        for (int k = 0; k < d; ++k) dot += ze[i * d + k] * ze[j * d + k];
+        EXPECT_NEAR(out[e * width + p], dot, 1e-5) << e << " " << i << " " << j;
+      }
+    }
+    for (int k = 0; k < d; ++k) EXPECT_EQ(out[e * width + k], ze[k]);
+  }
+  // Backward on the same batch against finite differences of sum(c * out).
+  auto c = RandomVector(out.size(), 10);
+  std::vector<float> dz(z.size());
+  InteractionBackward(z.data(), c.data(), batch, f, d, dz.data());
+  auto loss = [&] {
+    std::vector<float> o(out.size());
+    InteractionForward(z.data(), batch, f, d, o.data());
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += c[i] * o[i];
+    return s;
+  };
+  for (size_t i = 0; i < z.size(); i += 7) ExpectGradNear(NumericGrad(loss, z, i), dz[i], "dz");
+}
+
 TEST(InteractionTest, BackwardMatchesFiniteDifferences) {
   const int batch = 2, f = 4, d = 3;
   auto z = RandomVector(batch * f * d, 7);

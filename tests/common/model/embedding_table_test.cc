@@ -97,6 +97,19 @@ TEST(EmbeddingStoreTest, ConcurrentPushesCreateEachRowOnce) {
   EXPECT_EQ(store.num_rows(), 1000);
 }
 
+TEST(OptimizerTest, ExclusiveAndRelaxedUpdatesAgreeBitForBit) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+    const OptimizerConfig config{kind, 0.1f};
+    std::vector<float> p1 = {1, -2, 3, 0.5f}, s1 = {0, 1, 2, 3}, g = {0.5f, -1, 2, 0};
+    std::vector<float> p2 = p1, s2 = s1;
+    ApplyUpdateRelaxed(config, p1.data(), s1.data(), g.data(), 4);
+    ApplyUpdateExclusive(config, p2.data(), s2.data(), g.data(), 4);
+    EXPECT_EQ(p1, p2);
+    EXPECT_EQ(s1, s2);
+    EXPECT_FLOAT_EQ(p1[0], kind == OptimizerKind::kSgd ? 1 - 0.1f * 0.5f : 1 - 0.1f * 0.5f / 0.5f);
+  }
+}
+
 TEST(ModelIoTest, SaveLoadSaveIsBitIdentical) {
   testing::ScratchDir dir;
   LocalEmbeddingStore store(Options(OptimizerKind::kAdagrad));
