@@ -8,9 +8,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "common/model/dense_ops.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 
 namespace shadowsync::worker {
@@ -210,8 +210,7 @@ absl::Status Trainer::RunWorkers(const std::function<absl::Status(int)>& body,
   while (true) {
     {
       MutexLock lock(&mu);
-      if (mu.AwaitWithTimeout(done,
-                              absl::Seconds(options_.progress_interval_seconds))) {
+      if (mu.AwaitWithTimeout(done, absl::Seconds(options_.progress_interval_seconds))) {
         break;
       }
     }
