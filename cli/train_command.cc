@@ -31,7 +31,7 @@ struct TrainFlags {
   std::vector<std::string> eval_data;
   int threads = 2;
   int batch_size = 256;
-  double lr = 0.05;
+  double lr = 0.02;
   std::string optimizer = "adagrad";
   int64_t hash_buckets = 1'000'000;
   int embedding_dim = 16;

@@ -223,7 +223,7 @@ struct TrainerSpec {
   int replicas = 2;
   int threads = 2;                            // Hogwild threads per trainer.
   int batch_size = 256;                       // "batchSize". Examples per thread step.
-  double learning_rate = 0.05;                // "learningRate". Dense optimizer step size.
+  double learning_rate = 0.02;                // "learningRate". Dense optimizer step size.
   Optimizer optimizer = Optimizer::kAdagrad;  // Dense optimizer.
   std::optional<StragglerSpec> straggler;     // Absent: no injected slowness.
   nlohmann::json pod_template;                // "template". Opaque pod template; null = none.

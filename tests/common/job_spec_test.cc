@@ -193,7 +193,7 @@ TEST_F(JobSpecTest, MinimalSpecGetsDocumentedDefaults) {
   EXPECT_EQ(s.trainer.replicas, 2);
   EXPECT_EQ(s.trainer.threads, 2);
   EXPECT_EQ(s.trainer.batch_size, 256);
-  EXPECT_DOUBLE_EQ(s.trainer.learning_rate, 0.05);
+  EXPECT_DOUBLE_EQ(s.trainer.learning_rate, 0.02);
   EXPECT_EQ(s.trainer.optimizer, Optimizer::kAdagrad);
   EXPECT_FALSE(s.trainer.straggler.has_value());
   EXPECT_TRUE(s.trainer.pod_template.is_null());
@@ -206,7 +206,7 @@ TEST_F(JobSpecTest, MinimalSpecGetsDocumentedDefaults) {
   EXPECT_EQ(s.sync.apply_mode, SyncApplyMode::kDelta);
   EXPECT_DOUBLE_EQ(EffectiveEasgdAlpha(s), 0.45);  // 0.9 / 2 trainers.
   EXPECT_DOUBLE_EQ(EffectiveBlockMomentum(s), 0.5);
-  EXPECT_DOUBLE_EQ(EffectivePsLearningRate(s), 0.05);
+  EXPECT_DOUBLE_EQ(EffectivePsLearningRate(s), 0.02);
   EXPECT_DOUBLE_EQ(s.sync.sync_switch.switch_fraction, 0.125);
   EXPECT_DOUBLE_EQ(s.sync.sync_switch.straggler_factor, 2.0);
   EXPECT_EQ(s.run_policy.clean_pod_policy, CleanPodPolicy::kRunning);
@@ -791,7 +791,7 @@ TEST_F(JobSpecTest, EnumNamesRoundTrip) {
 TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
   EXPECT_EQ(JobSummary(DefaultJob()),
             "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta trainers=2 threads=2 "
-            "batch=256 lr=0.05 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.05 "
+            "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
             "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
             "model=13d-26t-16e bottom=512-256-64 top=512-256");
   ShadowSyncJob job = DefaultJob();
