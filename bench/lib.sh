@@ -1,0 +1,99 @@
+# Shared helpers for the bench/*.sh scripts; source it, do not run it.
+# Needs ROOT (the repository root) set by the caller. JSON reading and
+# arithmetic go through Python (no jq needed).
+# shellcheck shell=bash disable=SC2034  # variables used by the scripts sourcing this file
+
+: "${ROOT:?ROOT must be set before sourcing bench/lib.sh}"
+
+# The interpreter with Debian's python3-torch (not a pyenv python3 on PATH).
+PY="${TORCH_PYTHON:-/usr/bin/python3}"
+SHADOWSYNC="${SHADOWSYNC_BIN:-$ROOT/build/release/bin/shadowsync}"
+TORCH_PEER="$ROOT/bench/peers/torch_dlrm.py"
+# Cache for generated data (git-ignored).
+BENCH_TMP="$ROOT/bench/results/tmp"
+
+die() {
+  echo "$(basename "$0"): $*" >&2
+  exit 1
+}
+
+note() { echo "# $*" >&2; }
+
+need_file() {  # need_file PATH WHAT
+  [[ -f "$1" ]] || die "$2 not found: $1"
+}
+
+need_shadowsync() {
+  [[ -x "$SHADOWSYNC" ]] || die "$SHADOWSYNC not built; run bench/run.sh $(basename "$0" .sh) (or set SHADOWSYNC_BIN)"
+}
+
+need_torch() {
+  "$PY" -c 'import torch, numpy' 2>/dev/null ||
+    die "$PY cannot import torch and numpy; run scripts/install-deps.sh --bench"
+}
+
+# json_get FILE KEY: prints the value (numbers as given, null/missing as nan).
+json_get() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+with open(sys.argv[1]) as f:
+    v = json.load(f).get(sys.argv[2])
+print("nan" if v is None else v)
+EOF
+}
+
+# json_from_output TEXT KEY: the KEY of the last JSON object line in TEXT
+# (for commands printing JSON on stdout, possibly after other lines).
+json_from_output() {
+  printf '%s\n' "$1" | "$PY" -c '
+import json, sys
+v = None
+for line in reversed(sys.stdin.read().splitlines()):
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            v = json.loads(line).get(sys.argv[1])
+            break
+        except ValueError:
+            pass
+print("nan" if v is None else v)
+' "$2"
+}
+
+# calc EXPR [FMT]: evaluates a Python arithmetic expression (nan-safe: any
+# error, e.g. nan input or division by zero, prints nan); FMT defaults to .4g.
+calc() {
+  "$PY" - "$1" "${2:-.4g}" <<'EOF'
+import math, sys
+nan = float("nan")
+try:
+    v = float(eval(sys.argv[1], {"__builtins__": {}}, {"nan": nan, "inf": math.inf, "max": max, "min": min}))
+except (ZeroDivisionError, ValueError, TypeError, OverflowError, NameError, SyntaxError):
+    v = nan
+print("nan" if math.isnan(v) else format(v, sys.argv[2]))
+EOF
+}
+
+# count_lines FILE: lines, counting a last line without '\n'.
+count_lines() { awk 'END { print NR }' "$1"; }
+
+# split_file IN TRAIN_FRACTION TRAIN_OUT EVAL_OUT: the first floor(n*F) lines
+# to TRAIN_OUT, the rest to EVAL_OUT (as the peer's --train-fraction does).
+split_file() {
+  local n keep
+  n=$(count_lines "$1")
+  keep=$("$PY" -c "import sys; print(int(int(sys.argv[1]) * float(sys.argv[2])))" "$n" "$2")
+  head -n "$keep" "$1" >"$3"
+  tail -n "+$((keep + 1))" "$1" >"$4"
+  echo "$keep $((n - keep))"
+}
+
+# Other processes on the machine distort timings; say so.
+check_load() {
+  local load cores
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  cores=$(nproc)
+  if "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)" "$load"; then
+    note "warning: 1-minute load average is $load on $cores cores before starting; timings may be disturbed"
+  fi
+}

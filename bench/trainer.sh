@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Training throughput: `shadowsync train` against the PyTorch peer
+# (bench/peers/torch_dlrm.py) on the same DLRM-small model, data, batch size,
+# optimiser, learning rate and hash buckets, at 1 and 2 threads, both with the
+# data preloaded so only the training loop is timed. Each configuration runs
+# REPEATS times and the best examples/s counts (the run least disturbed by
+# other processes), for both programs alike.
+#
+#   bench/trainer.sh [--batch-size 512] [--lr 0.02] [--optimizer adagrad]
+#                    [--hash-buckets 1000000] [--examples 200000] [--eval-examples 20000]
+#                    [--seed 1] [--repeats 3] [--data TRAIN.tsv [--eval-data EVAL.tsv]]
+#
+# Every flag also has an environment variable (BATCH_SIZE, LR, OPTIMIZER,
+# HASH_BUCKETS, EXAMPLES, EVAL_EXAMPLES, SEED, REPEATS, DATA, EVAL_DATA).
+# Without --data, synthetic data (`shadowsync gen-data`, EXAMPLES+EVAL_EXAMPLES
+# examples, split head/tail) is generated once into bench/results/tmp/.
+#
+# The last line is machine-readable:
+#   RESULT name=trainer ours_eps=.. torch_eps=.. ratio=.. roofline_fraction=..
+#          ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
+# ratio = ours/torch examples/s; roofline_fraction = ours 1-thread examples/s x
+# flops_per_example / single-core sgemm peak (`shadowsync bench gemm`).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+
+BATCH_SIZE="${BATCH_SIZE:-512}"
+LR="${LR:-0.02}"
+OPTIMIZER="${OPTIMIZER:-adagrad}"
+HASH_BUCKETS="${HASH_BUCKETS:-1000000}"
+EXAMPLES="${EXAMPLES:-200000}"
+EVAL_EXAMPLES="${EVAL_EXAMPLES:-20000}"
+SEED="${SEED:-1}"
+REPEATS="${REPEATS:-3}"
+DATA="${DATA:-}"
+EVAL_DATA="${EVAL_DATA:-}"
+
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --batch-size) BATCH_SIZE="$2"; shift 2 ;;
+    --lr) LR="$2"; shift 2 ;;
+    --optimizer) OPTIMIZER="$2"; shift 2 ;;
+    --hash-buckets) HASH_BUCKETS="$2"; shift 2 ;;
+    --examples) EXAMPLES="$2"; shift 2 ;;
+    --eval-examples) EVAL_EXAMPLES="$2"; shift 2 ;;
+    --seed) SEED="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    --data) DATA="$2"; shift 2 ;;
+    --eval-data) EVAL_DATA="$2"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+done
+[[ "$REPEATS" -ge 1 ]] || die "--repeats must be at least 1"
+
+need_shadowsync
+need_torch
+mkdir -p "$BENCH_TMP/trainer"
+OUT="$BENCH_TMP/trainer"
+
+# ---- data
+if [[ -z "$DATA" ]]; then
+  total=$((EXAMPLES + EVAL_EXAMPLES))
+  synth="$BENCH_TMP/synth_${total}_seed${SEED}.tsv"
+  DATA="$OUT/train_${EXAMPLES}_seed${SEED}.tsv"
+  EVAL_DATA="$OUT/eval_${EVAL_EXAMPLES}_seed${SEED}.tsv"
+  if [[ ! -s "$synth" || ! -s "$synth.teacher.json" ]]; then
+    note "generating $total synthetic examples (seed $SEED) into $synth"
+    "$SHADOWSYNC" gen-data --out "$synth" --examples "$total" --seed "$SEED" >&2
+  fi
+  if [[ ! -s "$DATA" || ! -s "$EVAL_DATA" || "$DATA" -ot "$synth" ]]; then
+    head -n "$EXAMPLES" "$synth" >"$DATA"
+    tail -n "+$((EXAMPLES + 1))" "$synth" >"$EVAL_DATA"
+  fi
+fi
+need_file "$DATA" "training data"
+[[ -z "$EVAL_DATA" ]] || need_file "$EVAL_DATA" "eval data"
+eval_args=()
+[[ -z "$EVAL_DATA" ]] || eval_args=(--eval-data "$EVAL_DATA")
+
+common_args=(--data "$DATA" "${eval_args[@]}" --batch-size "$BATCH_SIZE" --lr "$LR"
+  --optimizer "$OPTIMIZER" --hash-buckets "$HASH_BUCKETS" --seed "$SEED" --preload)
+
+echo "trainer benchmark: data=$DATA ($(count_lines "$DATA") lines) eval=${EVAL_DATA:-none}"
+echo "  batch=$BATCH_SIZE lr=$LR optimizer=$OPTIMIZER hash_buckets=$HASH_BUCKETS seed=$SEED repeats=$REPEATS (best of)"
+echo "  torch: $("$PY" -c 'import torch; print(torch.__version__)') via $PY; machine: $(nproc) cores"
+check_load
+
+# ---- single-core sgemm peak, measured first while the machine is quiet
+gemm_out=$("$SHADOWSYNC" bench gemm)
+gflops=$(calc "$(json_from_output "$gemm_out" sgemm_gflops_1core)" .2f)
+echo "  sgemm peak (1 core): $gflops GFLOP/s"
+
+# run_one WHO THREADS REP: one training run, its JSON report at $OUT/WHO_tTHREADS_rREP.json
+run_one() {
+  local who=$1 t=$2 rep=$3 json log
+  json="$OUT/${who}_t${t}_r${rep}.json"
+  log="$OUT/${who}_t${t}_r${rep}.log"
+  rm -f "$json"
+  if [[ "$who" == ours ]]; then
+    "$SHADOWSYNC" train "${common_args[@]}" --threads "$t" --report-json "$json" >"$log" 2>&1 ||
+      { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
+  else
+    "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" --report-json "$json" >"$log" 2>&1 ||
+      { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
+  fi
+  need_file "$json" "$who report"
+}
+
+# best WHO THREADS: the report with the highest examples/s over the repeats.
+best() {
+  "$PY" - "$OUT" "$1" "$2" "$REPEATS" <<'EOF'
+import json, sys
+out, who, t, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [json.load(open(f"{out}/{who}_t{t}_r{r}.json")) for r in range(reps)]
+b = max(runs, key=lambda j: j.get("examples_per_second") or 0)
+fmt = lambda v, f: "nan" if v is None else format(v, f)
+all_eps = "/".join(fmt(j.get("examples_per_second"), ".0f") for j in runs)
+print(fmt(b.get("examples_per_second"), ".1f"), all_eps, fmt(b.get("train_ne"), ".4f"),
+      fmt(b.get("eval_ne"), ".4f"), fmt(b.get("eval_auc"), ".4f"), b.get("examples"),
+      fmt(b.get("flops_per_example"), ".6g"))
+EOF
+}
+
+# Interleave the programs so slow drifts in machine load hit both alike.
+for t in 1 2; do
+  for ((rep = 0; rep < REPEATS; rep++)); do
+    for who in ours torch; do
+      note "run $who threads=$t repeat $((rep + 1))/$REPEATS"
+      run_one "$who" "$t" "$rep"
+    done
+  done
+done
+
+printf '\n%-6s %7s %12s %-22s %9s %9s %9s %9s\n' program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples
+declare -A eps flops
+for t in 1 2; do
+  for who in ours torch; do
+    line=$(best "$who" "$t")
+    read -r e all tne ene eauc n fpe <<<"$line"
+    eps[$who$t]=$e
+    flops[$who$t]=$fpe
+    printf '%-6s %7s %12s %-22s %9s %9s %9s %9s\n' "$who" "$t" "$e" "$all" "$tne" "$ene" "$eauc" "$n"
+  done
+done
+
+ratio=$(calc "${eps[ours1]} / ${eps[torch1]}" .3f)
+ratio_2t=$(calc "${eps[ours2]} / ${eps[torch2]}" .3f)
+roofline=$(calc "${eps[ours1]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
+echo
+echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t"
+echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, sgemm peak $gflops GFLOP/s)"
+echo "reports and logs: $OUT"
+echo "RESULT name=trainer ours_eps=$(calc "${eps[ours1]}" .1f) torch_eps=$(calc "${eps[torch1]}" .1f)" \
+  "ratio=$ratio roofline_fraction=$roofline ours_eps_2t=$(calc "${eps[ours2]}" .1f)" \
+  "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t"
