@@ -4,7 +4,7 @@
 # already present are skipped, and apt-get is not touched when nothing is missing.
 #
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also the benchmark peers (PyTorch, Redis)
+#   scripts/install-deps.sh --bench    also the benchmark peers (PyTorch, Redis + hiredis)
 set -euo pipefail
 
 build_pkgs=(
@@ -19,10 +19,10 @@ build_pkgs=(
   # config, JSON, CLI
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   # tests and tooling
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
 )
-bench_pkgs=(python3 python3-torch python3-numpy redis-server)
+bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--bench" ]] && want+=("${bench_pkgs[@]}")

@@ -1,0 +1,50 @@
+#include "common/grpc_util.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace shadowsync {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             absl::ToChronoNanoseconds(timeout));
+}
+
+bool IsWrongOwner(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+         absl::StartsWith(status.error_message(), kWrongOwnerPrefix);
+}
+
+std::optional<uint64_t> ShardEpochFromTrailers(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(kShardEpochMetadataKey);
+  if (it == trailers.end()) return std::nullopt;
+  uint64_t epoch = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &epoch)) {
+    return std::nullopt;
+  }
+  return epoch;
+}
+
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  const size_t bracket = address.rfind(']');
+  const bool has_port =
+      colon != std::string::npos && (bracket == std::string::npos || colon > bracket);
+  const std::string host = has_port ? address.substr(0, colon) : address;
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace shadowsync
