@@ -2,22 +2,16 @@
 
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "cli/commands.h"
 
 namespace shadowsync::cli {
 
 int RunCli(int argc, char** argv) {
-#ifdef NDEBUG
-  // Lock-order graphs cost per acquisition; the hot path takes store locks
-  // thousands of times per batch. Debug builds keep the checker.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
   CLI::App app{"ShadowSync: train DLRM-style CTR models on one machine or many."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shadowsync 0.1.0");
   std::vector<Action> actions = {AddTrainCommand(app), AddEvalCommand(app), AddGenDataCommand(app),
-                                 AddBenchCommand(app)};
+                                 AddBenchCommand(app), AddPsCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

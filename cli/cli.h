@@ -1,4 +1,4 @@
-// The `shadowsync` command: subcommands train, eval, gen-data and bench.
+// The `shadowsync` command: subcommands train, eval, gen-data, bench and ps.
 // main.cc only calls RunCli; each subcommand lives in its own file.
 #ifndef SHADOWSYNC_CLI_CLI_H_
 #define SHADOWSYNC_CLI_CLI_H_

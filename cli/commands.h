@@ -15,6 +15,7 @@ Action AddTrainCommand(CLI::App& app);
 Action AddEvalCommand(CLI::App& app);
 Action AddGenDataCommand(CLI::App& app);
 Action AddBenchCommand(CLI::App& app);
+Action AddPsCommand(CLI::App& app);
 
 }  // namespace shadowsync::cli
 

@@ -1,0 +1,204 @@
+// `shadowsync ps`: one embedding parameter server process (ps/ps_server.h)
+// until SIGTERM or SIGINT, which shut it down cleanly (drain RPCs, close the
+// store).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "common/model/optimizer.h"
+#include "ps/ps_server.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct PsFlags {
+  std::string listen = "0.0.0.0:7000";
+  std::string metrics_listen = "0.0.0.0:7001";
+  std::string advertise;
+  std::string peers;
+  uint32_t self_index = 0;
+  std::string db;
+  int dim = 16;
+  int tables = 26;
+  uint64_t hash_buckets = 1'000'000;
+  std::string optimizer = "adagrad";
+  double lr = 0.05;
+  uint64_t seed = 1;
+  uint32_t slots = 4096;
+  int64_t cache_bytes = int64_t{256} << 20;
+  int64_t admission_min_count = 1;
+  double admission_probability = 1.0;
+  double ttl_seconds = 0;
+  int64_t max_rows = 0;
+  int64_t max_request_rows = int64_t{1} << 20;
+  double eviction_interval_seconds = 10;
+  double shutdown_grace_seconds = 5;
+  bool sync_writes = false;
+  std::string ready_file;
+};
+
+int g_signal_pipe[2] = {-1, -1};
+constexpr unsigned char kStopWatcher = 0;
+
+void OnSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Async-signal-safe; a full pipe only means a signal is already pending.
+  if (write(g_signal_pipe[1], &byte, 1) < 0) {
+  }
+}
+
+// Writes "grpc_port metrics_port\n" so a reader never sees a partial file.
+bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << grpc_port << " " << metrics_port << "\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+int RunPs(const PsFlags& f) {
+  auto kind = model::ParseOptimizerKind(f.optimizer);
+  if (!kind.ok()) {
+    std::cerr << "shadowsync ps: --optimizer: " << kind.status().message() << "\n";
+    return 2;
+  }
+  ps::PsServerOptions o;
+  o.grpc_address = f.listen;
+  o.metrics_address = f.metrics_listen;
+  o.advertise_address = f.advertise;
+  for (absl::string_view peer : absl::StrSplit(f.peers, ',', absl::SkipWhitespace())) {
+    o.peers.emplace_back(peer);
+  }
+  o.self_index = f.self_index;
+  o.store.db_path = f.db;
+  o.store.dim = f.dim;
+  for (int t = 0; t < f.tables; ++t) {
+    o.store.tables.push_back({.name = absl::StrCat("table", t), .hash_buckets = f.hash_buckets});
+  }
+  o.store.optimizer.kind = *kind;
+  o.store.optimizer.learning_rate = static_cast<float>(f.lr);
+  o.store.seed = f.seed;
+  o.store.num_slots = f.slots;
+  o.store.cache_bytes = f.cache_bytes;
+  o.store.admission_min_count = f.admission_min_count;
+  o.store.admission_probability = f.admission_probability;
+  o.store.ttl = absl::Seconds(f.ttl_seconds);
+  o.store.max_rows = f.max_rows;
+  o.store.sync_writes = f.sync_writes;
+  o.service.max_request_rows = f.max_request_rows;
+  o.eviction_interval = absl::Seconds(f.eviction_interval_seconds);
+  o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
+
+  // SIGTERM/SIGINT may land on any thread (OpenBLAS starts threads before
+  // main), so the handler only writes the signal to a pipe; a watcher thread
+  // reads it and shuts the server down.
+  if (pipe(g_signal_pipe) != 0) {
+    std::cerr << "shadowsync ps: cannot create the signal pipe\n";
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  auto server = ps::PsServer::Start(std::move(o));
+  if (!server.ok()) {
+    std::cerr << "shadowsync ps: " << server.status().ToString() << "\n";
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!f.ready_file.empty() &&
+      !WriteReadyFile(f.ready_file, (*server)->grpc_port(), (*server)->metrics_port())) {
+    std::cerr << "shadowsync ps: cannot write --ready-file " << f.ready_file << "\n";
+    (*server)->Shutdown();
+    return 1;
+  }
+  ps::PsServer* s = server->get();
+  std::thread signal_thread([s] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig != kStopWatcher) {
+      std::cerr << "ps received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
+    }
+    s->Shutdown();
+  });
+  s->Wait();
+  const unsigned char stop = kStopWatcher;  // In case Shutdown came from elsewhere.
+  if (write(g_signal_pipe[1], &stop, 1) < 0) {
+  }
+  signal_thread.join();
+  return 0;
+}
+
+}  // namespace
+
+Action AddPsCommand(CLI::App& app) {
+  auto f = std::make_shared<PsFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "ps", "Run an embedding parameter server until SIGTERM/SIGINT (drains, then exits 0).");
+  cmd->add_option("--listen", f->listen, "gRPC host:port (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "HTTP host:port for /metrics and /healthz (port 0: any; empty: off)")
+      ->capture_default_str();
+  cmd->add_option("--advertise", f->advertise,
+                  "this server's address in its initial shard map (default: --listen, bound port)");
+  cmd->add_option("--peers", f->peers,
+                  "comma-separated addresses of all servers for the initial shard map "
+                  "(default: this server alone)");
+  cmd->add_option("--self-index", f->self_index, "this server's index in --peers")
+      ->capture_default_str();
+  cmd->add_option("--db", f->db, "RocksDB directory (created if missing)")->required();
+  cmd->add_option("--dim", f->dim, "embedding dimension")->capture_default_str();
+  cmd->add_option("--tables", f->tables, "number of embedding tables")->capture_default_str();
+  cmd->add_option("--hash-buckets", f->hash_buckets, "rows per table (sets the init scale)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", f->optimizer, "sparse optimizer: sgd or adagrad")
+      ->capture_default_str();
+  cmd->add_option("--lr", f->lr, "sparse learning rate")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "row initialisation seed")->capture_default_str();
+  cmd->add_option("--slots", f->slots, "hash slots S (fixed per job)")->capture_default_str();
+  cmd->add_option("--cache-bytes", f->cache_bytes, "RAM cache budget (0: no cache)")
+      ->capture_default_str();
+  cmd->add_option("--admission-min-count", f->admission_min_count,
+                  "pushes before a new row gets storage")
+      ->capture_default_str();
+  cmd->add_option("--admission-probability", f->admission_probability,
+                  "probability a qualifying new row is admitted")
+      ->capture_default_str();
+  cmd->add_option("--ttl-seconds", f->ttl_seconds, "evict rows idle this long (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--max-rows", f->max_rows, "stored-row cap, LRU beyond it (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--max-request-rows", f->max_request_rows, "ids per request")
+      ->capture_default_str();
+  cmd->add_option("--eviction-interval-seconds", f->eviction_interval_seconds,
+                  "period of the eviction pass (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-seconds", f->shutdown_grace_seconds,
+                  "time in-flight RPCs get at shutdown")
+      ->capture_default_str();
+  cmd->add_flag("--sync-writes", f->sync_writes,
+                "fsync the WAL before acknowledging a push (see docs/durability.md)");
+  cmd->add_option("--ready-file", f->ready_file,
+                  "write \"GRPC_PORT METRICS_PORT\" here once serving");
+  return [f] { return RunPs(*f); };
+}
+
+}  // namespace shadowsync::cli

@@ -1,0 +1,125 @@
+// The parameter-server process around a RowStore: the gRPC server of
+// PsService, Prometheus metrics and /healthz on an HTTP port, the periodic
+// eviction loop, and an orderly shutdown. `shadowsync ps` is a thin wrapper.
+// Thread-safe: Shutdown() and Wait() may be called from any thread; destroy
+// the server only once no other thread can still be inside Shutdown() (join
+// the thread that called it).
+//
+//   PsServerOptions options;
+//   options.store.db_path = "/data/ps";
+//   SS_ASSIGN_OR_RETURN(auto server, PsServer::Start(options));
+//   // ... "ps listening grpc=127.0.0.1:PORT metrics=127.0.0.1:PORT" is logged.
+//   server->Shutdown();  // e.g. from a signal thread; Wait() returns after.
+#ifndef SHADOWSYNC_PS_PS_SERVER_H_
+#define SHADOWSYNC_PS_PS_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "ps/ps_service.h"
+#include "ps/row_store.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+namespace prometheus {
+class Exposer;
+class Registry;
+}  // namespace prometheus
+
+namespace shadowsync::ps {
+
+struct PsServerOptions {
+  // host:port the gRPC server binds; port 0 picks a free port (grpc_port()).
+  // Default: 127.0.0.1:0.
+  std::string grpc_address = "127.0.0.1:0";
+  // host:port of the HTTP server for /metrics and /healthz; port 0 picks a
+  // free port (metrics_port()); empty = no HTTP server. Default: 127.0.0.1:0.
+  std::string metrics_address = "127.0.0.1:0";
+  // This server's address in the shard map it starts with when it has none
+  // persisted. Default (empty): the gRPC address with the bound port, with a
+  // wildcard host (0.0.0.0, [::]) replaced by 127.0.0.1.
+  std::string advertise_address;
+  // The initial shard map: Balanced(store.num_slots, peers, epoch 1) with this
+  // server at peers[self_index]. Empty = a single-server map of this server.
+  // Used only when no map is persisted in the database directory.
+  std::vector<std::string> peers;
+  uint32_t self_index = 0;
+
+  RowStoreOptions store;
+  // Limits and executor size. service.shard_map_path defaults to
+  // <store.db_path>/SHADOWSYNC_SHARD_MAP.
+  PsServiceOptions service;
+
+  // Largest gRPC message received or sent. Default: 256 MiB.
+  int max_message_bytes = 256 << 20;
+  // Period of RowStore::EvictNow(); 0 disables the loop. Default: 10s.
+  absl::Duration eviction_interval = absl::Seconds(10);
+  // How long Shutdown() lets in-flight RPCs finish before cancelling them.
+  // Default: 5s.
+  absl::Duration shutdown_grace = absl::Seconds(5);
+};
+
+class PsServer {
+ public:
+  // Opens the store, installs the shard map (the persisted one, else the
+  // initial one from `options`), starts gRPC and the HTTP endpoint, then
+  // reports healthy. Unavailable if an address cannot be bound; store errors
+  // as RowStore::Open returns them.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(PsServerOptions options);
+  // Shutdown(), then returns.
+  ~PsServer();
+
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  int grpc_port() const { return grpc_port_; }
+  // 0 when there is no HTTP endpoint.
+  int metrics_port() const { return metrics_port_; }
+  // host:port clients can dial (the advertised address).
+  const std::string& address() const { return advertise_address_; }
+
+  // Stops accepting RPCs, lets in-flight ones finish (cancelling them after
+  // shutdown_grace), stops the eviction loop and the HTTP endpoint, then closes
+  // the store. Idempotent; concurrent callers return once it is done.
+  void Shutdown();
+  // Blocks until Shutdown() has completed.
+  void Wait();
+
+ private:
+  PsServer() = default;
+  void EvictionLoop();
+
+  PsServerOptions options_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  std::string advertise_address_;
+
+  // Destroyed in Shutdown(), in reverse order of creation.
+  std::unique_ptr<RowStore> store_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<PsMetrics> metrics_;
+  std::shared_ptr<prometheus::Collectable> store_collectable_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::thread eviction_thread_;
+  // Read by the /healthz handler.
+  std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
+
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shadowsync::ps
+
+#endif  // SHADOWSYNC_PS_PS_SERVER_H_

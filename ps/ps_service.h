@@ -1,0 +1,250 @@
+// The parameter server's gRPC service: adapts the ParameterServer RPCs of
+// proto/shadowsync/v1/ps.proto to a RowStore, and records the shadowsync_ps_*
+// metrics. Thread-safe; gRPC calls it from any number of threads.
+//
+// Threading. Lookup, PushGradients and GetShardMap run inline in the gRPC
+// callback (one in-memory or RocksDB store call, no other waiting). The admin
+// RPCs (SetShardMap, DropSlots, Checkpoint, Stats) and the slot streams do
+// their store work on a small executor owned by the service, so a checkpoint
+// or a checksum scan never occupies a gRPC thread.
+//
+// Errors (beyond the proto's contract, which every RPC follows):
+//   - An empty batch (no ids in any table) is INVALID_ARGUMENT: a client never
+//     needs to send one, so it is a bug worth surfacing.
+//   - A table listed twice in one request is INVALID_ARGUMENT.
+//   - More than `max_request_rows` ids in one request is RESOURCE_EXHAUSTED;
+//     gRPC itself answers RESOURCE_EXHAUSTED for messages over the server's
+//     max message size.
+//   - A request carrying an older shard-map epoch than the server's is still
+//     served for the rows the server owns (ownership, not the epoch, decides).
+#ifndef SHADOWSYNC_PS_PS_SERVICE_H_
+#define SHADOWSYNC_PS_PS_SERVICE_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "common/shard_map.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "ps/row_store.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+
+namespace shadowsync::ps {
+
+// The RPCs, for per-RPC metrics. Keep kRpcNames (ps_service.cc) in step.
+enum class Rpc {
+  kLookup,
+  kPushGradients,
+  kGetShardMap,
+  kSetShardMap,
+  kExportSlots,
+  kImportSlots,
+  kDropSlots,
+  kCheckpoint,
+  kStats,
+};
+inline constexpr int kNumRpcs = 9;
+const char* RpcName(Rpc rpc);
+
+// The shadowsync_ps_* metrics. Service-side metrics (latency per RPC, errors
+// per RPC and code, bytes in and out) live in `registry` with their handles
+// cached here; the row store's own counters and gauges (rows stored, cache
+// hit ratio, lookup/push rows, admissions, evictions, slots owned, epoch) are
+// read from RowStore::stats() at scrape time by StoreCollectable(). Every
+// name is declared once, in the table in ps_service.cc. Thread-safe.
+class PsMetrics {
+ public:
+  // Registers the service-side families on `registry`, which must outlive this.
+  explicit PsMetrics(prometheus::Registry& registry);
+
+  // One finished RPC: its latency, result and payload sizes.
+  void RecordRpc(Rpc rpc, std::chrono::steady_clock::duration latency, absl::StatusCode code,
+                 int64_t bytes_in, int64_t bytes_out);
+  void AddBytesIn(int64_t bytes) { bytes_in_->Increment(static_cast<double>(bytes)); }
+  void AddBytesOut(int64_t bytes) { bytes_out_->Increment(static_cast<double>(bytes)); }
+
+  // A collectable emitting the store's metrics from `store->stats()` when
+  // scraped. `store` must outlive every Collect() call (unregister it from the
+  // exposer before closing the store).
+  static std::shared_ptr<prometheus::Collectable> StoreCollectable(const RowStore* store);
+
+  // Every metric name this server exports, for tests and docs.
+  static std::vector<std::string> MetricNames();
+
+ private:
+  prometheus::Counter& ErrorCounter(Rpc rpc, absl::StatusCode code);
+
+  prometheus::Family<prometheus::Histogram>* latency_family_;
+  prometheus::Family<prometheus::Counter>* errors_family_;
+  std::array<prometheus::Histogram*, kNumRpcs> latency_{};
+  prometheus::Counter* bytes_in_;
+  prometheus::Counter* bytes_out_;
+  // Created on the first error of each (rpc, code), then cached.
+  static constexpr int kNumCodes = 17;
+  std::array<std::array<std::atomic<prometheus::Counter*>, kNumCodes>, kNumRpcs> errors_{};
+};
+
+struct PsServiceOptions {
+  // Ids per Lookup or PushGradients request, summed over its tables; more is
+  // RESOURCE_EXHAUSTED. Default: 1Mi.
+  int64_t max_request_rows = int64_t{1} << 20;
+  // Rows per SlotChunk of an ExportSlots stream. Default: 1024.
+  int export_chunk_rows = 1024;
+  // Bytes of rows one ImportSlots stream may stage before it is applied; more
+  // is RESOURCE_EXHAUSTED (split the import into smaller slot batches).
+  // Default: 1 GiB.
+  int64_t max_import_bytes = int64_t{1} << 30;
+  // Where every accepted shard map (with self_index) is persisted, so a
+  // restarted server answers GetShardMap; empty = not persisted.
+  std::string shard_map_path;
+  // Threads running the admin RPCs and slot streams. Default: 2.
+  int admin_threads = 2;
+};
+
+// A shard map as persisted at PsServiceOptions::shard_map_path.
+struct PersistedShardMap {
+  ShardMap map;
+  uint32_t self_index = 0;
+};
+// Reads `path`; nullopt if it does not exist, an error if it is unreadable or
+// malformed.
+absl::StatusOr<std::optional<PersistedShardMap>> LoadShardMapFile(const std::string& path);
+
+// A fixed pool of threads running queued closures in FIFO order.
+class Executor {
+ public:
+  explicit Executor(int threads);
+  // Runs everything queued, then joins.
+  ~Executor();
+  void Schedule(std::function<void()> fn);
+
+ private:
+  void Loop();
+  Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+class PsService final : public v1::ParameterServer::CallbackService {
+ public:
+  // `store` and `metrics` must outlive the service. Before the first
+  // InstallShardMap the store's persisted ownership alone decides routing,
+  // and GetShardMap answers FAILED_PRECONDITION.
+  PsService(RowStore* store, PsMetrics* metrics, PsServiceOptions options);
+  // Runs queued admin work to completion. REQUIRES: the gRPC server is shut
+  // down (no reactor of this service is still running).
+  ~PsService() override;
+
+  PsService(const PsService&) = delete;
+  PsService& operator=(const PsService&) = delete;
+
+  // Makes `map` the routing truth with this server at `self_index`: persists
+  // it (if configured), then hands the owned slots to RowStore::SetOwnership.
+  // InvalidArgument if the map's num_slots differs from the store's or
+  // self_index is out of range; FailedPrecondition if map's epoch is older
+  // than the current one, or equal with a different map. Installing the
+  // current map again is OK.
+  absl::Status InstallShardMap(const ShardMap& map, uint32_t self_index);
+  // The installed map, or null before the first InstallShardMap.
+  std::shared_ptr<const ShardMap> shard_map() const;
+
+  // RPCs (proto/shadowsync/v1/ps.proto).
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
+                                   const v1::LookupRequest* request,
+                                   v1::LookupResponse* response) override;
+  grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* context,
+                                          const v1::PushGradientsRequest* request,
+                                          v1::PushGradientsResponse* response) override;
+  grpc::ServerUnaryReactor* GetShardMap(grpc::CallbackServerContext* context,
+                                        const v1::GetShardMapRequest* request,
+                                        v1::ShardMap* response) override;
+  grpc::ServerUnaryReactor* SetShardMap(grpc::CallbackServerContext* context,
+                                        const v1::SetShardMapRequest* request,
+                                        v1::SetShardMapResponse* response) override;
+  // Streams every stored row of the requested slots, one slot at a time (each
+  // slot read from its own consistent snapshot), in chunks of at most
+  // export_chunk_rows rows of one slot, then a done chunk with the row count
+  // and checksum. Checksums (here and in ImportSlotsResponse) are the sum mod
+  // 2^64 of RowValueHash (ps/row_store.h) over the rows, so an export's
+  // checksum adds up with the Stats value_checksum of the exported rows.
+  grpc::ServerWriteReactor<v1::SlotChunk>* ExportSlots(
+      grpc::CallbackServerContext* context, const v1::ExportSlotsRequest* request) override;
+  // Stages every row of the stream and applies them in one atomic batch only
+  // once a done chunk arrives whose total_rows and checksum match what was
+  // received. A stream that ends without a done chunk (ABORTED), a count or
+  // checksum mismatch (DATA_LOSS), a malformed row (INVALID_ARGUMENT), a row of
+  // a slot this server does not own (WRONG_OWNER) or the staging limit
+  // (RESOURCE_EXHAUSTED) stores nothing.
+  grpc::ServerReadReactor<v1::SlotChunk>* ImportSlots(grpc::CallbackServerContext* context,
+                                                      v1::ImportSlotsResponse* response) override;
+  // Deletes every row of slots this server does not own (it refuses, with
+  // FAILED_PRECONDITION, to drop a slot it owns: move it away first).
+  grpc::ServerUnaryReactor* DropSlots(grpc::CallbackServerContext* context,
+                                      const v1::DropSlotsRequest* request,
+                                      v1::DropSlotsResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const v1::CheckpointRequest* request,
+                                       v1::CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+
+ private:
+  class ExportReactor;
+  class ImportReactor;
+  using Clock = std::chrono::steady_clock;
+
+  // Validates the tables of a Lookup (`with_values` false) or PushGradients
+  // request and copies them into `rows`, indexed by table.
+  absl::Status ParseTables(const google::protobuf::RepeatedPtrField<v1::TableRows>& tables,
+                           bool with_values, std::vector<model::TableRows>& rows) const;
+  // WRONG_OWNER for the first id of `tables` in a slot this server does not
+  // own by the installed map; OK if all are owned or no map is installed.
+  absl::Status CheckOwned(const google::protobuf::RepeatedPtrField<v1::TableRows>& tables) const;
+  // Finishes a unary call: converts the status, adds the shard-epoch trailer
+  // to WRONG_OWNER errors and records metrics.
+  void Finish(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor, Rpc rpc,
+              Clock::time_point start, const absl::Status& status, int64_t bytes_in,
+              int64_t bytes_out);
+
+  // Constant after construction.
+  RowStore* const store_;
+  PsMetrics* const metrics_;
+  const PsServiceOptions options_;
+  const uint32_t num_tables_;
+  const int dim_;
+  const int row_floats_;  // dim + optimizer state floats, as exported.
+  const uint32_t num_slots_;
+
+  // Serialises InstallShardMap (file write + store ownership + swap).
+  Mutex install_mu_;
+  mutable Mutex map_mu_;
+  std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
+  uint32_t self_index_ ABSL_GUARDED_BY(map_mu_) = 0;
+
+  // Last member: destroyed (drained and joined) first.
+  Executor executor_;
+};
+
+}  // namespace shadowsync::ps
+
+#endif  // SHADOWSYNC_PS_PS_SERVICE_H_

@@ -1,0 +1,219 @@
+// The parameter server's embedding storage (DESIGN.md §4): one RocksDB with a
+// byte-bounded, sharded RAM cache of hot rows in front, the sparse optimizer
+// applied in place, admission and eviction, and slot ownership. Knows nothing
+// of gRPC: ps_service.h adapts RPCs to it. Thread-safe: any number of threads
+// may call any method concurrently.
+//
+// RocksDB key = big-endian slot (u32) | table (u32) | id (u64), so one slot
+// is one contiguous key range (export = range scan, drop = DeleteRange).
+// Value = dim embedding floats, then the row's optimizer state floats, as
+// native (little-endian) IEEE-754 binary32. Store metadata (format,
+// ownership, row count) lives under keys starting 0xFFFFFFFF, a slot no
+// store can have, and is never exported, dropped or checksummed.
+// docs/ps-storage.md explains the tuning, docs/durability.md the promise.
+//
+// Write-back with a redo log (cache_bytes > 0): a push updates the cached
+// rows and appends their new values (after-images) to a redo log under
+// db_path/redo before returning; cached rows reach RocksDB when evicted and
+// at checkpoints, which then delete the logs they cover; Open replays what a
+// crash left. Without a cache every push is written through to RocksDB.
+// Either way every acknowledged push survives a kill of the process
+// (docs/durability.md). Rows that are not cached are always current in
+// RocksDB. Writers (Push, ImportRows, DropSlots, EvictNow, checkpoints) run
+// one at a time; lookups run concurrently with each other and with a writer.
+#ifndef SHADOWSYNC_PS_ROW_STORE_H_
+#define SHADOWSYNC_PS_ROW_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model/embedding_table.h"
+#include "common/model/optimizer.h"
+
+namespace shadowsync::ps {
+
+struct RowStoreOptions {
+  std::string db_path;                              // RocksDB directory; created if missing.
+  int dim = 16;                                     // Embedding width.
+  std::vector<model::EmbeddingTableConfig> tables;  // Sets each table's init scale.
+  model::OptimizerConfig optimizer;                 // Sparse optimizer, applied on push.
+  uint64_t seed = 1;                                // Row initialisation seed.
+  uint32_t num_slots = 4096;                        // S in slot = H(table, id) mod S.
+  int64_t cache_bytes = 256 << 20;                  // RAM cache budget. 0 disables the cache.
+  int64_t block_cache_bytes = 64 << 20;             // RocksDB block cache (SST blocks), bytes.
+  // Admission: a row not yet stored gets storage only once pushed
+  // admission_min_count times (counted in a bounded sketch), and then with
+  // admission_probability. Not-yet-admitted rows read as their initial value.
+  // A rejected push of such a row is dropped (counted, not an error). The
+  // count is a count-min sketch (4 x 2^18 16-bit counters, halved every 2^21
+  // counts), so it may over-count, never under-count; min_count <= 65535.
+  // The probability draw is a deterministic sequence seeded by `seed`.
+  int64_t admission_min_count = 1;
+  double admission_probability = 1.0;
+  // Eviction: rows not accessed for `ttl` are deleted (0 = never); beyond
+  // max_rows stored rows the least recently used go first (0 = no cap).
+  // Both act in EvictNow() only. With either set, the store keeps a
+  // last-access time per stored row in RAM (about 40 bytes a row, outside
+  // cache_bytes); after a restart every row counts as accessed at Open.
+  absl::Duration ttl = absl::ZeroDuration();
+  int64_t max_rows = 0;
+  // Durability of acknowledged pushes; see docs/durability.md. true: every
+  // redo-log append and RocksDB write is fsynced before it is acknowledged.
+  bool sync_writes = false;
+  // Write-back checkpoints: a background thread writes the dirty cached rows
+  // to RocksDB and deletes the redo log once it exceeds checkpoint_log_bytes
+  // or checkpoint_interval has passed. The log bounds the work of Open after
+  // a crash (replaying 256 MiB takes a few seconds).
+  int64_t checkpoint_log_bytes = 256 << 20;
+  absl::Duration checkpoint_interval = absl::Minutes(1);
+  // Time source for TTL; tests inject a fake. Null = the real clock.
+  std::function<absl::Time()> now;
+};
+
+// Counters for Stats and metrics, since Open. cache_hits/misses count row
+// probes by lookups and pushes; push_rows counts distinct rows per push
+// (after summing repeated ids); admissions counts rows given storage by a
+// push, admission_rejects pushes of unstored rows the filter dropped;
+// evictions counts rows deleted by EvictNow.
+struct RowStoreStats {
+  int64_t rows_stored = 0;
+  int64_t cached_rows = 0;
+  int64_t cache_hits = 0;
+  int64_t cache_misses = 0;
+  int64_t lookup_rows = 0;
+  int64_t push_rows = 0;
+  int64_t admissions = 0;
+  int64_t admission_rejects = 0;
+  int64_t evictions = 0;
+  uint32_t slots_owned = 0;
+  uint64_t epoch = 0;
+  int64_t redo_log_bytes = 0;  // in the current redo log
+  int64_t checkpoints = 0;     // completed by the background thread
+};
+
+// A stored row as exported/imported for resharding: dim values then state.
+struct StoredRow {
+  uint32_t table = 0;
+  uint64_t id = 0;
+  std::vector<float> values;
+};
+
+// The owner index a RowStore reports in WrongOwnerError: it knows which slots
+// it owns, not who owns the others (the service, which has the shard map,
+// may substitute the real owner).
+inline constexpr uint32_t kUnknownOwner = UINT32_MAX;
+
+// The canonical error for rows of a slot this store does not own:
+// FailedPrecondition "WRONG_OWNER slot=<s> epoch=<e> owner=<i>", all three
+// decimal (owner=4294967295 is kUnknownOwner).
+absl::Status WrongOwnerError(uint32_t slot, uint64_t epoch, uint32_t owner);
+// Parses the epoch back out of a WrongOwnerError; nullopt for other errors.
+std::optional<uint64_t> WrongOwnerEpoch(const absl::Status& status);
+
+// Per-row hashes behind RowStore::Checksums, exposed so a resharding stream
+// can be checksummed the same way:
+//   RowKeyHash(t, id)      = Mix64(HashId(t, id))
+//   RowValueHash(t, id, v) = h_n, where h_0 = RowKeyHash(t, id) and
+//                            h_{i+1} = Mix64(h_i ^ bits(v[i])), bits(x) being
+//                            the IEEE-754 binary32 pattern of x
+// over the full stored value (dim values, then optimizer state). A set's
+// checksum is the sum mod 2^64, so it is independent of order and of
+// num_slots.
+uint64_t RowKeyHash(uint32_t table, uint64_t id);
+uint64_t RowValueHash(uint32_t table, uint64_t id, std::span<const float> values);
+
+// Typical use (the service owns one):
+//   RowStoreOptions o{.db_path = "/data/ps0", .tables = tables};
+//   SS_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, RowStore::Open(o));
+//   SS_RETURN_IF_ERROR(store->SetOwnership(map.epoch(), owned_by_me));
+//   SS_RETURN_IF_ERROR(store->Lookup(rows));   // rows[t].ids filled in
+//   SS_RETURN_IF_ERROR(store->Push(grads));    // durable when OK
+class RowStore {
+ public:
+  // Opens or creates the database; a reopened store serves the rows it had
+  // and its ownership. A new database owns every slot at epoch 0, so a lone
+  // server works without a shard map. InvalidArgument names a bad option;
+  // FailedPrecondition if the database was created with another dim,
+  // optimizer or num_slots; other errors name db_path.
+  static absl::StatusOr<std::unique_ptr<RowStore>> Open(RowStoreOptions options);
+  // Restores a Checkpoint() directory into `options.db_path` (which must not
+  // exist: AlreadyExists) and opens it. SST files are hard-linked when the
+  // file system allows, everything else copied; the checkpoint stays usable.
+  static absl::StatusOr<std::unique_ptr<RowStore>> RestoreCheckpoint(const std::string& checkpoint,
+                                                                     RowStoreOptions options);
+  virtual ~RowStore() = default;
+
+  // Ownership: slots this store serves, by epoch. `owned` has num_slots
+  // entries. Requests arriving after this returns see the new set; a request
+  // in flight finishes against the set it started with. Ownership is stored
+  // in the database (synced) and survives restarts. InvalidArgument if the
+  // epoch is older than the current one or the size is wrong; the same epoch
+  // again is accepted (a retried call). Waits for in-flight requests, and
+  // new requests queue behind it, so it cannot starve.
+  virtual absl::Status SetOwnership(uint64_t epoch, std::vector<bool> owned) = 0;
+  virtual uint64_t epoch() const = 0;
+
+  // Fills rows[t].values (ids.size() * dim) for every table; rows[t] is
+  // table t, and rows.size() may be below the number of tables. Unknown
+  // table (InvalidArgument "table 30: unknown (store has 26 tables)"), or any
+  // id in an unowned slot (WrongOwnerError): an error and nothing read.
+  // Empty requests are fine.
+  virtual absl::Status Lookup(std::span<model::TableRows> rows) = 0;
+  // Sums repeated ids, applies the optimizer, and persists (see durability)
+  // before returning. All-or-nothing: on any error nothing is applied.
+  // InvalidArgument for an unknown table, "tables[1]: 31 values for 2 ids of
+  // dim 16", or a non-finite gradient; WrongOwnerError for the first id of an
+  // unowned slot. Empty requests are fine (nothing written).
+  virtual absl::Status Push(std::span<const model::TableRows> grads) = 0;
+
+  // Resharding. Export visits every stored row of `slots` (each slot once,
+  // ascending, rows in key order) from a consistent snapshot (dirty cached
+  // rows are written to RocksDB first), stopping at the
+  // visitor's first error; Import writes rows (replacing any with the same
+  // key; values = dim + optimizer state floats) in one atomic batch per
+  // call; DropSlots deletes every row of `slots` and returns how many. None
+  // of them checks ownership (resharding moves rows of unowned slots).
+  // Slots >= num_slots, unknown tables or wrong value sizes: InvalidArgument.
+  virtual absl::Status ExportSlots(
+      const std::vector<uint32_t>& slots,
+      const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) = 0;
+  virtual absl::Status ImportRows(std::span<const StoredRow> rows) = 0;
+  virtual absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) = 0;
+
+  // A RocksDB checkpoint (hard links) at `path`, which must not exist
+  // (AlreadyExists). Returns the rows it holds. Writes the dirty cached rows
+  // to RocksDB first; pushes wait while RocksDB flushes its memtable.
+  virtual absl::StatusOr<int64_t> Checkpoint(const std::string& path) = 0;
+
+  // Order-independent checksums over every stored row: of the keys only, and
+  // of keys and values. Equal before and after a correct resharding.
+  // keys = sum of RowKeyHash, values = sum of RowValueHash (mod 2^64), over
+  // one consistent snapshot. O(rows stored), and writes the dirty cached
+  // rows to RocksDB first: not for every metrics scrape.
+  struct Checksums {
+    int64_t rows = 0;
+    uint64_t keys = 0;
+    uint64_t values = 0;
+  };
+  virtual absl::StatusOr<Checksums> ComputeChecksums() = 0;
+
+  // Runs TTL and row-cap eviction once (also run periodically by the server):
+  // deletes rows whose last access is `ttl` or more ago, then, while more
+  // than max_rows remain, the least recently accessed. Returns rows deleted.
+  // O(rows stored); pushes wait meanwhile.
+  virtual absl::StatusOr<int64_t> EvictNow() = 0;
+
+  virtual RowStoreStats stats() const = 0;
+  virtual const RowStoreOptions& options() const = 0;
+};
+
+}  // namespace shadowsync::ps
+
+#endif  // SHADOWSYNC_PS_ROW_STORE_H_

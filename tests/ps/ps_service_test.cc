@@ -1,0 +1,912 @@
+// The parameter server over real gRPC on 127.0.0.1 (port 0): the PsClient
+// against an in-process oracle, routing across servers, the wrong-owner
+// redirect during a slot move, export/import checksums, every bad input, and
+// the metrics and health endpoints.
+#include "ps/ps_service.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/grpc_util.h"
+#include "common/model/embedding_table.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "ps/ps_server.h"
+#include "ps/row_store.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+#include "tests/util/test_util.h"
+#include "worker/ps_client.h"
+
+namespace shadowsync {
+namespace {
+
+using ::shadowsync::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+constexpr int kTables = 3;
+constexpr uint32_t kSlots = 64;
+constexpr uint64_t kBuckets = 1000;
+
+std::vector<model::EmbeddingTableConfig> Tables() {
+  std::vector<model::EmbeddingTableConfig> tables;
+  for (int t = 0; t < kTables; ++t)
+    tables.push_back({.name = "t" + std::to_string(t), .hash_buckets = kBuckets});
+  return tables;
+}
+
+// A minimal HTTP/1.0 GET; returns the status code and fills `body`.
+int HttpGet(int port, const std::string& path, std::string* body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t header_end = response.find("\r\n\r\n");
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0 && response.compare(0, 9, "HTTP/1.0 ") != 0) {
+    return -1;
+  }
+  *body = header_end == std::string::npos ? "" : response.substr(header_end + 4);
+  return std::stoi(response.substr(9, 3));
+}
+
+class PsServiceTest : public ::testing::Test {
+ protected:
+  struct Node {
+    std::unique_ptr<ps::PsServer> server;
+    std::unique_ptr<v1::ParameterServer::Stub> stub;
+    std::string address;
+  };
+
+  ps::PsServerOptions Options(const std::string& name) {
+    ps::PsServerOptions o;
+    o.grpc_address = "127.0.0.1:0";
+    o.metrics_address = "127.0.0.1:0";
+    o.store.db_path = dir_.File(name);
+    o.store.dim = kDim;
+    o.store.tables = Tables();
+    o.store.num_slots = kSlots;
+    o.store.cache_bytes = 1 << 20;
+    o.eviction_interval = absl::ZeroDuration();
+    o.shutdown_grace = absl::Milliseconds(500);
+    o.service.export_chunk_rows = 7;  // Several chunks per slot.
+    return o;
+  }
+
+  Node Start(ps::PsServerOptions options) {
+    Node node;
+    auto server = ps::PsServer::Start(std::move(options));
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return node;
+    node.server = *std::move(server);
+    node.address = node.server->address();
+    node.stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(node.address, grpc::InsecureChannelCredentials()));
+    return node;
+  }
+
+  // n servers sharing Balanced(kSlots, n) at epoch 2.
+  void StartCluster(int n) {
+    for (int i = 0; i < n; ++i) nodes_.push_back(Start(Options("ps" + std::to_string(i))));
+    std::vector<std::string> addresses;
+    for (const Node& node : nodes_) addresses.push_back(node.address);
+    map_ = ShardMap::Balanced(kSlots, addresses, /*epoch=*/2);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(SetMap(i, *map_, i).ok());
+  }
+
+  grpc::Status SetMap(int node, const ShardMap& map, uint32_t self) {
+    v1::SetShardMapRequest request;
+    *request.mutable_map() = map.ToProto();
+    request.set_self_index(self);
+    return SetMapProto(node, request);
+  }
+  grpc::Status SetMapProto(int node, const v1::SetShardMapRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(absl::Seconds(10)));
+    v1::SetShardMapResponse response;
+    return nodes_[node].stub->SetShardMap(&context, request, &response);
+  }
+
+  absl::StatusOr<v1::StatsResponse> Stats(int node) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(absl::Seconds(10)));
+    v1::StatsResponse response;
+    SS_RETURN_IF_ERROR(FromGrpcStatus(nodes_[node].stub->Stats(&context, {}, &response)));
+    return response;
+  }
+
+  std::unique_ptr<worker::PsClient> Client() {
+    worker::PsClientOptions options;
+    options.rpc_deadline = absl::Seconds(10);
+    options.backoff_base = absl::Milliseconds(1);
+    options.backoff_max = absl::Milliseconds(50);
+    auto client = worker::PsClient::Create(*map_, kDim, kTables, options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // Unique random ids per table.
+  std::vector<model::TableRows> RandomIds(int per_table, uint64_t range) {
+    std::vector<model::TableRows> rows(kTables);
+    for (auto& r : rows) {
+      std::set<uint64_t> ids;
+      while (static_cast<int>(ids.size()) < per_table) ids.insert(rng_() % range);
+      r.ids.assign(ids.begin(), ids.end());
+      std::shuffle(r.ids.begin(), r.ids.end(), rng_);
+    }
+    return rows;
+  }
+  std::vector<model::TableRows> RandomGrads(std::vector<model::TableRows> rows) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& r : rows) {
+      r.values.resize(r.ids.size() * kDim);
+      for (float& v : r.values) v = u(rng_);
+    }
+    return rows;
+  }
+
+  // Looks up `ids` through `store` and through the oracle; expects equality.
+  void ExpectMatchesOracle(model::EmbeddingStore& store, std::vector<model::TableRows> ids) {
+    std::vector<model::TableRows> expected = ids;
+    ASSERT_TRUE(oracle_.Lookup(expected).ok());
+    absl::Status s = store.Lookup(ids);
+    ASSERT_TRUE(s.ok()) << s;
+    for (int t = 0; t < kTables; ++t) {
+      ASSERT_EQ(ids[t].values.size(), expected[t].values.size());
+      for (size_t k = 0; k < ids[t].values.size(); ++k) {
+        ASSERT_NEAR(ids[t].values[k], expected[t].values[k], 1e-6)
+            << "table " << t << " id " << ids[t].ids[k / kDim] << " element " << k % kDim;
+      }
+    }
+  }
+
+  // Pushes through `client` and the oracle.
+  void Push(worker::PsClient& client, const std::vector<model::TableRows>& grads) {
+    absl::Status s = client.Push(grads);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(oracle_.Push(grads).ok());
+  }
+
+  // Every id pushed so far, for intactness checks.
+  std::vector<model::TableRows> Touched() const {
+    std::vector<model::TableRows> rows(kTables);
+    for (const auto& [key, unused] : touched_) rows[key.first].ids.push_back(key.second);
+    return rows;
+  }
+  void Remember(const std::vector<model::TableRows>& rows) {
+    for (int t = 0; t < kTables; ++t) {
+      for (uint64_t id : rows[t].ids) touched_[{t, id}] = true;
+    }
+  }
+
+  // A fresh client still gets correct answers for everything stored.
+  void ExpectServingAndIntact() {
+    std::unique_ptr<worker::PsClient> fresh = Client();
+    ASSERT_NE(fresh, nullptr);
+    ExpectMatchesOracle(*fresh, Touched());
+  }
+
+  // Seeds every server with data through a client.
+  void Load(int pushes, int per_table) {
+    std::unique_ptr<worker::PsClient> client = Client();
+    for (int i = 0; i < pushes; ++i) {
+      auto grads = RandomGrads(RandomIds(per_table, kBuckets));
+      Remember(grads);
+      Push(*client, grads);
+    }
+  }
+
+  testing::ScratchDir dir_;
+  std::mt19937_64 rng_{42};
+  model::LocalEmbeddingStore oracle_{
+      model::LocalStoreOptions{.dim = kDim, .tables = Tables(), .optimizer = {}, .seed = 1}};
+  std::vector<Node> nodes_;
+  std::optional<ShardMap> map_;
+  std::map<std::pair<int, uint64_t>, bool> touched_;
+};
+
+// --- Round trips -------------------------------------------------------------
+
+TEST_F(PsServiceTest, LookupAndPushMatchTheLocalOracle) {
+  StartCluster(1);
+  std::unique_ptr<worker::PsClient> client = Client();
+  // Never-pushed rows read as their deterministic initial values.
+  ExpectMatchesOracle(*client, RandomIds(50, kBuckets));
+  for (int round = 0; round < 20; ++round) {
+    auto grads = RandomGrads(RandomIds(40, 200));  // Rows repeat across rounds.
+    Remember(grads);
+    Push(*client, grads);
+    ExpectMatchesOracle(*client, RandomIds(60, 200));
+  }
+  ExpectMatchesOracle(*client, Touched());
+}
+
+TEST_F(PsServiceTest, EmptyCallsSendNothing) {
+  StartCluster(1);
+  std::unique_ptr<worker::PsClient> client = Client();
+  std::vector<model::TableRows> rows(kTables);
+  EXPECT_TRUE(client->Lookup(rows).ok());
+  EXPECT_TRUE(client->Push(rows).ok());
+  EXPECT_EQ(client->counters().rpcs, 0);
+}
+
+TEST_F(PsServiceTest, ClientValidatesShapes) {
+  StartCluster(1);
+  std::unique_ptr<worker::PsClient> client = Client();
+  std::vector<model::TableRows> rows(kTables + 1);
+  EXPECT_THAT(client->Lookup(rows), StatusIs(absl::StatusCode::kInvalidArgument, "4 tables"));
+  std::vector<model::TableRows> grads(kTables);
+  grads[1].ids = {1, 2};
+  grads[1].values.assign(5, 0.0f);
+  EXPECT_THAT(client->Push(grads),
+              StatusIs(absl::StatusCode::kInvalidArgument, "table 1: 5 gradient values for 2 ids"));
+}
+
+TEST_F(PsServiceTest, TwoServersEachStoreExactlyTheRowsTheyOwn) {
+  StartCluster(2);
+  std::unique_ptr<worker::PsClient> client = Client();
+  for (int i = 0; i < 10; ++i) {
+    auto grads = RandomGrads(RandomIds(100, kBuckets));
+    Remember(grads);
+    Push(*client, grads);
+  }
+  ExpectMatchesOracle(*client, Touched());
+  std::vector<int64_t> expected(2, 0);
+  for (const auto& [key, unused] : touched_) ++expected[map_->OwnerOf(key.first, key.second)];
+  for (int i = 0; i < 2; ++i) {
+    auto stats = Stats(i);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->rows_stored(), static_cast<uint64_t>(expected[i])) << "server " << i;
+    EXPECT_EQ(stats->slots_owned(), kSlots / 2);
+    EXPECT_EQ(stats->epoch(), 2u);
+  }
+  EXPECT_GT(expected[0], 0);
+  EXPECT_GT(expected[1], 0);
+  EXPECT_EQ(client->counters().wrong_owner, 0);
+}
+
+TEST_F(PsServiceTest, ConcurrentClientsAgreeWithTheOracle) {
+  StartCluster(2);
+  // Each thread owns a disjoint id range, so the final values do not depend
+  // on the interleaving.
+  constexpr int kThreads = 4;
+  std::unique_ptr<worker::PsClient> client = Client();
+  std::vector<std::vector<std::vector<model::TableRows>>> pushes(kThreads);
+  for (int th = 0; th < kThreads; ++th) {
+    for (int i = 0; i < 15; ++i) {
+      auto grads = RandomGrads(RandomIds(30, 100));
+      for (auto& r : grads) {
+        for (uint64_t& id : r.ids) id = id * kThreads + th;
+      }
+      pushes[th].push_back(grads);
+    }
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      for (const auto& grads : pushes[th]) {
+        if (!client->Push(grads).ok()) ++failures;
+        std::vector<model::TableRows> ids = grads;
+        if (!client->Lookup(ids).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (const auto& per_thread : pushes) {
+    for (const auto& grads : per_thread) {
+      Remember(grads);
+      ASSERT_TRUE(oracle_.Push(grads).ok());
+    }
+  }
+  ExpectMatchesOracle(*client, Touched());
+}
+
+// --- Resharding ----------------------------------------------------------------
+
+struct Exported {
+  std::vector<v1::SlotChunk> chunks;  // data chunks, then the done chunk
+  grpc::Status status;
+};
+
+Exported Export(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
+  v1::ExportSlotsRequest request;
+  request.mutable_slots()->Add(slots.begin(), slots.end());
+  auto reader = stub.ExportSlots(&context, request);
+  Exported out;
+  v1::SlotChunk chunk;
+  while (reader->Read(&chunk)) out.chunks.push_back(chunk);
+  out.status = reader->Finish();
+  return out;
+}
+
+grpc::Status Import(v1::ParameterServer::Stub& stub, const std::vector<v1::SlotChunk>& chunks,
+                    v1::ImportSlotsResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
+  auto writer = stub.ImportSlots(&context, response);
+  for (const v1::SlotChunk& c : chunks) {
+    if (!writer->Write(c)) break;  // The server finished early; Finish says why.
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+grpc::Status Drop(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots,
+                  int64_t* dropped = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
+  v1::DropSlotsRequest request;
+  request.mutable_slots()->Add(slots.begin(), slots.end());
+  v1::DropSlotsResponse response;
+  grpc::Status s = stub.DropSlots(&context, request, &response);
+  if (dropped != nullptr) *dropped = static_cast<int64_t>(response.rows_dropped());
+  return s;
+}
+
+TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
+  StartCluster(1);
+  Load(5, 80);
+  auto before = Stats(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+
+  Exported exported = Export(*nodes_[0].stub, all);
+  ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
+  ASSERT_FALSE(exported.chunks.empty());
+  const v1::SlotChunk& done = exported.chunks.back();
+  ASSERT_TRUE(done.done());
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  uint64_t checksum = 0;
+  for (size_t c = 0; c + 1 < exported.chunks.size(); ++c) {
+    const v1::SlotChunk& chunk = exported.chunks[c];
+    EXPECT_FALSE(chunk.done());
+    EXPECT_LE(chunk.rows_size(), 7);
+    for (const v1::SlotRow& row : chunk.rows()) {
+      EXPECT_TRUE(seen.insert({row.table(), row.id()}).second) << "row sent twice";
+      EXPECT_EQ(SlotOf(row.table(), row.id(), kSlots), chunk.slot());
+      ASSERT_EQ(row.values_size(), 2 * kDim);  // Adagrad: values + accumulator.
+      checksum += ps::RowValueHash(row.table(), row.id(),
+                                   std::span<const float>(row.values().data(), row.values_size()));
+    }
+  }
+  EXPECT_EQ(seen.size(), touched_.size());
+  EXPECT_EQ(done.total_rows(), seen.size());
+  EXPECT_EQ(done.checksum(), checksum);
+  // The stream checksum uses the store's definition: it equals Stats'.
+  EXPECT_EQ(done.checksum(), before->value_checksum());
+  EXPECT_EQ(done.total_rows(), before->rows_stored());
+}
+
+TEST_F(PsServiceTest, ExportImportRoundTripPreservesEveryRowAndChecksum) {
+  StartCluster(1);
+  Load(5, 80);
+  nodes_.push_back(Start(Options("target")));  // Owns everything, empty.
+  auto source = Stats(0);
+  ASSERT_TRUE(source.ok());
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+
+  Exported exported = Export(*nodes_[0].stub, all);
+  ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
+  v1::ImportSlotsResponse response;
+  grpc::Status s = Import(*nodes_[1].stub, exported.chunks, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.rows(), source->rows_stored());
+  EXPECT_EQ(response.checksum(), exported.chunks.back().checksum());
+
+  auto target = Stats(1);
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(target->rows_stored(), source->rows_stored());
+  EXPECT_EQ(target->key_checksum(), source->key_checksum());
+  EXPECT_EQ(target->value_checksum(), source->value_checksum());
+}
+
+// The redirect: a client holding the epoch-2 map keeps working while half of
+// server 0's slots move to server 1 (map epoch 3 on both, export, import,
+// drop), recovering transparently through WRONG_OWNER and a map refresh.
+TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
+  StartCluster(2);
+  std::unique_ptr<worker::PsClient> client = Client();
+  for (int i = 0; i < 8; ++i) {
+    auto grads = RandomGrads(RandomIds(100, kBuckets));
+    Remember(grads);
+    Push(*client, grads);
+  }
+  auto before0 = Stats(0);
+  auto before1 = Stats(1);
+  ASSERT_TRUE(before0.ok() && before1.ok());
+
+  // Move every other slot of server 0 to server 1.
+  std::vector<SlotMove> moves;
+  std::vector<uint32_t> moved;
+  for (uint32_t slot : map_->SlotsOwnedBy(0)) {
+    if (slot % 2 == 0) {
+      moves.push_back({.slot = slot, .from = 0, .to = 1});
+      moved.push_back(slot);
+    }
+  }
+  auto next = map_->WithMoves(moves, map_->addresses());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->epoch(), 3u);
+  ASSERT_TRUE(SetMap(0, *next, 0).ok());
+  ASSERT_TRUE(SetMap(1, *next, 1).ok());
+  Exported exported = Export(*nodes_[0].stub, moved);
+  ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
+  v1::ImportSlotsResponse imported;
+  grpc::Status s = Import(*nodes_[1].stub, exported.chunks, &imported);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  int64_t dropped = 0;
+  s = Drop(*nodes_[0].stub, moved, &dropped);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(static_cast<uint64_t>(dropped), imported.rows());
+  EXPECT_GT(dropped, 0);
+
+  // Every row arrived exactly once: totals and checksums add up.
+  auto after0 = Stats(0);
+  auto after1 = Stats(1);
+  ASSERT_TRUE(after0.ok() && after1.ok());
+  EXPECT_EQ(after0->rows_stored() + after1->rows_stored(),
+            before0->rows_stored() + before1->rows_stored());
+  EXPECT_EQ(after0->key_checksum() + after1->key_checksum(),
+            before0->key_checksum() + before1->key_checksum());
+  EXPECT_EQ(after0->value_checksum() + after1->value_checksum(),
+            before0->value_checksum() + before1->value_checksum());
+  EXPECT_EQ(after1->slots_owned(), kSlots / 2 + moved.size());
+
+  // The client still routes by epoch 2, and recovers.
+  ASSERT_EQ(client->shard_map()->epoch(), 2u);
+  ExpectMatchesOracle(*client, Touched());
+  EXPECT_GT(client->counters().wrong_owner, 0);
+  EXPECT_EQ(client->shard_map()->epoch(), 3u);
+  EXPECT_EQ(client->counters().map_refreshes, 1);
+  // Pushes route by the new map too, and stay correct.
+  auto grads = RandomGrads(RandomIds(100, kBuckets));
+  Remember(grads);
+  Push(*client, grads);
+  ExpectMatchesOracle(*client, Touched());
+
+  // A second stale client recovers on a push as well (rejected before applying).
+  map_ = ShardMap::Balanced(kSlots, map_->addresses(), 2);
+  std::unique_ptr<worker::PsClient> stale = Client();
+  grads = RandomGrads(RandomIds(100, kBuckets));
+  Remember(grads);
+  Push(*stale, grads);
+  EXPECT_GT(stale->counters().wrong_owner, 0);
+  map_ = *next;
+  ExpectMatchesOracle(*client, Touched());
+}
+
+TEST_F(PsServiceTest, ShardMapSurvivesRestartWithTheNewPort) {
+  StartCluster(2);
+  const std::string db = dir_.File("ps1");
+  nodes_[1].server->Shutdown();
+  nodes_[1] = Start(Options("ps1"));
+  grpc::ClientContext context;
+  v1::ShardMap got;
+  ASSERT_TRUE(nodes_[1].stub->GetShardMap(&context, {}, &got).ok());
+  EXPECT_EQ(got.epoch(), 2u);
+  EXPECT_EQ(got.addresses(0), map_->addresses()[0]);
+  EXPECT_EQ(got.addresses(1), nodes_[1].address);  // The restarted server's new port.
+}
+
+TEST_F(PsServiceTest, CheckpointRestoresTheSameRows) {
+  StartCluster(1);
+  Load(3, 50);
+  auto stats = Stats(0);
+  ASSERT_TRUE(stats.ok());
+  const std::string path = dir_.File("checkpoint");
+  grpc::ClientContext context;
+  v1::CheckpointRequest request;
+  request.set_path(path);
+  v1::CheckpointResponse response;
+  grpc::Status s = nodes_[0].stub->Checkpoint(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.rows(), stats->rows_stored());
+
+  ps::RowStoreOptions o = Options("restored").store;
+  auto restored = ps::RowStore::RestoreCheckpoint(path, o);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto sums = (*restored)->ComputeChecksums();
+  ASSERT_TRUE(sums.ok());
+  EXPECT_EQ(static_cast<uint64_t>(sums->rows), stats->rows_stored());
+  EXPECT_EQ(sums->values, stats->value_checksum());
+
+  grpc::ClientContext again;
+  EXPECT_EQ(nodes_[0].stub->Checkpoint(&again, request, &response).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  ExpectServingAndIntact();
+}
+
+// --- Bad input: precise status, nothing stored, still serving ------------------
+
+class PsServiceBadInputTest : public PsServiceTest {
+ protected:
+  void SetUp() override {
+    StartCluster(2);
+    Load(4, 60);
+  }
+
+  grpc::Status Lookup(int node, const v1::LookupRequest& request,
+                      grpc::ClientContext* context = nullptr) {
+    grpc::ClientContext local;
+    if (context == nullptr) context = &local;
+    v1::LookupResponse response;
+    return nodes_[node].stub->Lookup(context, request, &response);
+  }
+  grpc::Status Push(int node, const v1::PushGradientsRequest& request,
+                    grpc::ClientContext* context = nullptr) {
+    grpc::ClientContext local;
+    if (context == nullptr) context = &local;
+    v1::PushGradientsResponse response;
+    return nodes_[node].stub->PushGradients(context, request, &response);
+  }
+  // An id of `table` owned by `server`.
+  uint64_t IdOwnedBy(uint32_t table, uint32_t server) {
+    for (uint64_t id = 0;; ++id) {
+      if (map_->OwnerOf(table, id) == server) return id;
+    }
+  }
+  // The rows server `node` holds, by value checksum.
+  uint64_t ValueChecksum(int node) {
+    auto stats = Stats(node);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? stats->value_checksum() : 0;
+  }
+  // A valid push of `n` ids of table 0 owned by `server`.
+  v1::PushGradientsRequest ValidPush(uint32_t server, int n) {
+    v1::PushGradientsRequest request;
+    v1::TableRows* t = request.add_tables();
+    t->set_table(0);
+    for (uint64_t id = 0; t->ids_size() < n; ++id) {
+      if (map_->OwnerOf(0, id) == server) t->add_ids(id);
+    }
+    for (int k = 0; k < n * kDim; ++k) t->add_values(0.5f);
+    return request;
+  }
+};
+
+#define EXPECT_GRPC_ERROR(status, code, substr)                               \
+  do {                                                                        \
+    const grpc::Status s_ = (status);                                         \
+    EXPECT_EQ(s_.error_code(), grpc::StatusCode::code) << s_.error_message(); \
+    EXPECT_THAT(s_.error_message(), HasSubstr(substr));                       \
+  } while (0)
+
+TEST_F(PsServiceBadInputTest, UnknownTable) {
+  const uint64_t before = ValueChecksum(0);
+  v1::PushGradientsRequest request = ValidPush(0, 3);
+  request.mutable_tables(0)->set_table(9);
+  EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
+                    "tables[0].table: unknown table 9; this server has 3 tables");
+  v1::LookupRequest lookup;
+  lookup.add_tables()->set_table(kTables);
+  lookup.mutable_tables(0)->add_ids(1);
+  EXPECT_GRPC_ERROR(Lookup(0, lookup), INVALID_ARGUMENT, "tables[0].table: unknown table 3");
+  EXPECT_EQ(ValueChecksum(0), before);
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, WrongDimension) {
+  const uint64_t before = ValueChecksum(0);
+  v1::PushGradientsRequest request = ValidPush(0, 2);
+  request.mutable_tables(0)->mutable_values()->RemoveLast();
+  EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
+                    "tables[0].values: 7 floats for 2 ids of dim 4");
+  v1::LookupRequest lookup;
+  lookup.add_tables()->add_ids(IdOwnedBy(0, 0));
+  lookup.mutable_tables(0)->add_values(1.0f);
+  EXPECT_GRPC_ERROR(Lookup(0, lookup), INVALID_ARGUMENT,
+                    "tables[0].values: 1 floats in a lookup request");
+  EXPECT_EQ(ValueChecksum(0), before);
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, RepeatedTable) {
+  const uint64_t before = ValueChecksum(0);
+  v1::PushGradientsRequest request = ValidPush(0, 2);
+  *request.add_tables() = request.tables(0);
+  EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
+                    "tables[1].table: table 0 repeats tables[0]");
+  EXPECT_EQ(ValueChecksum(0), before);
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, EmptyBatch) {
+  EXPECT_GRPC_ERROR(Lookup(0, v1::LookupRequest()), INVALID_ARGUMENT, "tables: empty batch");
+  v1::PushGradientsRequest request;
+  request.add_tables()->set_table(1);
+  EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT, "tables: empty batch (1 tables, no ids)");
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, OversizedBatch) {
+  // Over the row limit of a dedicated server.
+  ps::PsServerOptions o = Options("limited");
+  o.service.max_request_rows = 100;
+  o.max_message_bytes = 64 << 10;
+  nodes_.push_back(Start(o));
+  const int limited = static_cast<int>(nodes_.size()) - 1;
+  v1::LookupRequest lookup;
+  v1::TableRows* t = lookup.add_tables();
+  for (int i = 0; i < 101; ++i) t->add_ids(i);
+  EXPECT_GRPC_ERROR(Lookup(limited, lookup), RESOURCE_EXHAUSTED,
+                    "tables: 101 ids exceed this server's limit of 100 per request");
+  // Over the message size limit (gRPC's own check).
+  v1::PushGradientsRequest push;
+  v1::TableRows* p = push.add_tables();
+  for (int i = 0; i < 100; ++i) p->add_ids(i);
+  for (int i = 0; i < 100 * kDim * 50; ++i) p->add_values(0.0f);  // ~80 KB
+  const grpc::Status s = Push(limited, push);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  // The limited server still serves a valid request.
+  v1::LookupRequest ok;
+  ok.add_tables()->add_ids(5);
+  EXPECT_TRUE(Lookup(limited, ok).ok());
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {
+  const uint64_t before0 = ValueChecksum(0);
+  const uint64_t before1 = ValueChecksum(1);
+  // A push of ids server 0 owns, plus one it does not: nothing is applied.
+  v1::PushGradientsRequest request = ValidPush(0, 5);
+  const uint64_t foreign = IdOwnedBy(0, 1);
+  request.mutable_tables(0)->add_ids(foreign);
+  for (int k = 0; k < kDim; ++k) request.mutable_tables(0)->add_values(1.0f);
+  grpc::ClientContext context;
+  const grpc::Status s = Push(0, request, &context);
+  const uint32_t slot = SlotOf(0, foreign, kSlots);
+  EXPECT_GRPC_ERROR(s, FAILED_PRECONDITION,
+                    "WRONG_OWNER slot=" + std::to_string(slot) + " epoch=2 owner=1");
+  EXPECT_TRUE(IsWrongOwner(s));
+  EXPECT_EQ(ShardEpochFromTrailers(context), std::optional<uint64_t>(2));
+  // Lookups too.
+  v1::LookupRequest lookup;
+  lookup.add_tables()->add_ids(foreign);
+  grpc::ClientContext lookup_context;
+  EXPECT_GRPC_ERROR(Lookup(0, lookup, &lookup_context), FAILED_PRECONDITION, "WRONG_OWNER");
+  EXPECT_EQ(ShardEpochFromTrailers(lookup_context), std::optional<uint64_t>(2));
+  EXPECT_EQ(ValueChecksum(0), before0);
+  EXPECT_EQ(ValueChecksum(1), before1);
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceBadInputTest, MalformedShardMaps) {
+  v1::SetShardMapRequest request;
+  *request.mutable_map() = ShardMap::Balanced(kSlots, map_->addresses(), 5).ToProto();
+  request.set_self_index(0);
+
+  v1::SetShardMapRequest bad = request;
+  bad.mutable_map()->mutable_owner()->RemoveLast();
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT,
+                    "owner has 63 entries but num_slots = 64");
+  bad = request;
+  bad.mutable_map()->set_owner(10, 2);
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT, "owner[10] = 2 but only 2 servers");
+  bad = request;
+  bad.mutable_map()->clear_addresses();
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT, "addresses is empty");
+  bad = request;
+  *bad.mutable_map() = ShardMap::Balanced(32, map_->addresses(), 5).ToProto();
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT,
+                    "map.num_slots = 32 but this server has 64 slots");
+  bad = request;
+  bad.set_self_index(2);
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT,
+                    "self_index = 2 but map has 2 addresses");
+  bad = request;
+  bad.clear_map();
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT, "map: missing");
+  // Stale epoch, and a different map under the current epoch.
+  bad = request;
+  bad.mutable_map()->set_epoch(1);
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), FAILED_PRECONDITION,
+                    "map.epoch = 1 is older than this server's epoch 2");
+  bad = request;
+  bad.mutable_map()->set_epoch(2);
+  bad.mutable_map()->set_owner(0, 1);
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), FAILED_PRECONDITION,
+                    "map.epoch = 2 equals this server's epoch but the map differs");
+  // The current map again is fine (a retried call).
+  EXPECT_TRUE(SetMap(0, *map_, 0).ok());
+
+  grpc::ClientContext context;
+  v1::ShardMap got;
+  ASSERT_TRUE(nodes_[0].stub->GetShardMap(&context, {}, &got).ok());
+  EXPECT_EQ(got.epoch(), 2u);
+  ExpectServingAndIntact();
+}
+
+class PsServiceImportTest : public PsServiceBadInputTest {
+ protected:
+  // chunks_: a valid export of every row server 0 holds; fresh_: an empty
+  // server owning every slot, the import target.
+  void SetUp() override {
+    PsServiceBadInputTest::SetUp();
+    std::vector<uint32_t> slots = map_->SlotsOwnedBy(0);
+    Exported exported = Export(*nodes_[0].stub, slots);
+    ASSERT_TRUE(exported.status.ok());
+    chunks_ = exported.chunks;
+    ASSERT_GT(chunks_.size(), 2u);
+    nodes_.push_back(Start(Options("fresh")));
+    fresh_ = static_cast<int>(nodes_.size()) - 1;
+    empty_ = ValueChecksum(fresh_);
+    auto stats = Stats(fresh_);
+    ASSERT_TRUE(stats.ok());
+    ASSERT_EQ(stats->rows_stored(), 0u);
+  }
+  void ExpectFreshStillEmpty() {
+    auto stats = Stats(fresh_);
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->rows_stored(), 0u);
+    EXPECT_EQ(stats->value_checksum(), empty_);
+    // ... and it still imports a good stream.
+    v1::ImportSlotsResponse response;
+    const grpc::Status s = Import(*nodes_[fresh_].stub, chunks_, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(response.checksum(), chunks_.back().checksum());
+  }
+  std::vector<v1::SlotChunk> chunks_;
+  int fresh_ = 0;
+  uint64_t empty_ = 0;
+};
+
+TEST_F(PsServiceImportTest, TruncatedStreamStoresNothing) {
+  std::vector<v1::SlotChunk> truncated(chunks_.begin(), chunks_.end() - 1);  // No done chunk.
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, truncated, &response), ABORTED,
+                    "without a done=true chunk; nothing stored");
+  ExpectFreshStillEmpty();
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceImportTest, CountMismatchStoresNothing) {
+  std::vector<v1::SlotChunk> chunks = chunks_;
+  chunks.erase(chunks.begin());  // A data chunk lost, done still claims all rows.
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), DATA_LOSS,
+                    "done.total_rows = ");
+  ExpectFreshStillEmpty();
+}
+
+TEST_F(PsServiceImportTest, ChecksumMismatchStoresNothing) {
+  std::vector<v1::SlotChunk> chunks = chunks_;
+  chunks[0].mutable_rows(0)->set_values(0, chunks[0].rows(0).values(0) + 1.0f);
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), DATA_LOSS, "done.checksum = ");
+  ExpectFreshStillEmpty();
+}
+
+TEST_F(PsServiceImportTest, MalformedRowsStoreNothing) {
+  v1::ImportSlotsResponse response;
+  std::vector<v1::SlotChunk> chunks = chunks_;
+  chunks[1].mutable_rows(0)->mutable_values()->RemoveLast();
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), INVALID_ARGUMENT,
+                    "chunk 1 rows[0].values: 7 floats, want 8");
+  chunks = chunks_;
+  chunks[1].mutable_rows(0)->set_table(7);
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), INVALID_ARGUMENT,
+                    "chunk 1 rows[0].table: unknown table 7");
+  chunks = chunks_;
+  chunks[1].set_slot((chunks[1].slot() + 1) % kSlots);
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), INVALID_ARGUMENT,
+                    "chunk says slot");
+  chunks = chunks_;
+  *chunks[1].add_rows() = chunks[1].rows(0);
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), INVALID_ARGUMENT,
+                    "was already sent");
+  ExpectFreshStillEmpty();
+}
+
+TEST_F(PsServiceImportTest, RowsOfUnownedSlotsAreWrongOwner) {
+  // Server 1 does not own server 0's slots.
+  const uint64_t before = ValueChecksum(1);
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[1].stub, chunks_, &response), FAILED_PRECONDITION,
+                    "WRONG_OWNER slot=");
+  EXPECT_EQ(ValueChecksum(1), before);
+  ExpectServingAndIntact();
+}
+
+TEST_F(PsServiceImportTest, StagingLimitIsResourceExhausted) {
+  ps::PsServerOptions o = Options("small");
+  o.service.max_import_bytes = 1000;
+  nodes_.push_back(Start(o));
+  const int small = static_cast<int>(nodes_.size()) - 1;
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[small].stub, chunks_, &response), RESOURCE_EXHAUSTED,
+                    "staging limit of 1000 bytes");
+  auto stats = Stats(small);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->rows_stored(), 0u);
+}
+
+TEST_F(PsServiceBadInputTest, BadSlotListsAndDroppingOwnedSlots) {
+  Exported out = Export(*nodes_[0].stub, {});
+  EXPECT_GRPC_ERROR(out.status, INVALID_ARGUMENT, "slots: empty");
+  out = Export(*nodes_[0].stub, {3, kSlots});
+  EXPECT_GRPC_ERROR(out.status, INVALID_ARGUMENT, "slots[1] = 64 but this server has 64 slots");
+  out = Export(*nodes_[0].stub, {3, 5, 3});
+  EXPECT_GRPC_ERROR(out.status, INVALID_ARGUMENT, "slots[2] = 3 repeats slots[0]");
+  const uint64_t before = ValueChecksum(0);
+  EXPECT_GRPC_ERROR(Drop(*nodes_[0].stub, {map_->SlotsOwnedBy(0)[0]}), FAILED_PRECONDITION,
+                    "is owned by this server at epoch 2");
+  EXPECT_GRPC_ERROR(Drop(*nodes_[0].stub, {kSlots + 1}), INVALID_ARGUMENT,
+                    "slots[0] = 65 but this server has 64 slots");
+  EXPECT_EQ(ValueChecksum(0), before);
+  grpc::ClientContext context;
+  v1::CheckpointResponse response;
+  EXPECT_GRPC_ERROR(nodes_[0].stub->Checkpoint(&context, {}, &response), INVALID_ARGUMENT,
+                    "path: empty");
+  ExpectServingAndIntact();
+}
+
+// --- Metrics and health ----------------------------------------------------------
+
+TEST_F(PsServiceTest, MetricsAndHealthzOverHttp) {
+  StartCluster(1);
+  Load(2, 20);
+  // One failing call, so an errors_total series exists.
+  {
+    grpc::ClientContext context;
+    v1::LookupResponse response;
+    ASSERT_FALSE(nodes_[0].stub->Lookup(&context, v1::LookupRequest(), &response).ok());
+  }
+  const int port = nodes_[0].server->metrics_port();
+  ASSERT_GT(port, 0);
+  std::string body;
+  ASSERT_EQ(HttpGet(port, "/healthz", &body), 200);
+  EXPECT_EQ(body, "ok\n");
+  ASSERT_EQ(HttpGet(port, "/metrics", &body), 200);
+  for (const std::string& name : ps::PsMetrics::MetricNames()) {
+    EXPECT_THAT(body, HasSubstr(name)) << name;
+  }
+  EXPECT_THAT(body,
+              HasSubstr("shadowsync_ps_request_duration_seconds_bucket{rpc=\"PushGradients\""));
+  EXPECT_THAT(body,
+              HasSubstr("shadowsync_ps_errors_total{code=\"INVALID_ARGUMENT\",rpc=\"Lookup\"} 1"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_ps_slots_owned 64"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_ps_shard_map_epoch 2"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_ps_rows_stored " + std::to_string(touched_.size())));
+  nodes_[0].server->Shutdown();
+  EXPECT_NE(HttpGet(port, "/healthz", &body), 200);
+}
+
+}  // namespace
+}  // namespace shadowsync
