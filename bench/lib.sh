@@ -97,3 +97,26 @@ check_load() {
     note "warning: 1-minute load average is $load on $cores cores before starting; timings may be disturbed"
   fi
 }
+
+# run_measured FILE CMD...: runs CMD, then writes to FILE how many cores other
+# processes kept busy meanwhile (system-wide busy CPU time from /proc/stat minus
+# CMD's own, divided by the wall time). Above ~0.1 the timing is disturbed.
+# Returns CMD's exit status.
+run_measured() {
+  local file=$1
+  shift
+  "$PY" -c '
+import os, resource, subprocess, sys, time
+def busy():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(v) - v[3] - v[4]  # all but idle and iowait
+b0, w0 = busy(), time.monotonic()
+rc = subprocess.call(sys.argv[2:])
+b1, w1 = busy(), time.monotonic()
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+other = ((b1 - b0) / os.sysconf("SC_CLK_TCK") - ru.ru_utime - ru.ru_stime) / max(w1 - w0, 1e-9)
+with open(sys.argv[1], "w") as f:
+    f.write("%.2f\n" % max(other, 0.0))
+sys.exit(rc)
+' "$file" "$@"
+}

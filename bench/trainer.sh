@@ -101,10 +101,12 @@ run_one() {
   log="$OUT/${who}_t${t}_r${rep}.log"
   rm -f "$json"
   if [[ "$who" == ours ]]; then
-    "$SHADOWSYNC" train "${common_args[@]}" --threads "$t" --report-json "$json" >"$log" 2>&1 ||
+    run_measured "${json%.json}.others" "$SHADOWSYNC" train "${common_args[@]}" --threads "$t" \
+      --report-json "$json" >"$log" 2>&1 ||
       { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
   else
-    "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" --report-json "$json" >"$log" 2>&1 ||
+    run_measured "${json%.json}.others" "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" \
+      --report-json "$json" >"$log" 2>&1 ||
       { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
   fi
   need_file "$json" "$who report"
@@ -115,13 +117,17 @@ best() {
   "$PY" - "$OUT" "$1" "$2" "$REPEATS" <<'EOF'
 import json, sys
 out, who, t, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-runs = [json.load(open(f"{out}/{who}_t{t}_r{r}.json")) for r in range(reps)]
+runs = []
+for r in range(reps):
+    j = json.load(open(f"{out}/{who}_t{t}_r{r}.json"))
+    j["others"] = float(open(f"{out}/{who}_t{t}_r{r}.others").read())
+    runs.append(j)
 b = max(runs, key=lambda j: j.get("examples_per_second") or 0)
 fmt = lambda v, f: "nan" if v is None else format(v, f)
 all_eps = "/".join(fmt(j.get("examples_per_second"), ".0f") for j in runs)
 print(fmt(b.get("examples_per_second"), ".1f"), all_eps, fmt(b.get("train_ne"), ".4f"),
       fmt(b.get("eval_ne"), ".4f"), fmt(b.get("eval_auc"), ".4f"), b.get("examples"),
-      fmt(b.get("flops_per_example"), ".6g"))
+      fmt(b["others"], ".2f"), fmt(b.get("flops_per_example"), ".6g"))
 EOF
 }
 
@@ -135,17 +141,28 @@ for t in 1 2; do
   done
 done
 
-printf '\n%-6s %7s %12s %-22s %9s %9s %9s %9s\n' program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples
+# "others": cores other processes kept busy during the best run (see run_measured).
+row='%-6s %7s %12s %-22s %9s %9s %9s %9s %7s\n'
+# shellcheck disable=SC2059  # the format is a variable on purpose
+printf "\n$row" program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples others
 declare -A eps flops
+disturbed=0
 for t in 1 2; do
   for who in ours torch; do
     line=$(best "$who" "$t")
-    read -r e all tne ene eauc n fpe <<<"$line"
+    read -r e all tne ene eauc n others fpe <<<"$line"
     eps[$who$t]=$e
     flops[$who$t]=$fpe
-    printf '%-6s %7s %12s %-22s %9s %9s %9s %9s\n' "$who" "$t" "$e" "$all" "$tne" "$ene" "$eauc" "$n"
+    # shellcheck disable=SC2059
+    printf "$row" "$who" "$t" "$e" "$all" "$tne" "$ene" "$eauc" "$n" "$others"
+    if "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.15 else 1)" "$others"; then
+      disturbed=1
+    fi
   done
 done
+if [[ $disturbed -eq 1 ]]; then
+  echo "WARNING: other processes used CPU during some best runs (others > 0.15 cores); the ratios are unreliable"
+fi
 
 ratio=$(calc "${eps[ours1]} / ${eps[torch1]}" .3f)
 ratio_2t=$(calc "${eps[ours2]} / ${eps[torch2]}" .3f)
