@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -648,6 +649,9 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   void FinishNow(const absl::Status& status) { Done(status); }
 
   void OnWriteDone(bool ok) override {
+    // Pairs with the lock around StartWrite: whatever gRPC read of the chunk
+    // inside StartWrite happens before we touch the chunks again.
+    { std::lock_guard<std::recursive_mutex> handoff(handoff_); }
     if (!ok) {
       Done(absl::CancelledError("ExportSlots: the client stopped reading"));
       return;
@@ -660,7 +664,7 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       if (!chunks_.empty()) next = &chunks_.front();
     }
     if (next != nullptr) {
-      StartWrite(next);
+      Write(next);
     } else {
       service_->executor_.Schedule([this] { LoadNext(); });
     }
@@ -714,7 +718,7 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
         chunks_ = std::move(loaded);
         first = &chunks_.front();
       }
-      StartWrite(first);
+      Write(first);
       return;
     }
     bool cancelled;
@@ -740,6 +744,15 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
     StartWriteAndFinish(&done_chunk_, grpc::WriteOptions(), grpc::Status::OK);
   }
 
+  // StartWrite under handoff_. gRPC serialises the chunk inside StartWrite,
+  // possibly on our executor thread, and signals completion through its own
+  // (for ThreadSanitizer uninstrumented) internals; the lock makes that
+  // ordering explicit. Recursive in case gRPC runs OnWriteDone inline.
+  void Write(const v1::SlotChunk* chunk) {
+    std::lock_guard<std::recursive_mutex> handoff(handoff_);
+    StartWrite(chunk);
+  }
+
   void Done(const absl::Status& status) {
     int64_t bytes_out;
     {
@@ -754,6 +767,7 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   PsService* const service_;
   const std::vector<uint32_t> slots_;
   const Clock::time_point start_ = Clock::now();
+  std::recursive_mutex handoff_;
   Mutex mu_;
   size_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

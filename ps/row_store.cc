@@ -76,11 +76,20 @@ constexpr size_t kKeySize = 16;
 constexpr uint32_t kMaxSlots = 1u << 24;
 constexpr int kMaxDim = 4096;
 // RAM a cached row costs beyond its floats: the key copy (16), the CLOCK,
-// pin and dirty marks (1 + 1 + 8) and the index entry (a 24-byte slot plus
-// control byte, at absl's 7/8 maximum load: 29).
-constexpr int64_t kCacheOverheadPerRow = 16 + 1 + 1 + 8 + 29;
+// pin, flushing and dirty marks (1 + 1 + 1 + 8) and the index entry (a
+// 24-byte slot plus control byte, at absl's 7/8 maximum load: 29).
+constexpr int64_t kCacheOverheadPerRow = 16 + 1 + 1 + 1 + 8 + 29;
 // How far a lookup's cache fill searches for a clean row to replace.
 constexpr int kFillScan = 64;
+// Debian's RocksDB is not built with ThreadSanitizer, so TSAN cannot see how
+// RocksDB's write group hands one thread's batch to the thread that writes
+// the group (atomics in uninstrumented code), and reports a race on the
+// batch. Under TSAN only, the store serialises its RocksDB writes itself.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kSerializeDbWrites = true;
+#else
+constexpr bool kSerializeDbWrites = false;
+#endif
 
 // Metadata keys: 0xFFFFFFFF then a name. Row keys are exactly 16 bytes and
 // start with a slot < kMaxSlots, so neither the length nor the prefix can
@@ -378,6 +387,10 @@ class RedoLog {
     return absl::OkStatus();
   }
   int64_t size() const { return size_; }
+  absl::Status Sync() {
+    if (::fdatasync(fd_) != 0) return ErrnoError(absl::StrCat("fdatasync ", path_.string()));
+    return absl::OkStatus();
+  }
 
  private:
   RedoLog(int fd, fs::path path, bool sync) : fd_(fd), path_(std::move(path)), sync_(sync) {}
@@ -585,12 +598,15 @@ struct Shard {
   int row_floats = 0;
   // Arrays of `capacity` entries; positions [0, size) are in use. Read under
   // mu, written under mu held exclusively, except: `referenced` bytes are
-  // relaxed atomics that readers set under a shared lock; `pinned` belongs
-  // to the writer holding write_mu_ (it marks rows the push in progress has
-  // claimed, and is clear between pushes); `flushing` marks rows a
-  // checkpoint is writing to RocksDB, which must stay cached (and in place)
-  // until that write has landed. clang cannot annotate the pointees of
-  // array unique_ptrs.
+  // relaxed atomics that readers set under a shared lock; `pinned` is set
+  // and cleared only by the writer holding write_mu_, under at least a
+  // shared lock (it marks rows the push in progress has claimed, and is
+  // clear between pushes, so checkpoints and fills, which take the lock
+  // exclusively, see it settled); `flushing` marks rows a
+  // checkpoint is writing to RocksDB (1, or 2 once a push changed the row
+  // meanwhile, so the copy written is already stale), which must stay cached
+  // (and in place) until that write has landed. clang cannot annotate the
+  // pointees of array unique_ptrs.
   std::unique_ptr<float[]> rows;
   std::unique_ptr<RowKey[]> keys;
   std::unique_ptr<uint64_t[]> dirty;
@@ -869,6 +885,19 @@ class RowStoreImpl final : public RowStore {
   };
 
   int64_t NowMs() const { return absl::ToUnixMillis(options_.now ? options_.now() : absl::Now()); }
+  // Every RocksDB write of a running store goes through these (see
+  // kSerializeDbWrites).
+  rocksdb::Status DbWrite(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch) {
+    if (!kSerializeDbWrites) return db_->Write(options, batch);
+    MutexLock l(&db_write_mu_);
+    return db_->Write(options, batch);
+  }
+  rocksdb::Status DbPut(const rocksdb::WriteOptions& options, const rocksdb::Slice& key,
+                        const rocksdb::Slice& value) {
+    rocksdb::WriteBatch batch;
+    batch.Put(key, value).PermitUncheckedError();  // fails only past 4 GiB
+    return DbWrite(options, &batch);
+  }
   float* NextRow(PushScratch& sc, uint32_t u) const {
     return sc.next.data() + size_t{u} * row_floats_;
   }
@@ -893,10 +922,16 @@ class RowStoreImpl final : public RowStore {
 
   bool Admit(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Writes batch_ to RocksDB; a failure fails the store (see failure_).
-  absl::Status WriteBatchLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // Appends a finished record to the redo log (write-back mode only).
-  absl::Status AppendLocked(std::string_view record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status WriteBatchLocked(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Appends a finished record to the redo log (write-back mode only);
+  // `carried` for rows a checkpoint re-logs.
+  absl::Status AppendLocked(std::string_view record, bool carried = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status RotateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status SyncLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Re-logs the rows of shard `s` dirty in generations <= `limit` into the
+  // current log and marks them dirty in it.
+  absl::Status CarryForwardLocked(int s, uint64_t limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Push's last step in write-back mode: claims cache positions for the
   // misses, writes the dirty rows they replace to RocksDB, then installs the
   // new rows.
@@ -955,6 +990,7 @@ class RowStoreImpl final : public RowStore {
   rocksdb::ReadOptions read_options_;
 
   // Has its own synchronisation.
+  Mutex db_write_mu_;  // only with kSerializeDbWrites
   const std::unique_ptr<Shard[]> shards_;
   std::atomic<uint64_t> write_seq_{0};  // odd while a writer changes rows; see WriterSection
 
@@ -1005,6 +1041,9 @@ class RowStoreImpl final : public RowStore {
   std::atomic<uint32_t> slots_owned_{0};
   std::atomic<int64_t> rows_stored_published_{0};
   std::atomic<int64_t> log_bytes_{0};
+  // Bytes requests appended since the last rotation (not re-logged rows):
+  // what triggers a checkpoint.
+  std::atomic<int64_t> logged_since_rotation_{0};
   std::atomic<int64_t> checkpoints_{0};
   std::atomic<int64_t> cache_hits_{0};
   std::atomic<int64_t> cache_misses_{0};
@@ -1033,7 +1072,7 @@ RowStoreImpl::~RowStoreImpl() {
       if (status.ok()) status = FlushAllLocked(UINT64_MAX);
       if (status.ok()) {
         status =
-            FromRocks(db_->Put(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
+            FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
                       "persist row count");
       }
       generation = log_generation_;
@@ -1204,7 +1243,7 @@ absl::Status RowStoreImpl::Recover() {
         }
         batch.DeleteRange(SlotBound(slot), SlotBound(slot + 1));
       }
-      return FromRocks(db_->Write(write_options_, &batch),
+      return FromRocks(DbWrite(write_options_, &batch),
                        absl::StrCat("replay redo log ", file, " into ", options_.db_path));
     };
     SS_RETURN_IF_ERROR(ReadLog(logs[i].second, i + 1 == logs.size(), apply, &records, &complete));
@@ -1220,7 +1259,7 @@ absl::Status RowStoreImpl::Recover() {
       rows_stored_ = rows;
     }
     SS_RETURN_IF_ERROR(
-        FromRocks(db_->Put(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
+        FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
                   absl::StrCat("persist row count of ", options_.db_path)));
   }
   SS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), absl::StrCat("sync WAL of ", options_.db_path)));
@@ -1250,23 +1289,27 @@ absl::Status RowStoreImpl::RotateLogLocked() {
   log_ = std::move(next);
   ++log_generation_;
   log_bytes_.store(0, std::memory_order_relaxed);
+  logged_since_rotation_.store(0, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
-absl::Status RowStoreImpl::AppendLocked(std::string_view record) {
+absl::Status RowStoreImpl::AppendLocked(std::string_view record, bool carried) {
   absl::Status status = log_->Append(record);
   if (status.code() == absl::StatusCode::kDataLoss) failure_ = status;
+  const int64_t before = log_bytes_.load(std::memory_order_relaxed);
   log_bytes_.store(log_->size(), std::memory_order_relaxed);
+  if (!carried && status.ok()) {
+    logged_since_rotation_.fetch_add(log_->size() - before, std::memory_order_relaxed);
+  }
   return status;
 }
 
-absl::Status RowStoreImpl::WriteBatchLocked(const std::string& what) {
-  absl::Status status =
-      FromRocks(db_->Write(write_options_, &batch_), absl::StrCat(what, " in ", options_.db_path));
-  if (!status.ok()) {
-    failure_ = absl::UnavailableError(
-        absl::StrCat("row store failed (restart to recover): ", status.message()));
-  }
+absl::Status RowStoreImpl::WriteBatchLocked(const char* what) {
+  const rocksdb::Status written = DbWrite(write_options_, &batch_);
+  if (written.ok()) return absl::OkStatus();
+  absl::Status status = FromRocks(written, absl::StrCat(what, " in ", options_.db_path));
+  failure_ = absl::UnavailableError(
+      absl::StrCat("row store failed (restart to recover): ", status.message()));
   return status;
 }
 
@@ -1280,7 +1323,7 @@ void RowStoreImpl::CheckpointLoop() {
           absl::Milliseconds(50));
       if (stopping_) return;
     }
-    if (log_bytes_.load(std::memory_order_relaxed) < options_.checkpoint_log_bytes &&
+    if (logged_since_rotation_.load(std::memory_order_relaxed) < options_.checkpoint_log_bytes &&
         absl::Now() - last < options_.checkpoint_interval) {
       continue;
     }
@@ -1303,23 +1346,62 @@ absl::Status RowStoreImpl::RunCheckpoint() {
     limit = log_generation_;
     SS_RETURN_IF_ERROR(RotateLogLocked());
   }
-  SS_RETURN_IF_ERROR(FlushAllConcurrently(limit));
-  {
-    // No push is half done now: the rows skipped as pinned are written or
-    // re-dirtied in the new generation.
+  // Every row changed under the old logs must end up in RocksDB or in the
+  // new log before they go. Cold rows (last changed before the newest old
+  // log) go to RocksDB, alongside pushes; hot ones are re-logged, which is a
+  // sequential append instead of a memtable insert per row, and they will
+  // most likely change again before the next checkpoint anyway.
+  SS_RETURN_IF_ERROR(FlushAllConcurrently(limit - 1));
+  for (int s = 0; s < kNumShards; ++s) {
     MutexLock w(&write_mu_);
-    SS_RETURN_IF_ERROR(FlushAllLocked(limit));
+    SS_RETURN_IF_ERROR(CarryForwardLocked(s, limit));
+  }
+  {
+    MutexLock w(&write_mu_);
     // Trusted on Open only when no log holds records, i.e. when nothing
     // changed after the rotation, so it matches RocksDB then.
     SS_RETURN_IF_ERROR(
-        FromRocks(db_->Put(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
+        FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
                   absl::StrCat("persist row count of ", options_.db_path)));
+    // The old logs may go once their rows' new copies survive a machine
+    // crash too.
+    SS_RETURN_IF_ERROR(SyncLogLocked());
   }
-  // The old logs may go once RocksDB's copy survives a machine crash too.
   SS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), absl::StrCat("sync WAL of ", options_.db_path)));
   SS_RETURN_IF_ERROR(DeleteLogsUpTo(limit));
   checkpoints_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status RowStoreImpl::CarryForwardLocked(int s, uint64_t limit) {
+  Shard& shard = shards_[s];
+  // Exclusive: lookups may not fill (or anything move) while positions are
+  // collected and re-marked. No push is in progress, so nothing is pinned:
+  // rows a concurrent flush skipped as pinned are caught here too.
+  MutexLock l(&shard.mu);
+  uint32_t count = 0;
+  std::string& record = record_.Start(RecordType::kRows, rows_stored_, 0);
+  char key[kKeySize];
+  for (uint32_t pos = 0; pos < shard.size; ++pos) {
+    if (shard.dirty[pos] == 0 || shard.dirty[pos] > limit) continue;
+    KeyOf(shard.keys[pos], key);
+    record.append(key, kKeySize);
+    record.append(reinterpret_cast<const char*>(shard.Row(pos)), row_bytes_);
+    ++count;
+  }
+  if (count == 0) return absl::OkStatus();
+  record_.SetCount(rows_stored_, count);
+  SS_RETURN_IF_ERROR(AppendLocked(record_.Finish(), /*carried=*/true));
+  for (uint32_t pos = 0; pos < shard.size; ++pos) {
+    if (shard.dirty[pos] != 0 && shard.dirty[pos] <= limit) shard.dirty[pos] = log_generation_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RowStoreImpl::SyncLogLocked() {
+  absl::Status status = log_->Sync();
+  if (!status.ok()) failure_ = status;
+  return status;
 }
 
 absl::Status RowStoreImpl::FlushShardLocked(int s, uint64_t limit) {
@@ -1366,6 +1448,7 @@ absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit) {
       }
     }
     if (sc.pos.empty()) continue;
+    if (options_.TEST_flush_hook) options_.TEST_flush_hook();
     // In key order: faster memtable inserts (see Push).
     const size_t n = sc.pos.size();
     sc.order.resize(n);
@@ -1381,16 +1464,21 @@ absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit) {
           rocksdb::Slice(reinterpret_cast<const char*>(sc.rows.data() + i * row_floats_),
                          row_bytes_));
     }
+    const rocksdb::Status written = DbWrite(write_options_, &flush_batch_);
     const absl::Status status =
-        FromRocks(db_->Write(write_options_, &flush_batch_),
-                  absl::StrCat("write back cached rows in ", options_.db_path));
+        written.ok()
+            ? absl::OkStatus()
+            : FromRocks(written, absl::StrCat("write back cached rows in ", options_.db_path));
     {
       // The rows stayed in place (flushing rows are not evicted, and only
-      // flush_mu_ holders move rows); those not changed meanwhile are clean.
+      // flush_mu_ holders move rows); those no push changed meanwhile are
+      // clean. (The generation alone cannot tell without a rotation.)
       MutexLock l(&shard.mu);
       for (uint32_t pos : sc.pos) {
+        if (status.ok() && shard.flushing[pos] == 1 && shard.dirty[pos] <= limit) {
+          shard.dirty[pos] = 0;
+        }
         shard.flushing[pos] = 0;
-        if (status.ok() && shard.dirty[pos] <= limit) shard.dirty[pos] = 0;
       }
     }
     if (!status.ok()) {
@@ -1452,7 +1540,7 @@ absl::Status RowStoreImpl::SetOwnership(uint64_t epoch, std::vector<bool> owned)
   // slots it gave away.
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  SS_RETURN_IF_ERROR(FromRocks(db_->Put(sync, MetaKey(kOwnershipKey), record),
+  SS_RETURN_IF_ERROR(FromRocks(DbPut(sync, MetaKey(kOwnershipKey), record),
                                absl::StrCat("persist ownership to ", options_.db_path)));
   owned_ = std::move(owned);
   epoch_ = epoch;
@@ -1803,8 +1891,9 @@ absl::Status RowStoreImpl::Push(std::span<const model::TableRows> grads) {
       batch_.Put(MetaKey(kRowCountKey), RowCountValue(rows_stored_ + new_rows));
     }
     if (batch_.Count() > 0) {
-      SS_RETURN_IF_ERROR(FromRocks(db_->Write(write_options_, &batch_),
-                                   absl::StrCat("write push to ", options_.db_path)));
+      if (const rocksdb::Status written = DbWrite(write_options_, &batch_); !written.ok()) {
+        return FromRocks(written, absl::StrCat("write push to ", options_.db_path));
+      }
     }
     if (track_access_) {
       for (uint32_t u = 0; u < nu; ++u) {
@@ -1884,6 +1973,7 @@ absl::Status RowStoreImpl::UpdateCacheLocked(PushScratch& sc, int64_t now) {
         shard.dirty[pos] = generation;
         shard.referenced[pos] = 1;
         shard.pinned[pos] = 0;
+        if (shard.flushing[pos] != 0) shard.flushing[pos] = 2;  // the flushed copy is stale
       } else if (sc.slot[u] >= 0) {
         const uint32_t pos = static_cast<uint32_t>(sc.slot[u]);
         if (pos < shard.size) shard.index.erase(shard.keys[pos]);  // the victim
@@ -2115,7 +2205,7 @@ absl::StatusOr<int64_t> RowStoreImpl::Checkpoint(const std::string& path) {
   SS_RETURN_IF_ERROR(failure_);
   SS_RETURN_IF_ERROR(FlushAllLocked(UINT64_MAX));
   SS_RETURN_IF_ERROR(
-      FromRocks(db_->Put(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
+      FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
                 absl::StrCat("checkpoint ", path)));
   rocksdb::Checkpoint* raw = nullptr;
   SS_RETURN_IF_ERROR(

@@ -1,7 +1,8 @@
 // The durability promise of docs/durability.md, against the real binary:
-// every acknowledged push survives a SIGKILL of `shadowsync ps` (the WAL is
-// always on; --sync-writes adds an fsync per push, which matters for machine
-// crashes, not process kills). A client pushes a load while the test kills the
+// every acknowledged push survives a SIGKILL of `shadowsync ps`, with or
+// without --sync-writes (which adds an fdatasync per push, for machine
+// crashes), bit-identically, and a push in flight is applied entirely or not
+// at all. A client pushes a load while the test kills the
 // server mid-load; the server restarts on the same --db and every row must
 // equal an oracle that replays exactly the acknowledged pushes — or those plus
 // the one push in flight at the kill, which the server may have applied
@@ -13,7 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -31,6 +32,11 @@
 #include "worker/ps_client.h"
 
 extern char** environ;
+
+#if defined(__SANITIZE_THREAD__)
+// tests/ps/tsan_suppressions.cc; handed to the TSAN-built child as well.
+extern "C" const char* __tsan_default_suppressions();
+#endif
 
 namespace shadowsync {
 namespace {
@@ -71,12 +77,32 @@ class PsProcess {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment, plus (under TSAN) this binary's suppressions for the
+    // child, which reports the same uninstrumented-library false positives.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind("TSAN_OPTIONS=", 0) != 0) env.emplace_back(*e);
+    }
+#if defined(__SANITIZE_THREAD__)
+    const std::string supp = dir + "/tsan.supp";
+    testing::WriteFile(supp, __tsan_default_suppressions());
+    const char* inherited = std::getenv("TSAN_OPTIONS");
+    env.push_back(std::string("TSAN_OPTIONS=") + (inherited ? inherited : "") +
+                  " history_size=7 suppressions=" + supp);
+#else
+    if (const char* inherited = std::getenv("TSAN_OPTIONS")) {
+      env.push_back(std::string("TSAN_OPTIONS=") + inherited);
+    }
+#endif
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
   }
   ~PsProcess() { Kill(SIGKILL); }
@@ -144,7 +170,7 @@ int Mismatches(model::LocalEmbeddingStore& oracle, const std::vector<model::Tabl
   for (int t = 0; t < kTables; ++t) {
     for (size_t i = 0; i < got[t].ids.size(); ++i) {
       for (int k = 0; k < kDim; ++k) {
-        if (std::abs(got[t].values[i * kDim + k] - want[t].values[i * kDim + k]) > 1e-6f) {
+        if (got[t].values[i * kDim + k] != want[t].values[i * kDim + k]) {  // Bit-identical.
           if (++bad <= 3) {
             *first += " (table " + std::to_string(t) + ", id " + std::to_string(got[t].ids[i]) +
                       ")[" + std::to_string(k) +
