@@ -43,7 +43,7 @@ SYNTH_EXAMPLES="${SYNTH_EXAMPLES:-2000000}"
 SYNTH_SEED="${SYNTH_SEED:-7}"
 SYNTH_THREADS="${SYNTH_THREADS:-}"
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --batch-size) BATCH_SIZE="$2"; shift 2 ;;

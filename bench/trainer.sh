@@ -20,6 +20,8 @@
 #          ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
 # ratio = ours/torch examples/s; roofline_fraction = ours 1-thread examples/s x
 # flops_per_example / single-core sgemm peak (`shadowsync bench gemm`).
+# The table's "others" column is how many cores other processes kept busy during
+# the best run; above ~0.15 the figures are disturbed and a WARNING line says so.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +39,7 @@ REPEATS="${REPEATS:-3}"
 DATA="${DATA:-}"
 EVAL_DATA="${EVAL_DATA:-}"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --batch-size) BATCH_SIZE="$2"; shift 2 ;;

@@ -313,8 +313,10 @@ class DLRM(nn.Module):
             flat = idx.view(-1)
             offsets = torch.arange(0, flat.numel(), dtype=torch.int64)
             return self.emb(flat, offsets).view(b, NUM_SPARSE, self.dim)
-        self.rows = self.emb_weight.index_select(0, idx.view(-1)).requires_grad_()
-        return self.rows.view(idx.shape[0], NUM_SPARSE, self.dim)
+        rows = self.emb_weight.index_select(0, idx.view(-1))
+        if torch.is_grad_enabled():
+            self.rows = rows.requires_grad_()  # ManualSparseOptimizer reads rows.grad
+        return rows.view(idx.shape[0], NUM_SPARSE, self.dim)
 
     def forward(self, dense, idx):
         x = self.bot(dense)
