@@ -16,6 +16,8 @@ Action AddEvalCommand(CLI::App& app);
 Action AddGenDataCommand(CLI::App& app);
 Action AddBenchCommand(CLI::App& app);
 Action AddPsCommand(CLI::App& app);
+Action AddSyncerCommand(CLI::App& app);
+Action AddWorkerCommand(CLI::App& app);
 
 }  // namespace shadowsync::cli
 

@@ -47,4 +47,14 @@ std::string WithPort(const std::string& address, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+std::string DialableAddress(const std::string& bind_address, int port) {
+  std::string address = WithPort(bind_address, port);
+  for (const char* wildcard : {"0.0.0.0:", "[::]:", "[::0]:"}) {
+    if (absl::StartsWith(address, wildcard)) {
+      return absl::StrCat("127.0.0.1:", port);
+    }
+  }
+  return address;
+}
+
 }  // namespace shadowsync

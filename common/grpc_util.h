@@ -38,6 +38,10 @@ std::optional<uint64_t> ShardEpochFromTrailers(const grpc::ClientContext& contex
 // -> "0.0.0.0:7001"; "[::]:0" -> "[::]:7001"). Addresses without a port get one.
 std::string WithPort(const std::string& address, int port);
 
+// WithPort, with a wildcard host (0.0.0.0, [::]) replaced by 127.0.0.1: the
+// address a client on this machine dials for a server bound to `bind_address`.
+std::string DialableAddress(const std::string& bind_address, int port);
+
 }  // namespace shadowsync
 
 #endif  // SHADOWSYNC_COMMON_GRPC_UTIL_H_

@@ -386,9 +386,17 @@ void Fields(V& v, S& s) {
                         "papers' k).",
                  .min = 1});
   v(s.min_interval_ms, {.name = "minIntervalMs",
-                        .doc = "shadow-*: pause between two rounds of the shadow thread, in ms; "
-                               "0 = back to back.",
+                        .doc = "shadow-*: least pause between two rounds of the shadow thread, "
+                               "in ms (see dutyCycle); 0 = no minimum.",
                         .min = 0});
+  v(s.duty_cycle, {.name = "dutyCycle",
+                   .doc = "shadow-*: share of wall time the shadow thread may spend in sync "
+                          "rounds; after a round of latency L it pauses L * (1 - d) / d (at "
+                          "least minIntervalMs). 1 = back to back. Keeps sync off the training "
+                          "threads' cores when the machine has none to spare.",
+                   .min = 0,
+                   .max = 1,
+                   .exclusive_min = true});
   v(s.apply_mode, {.name = "applyMode",
                    .doc = "How a round's result reaches the live replica: `delta` applies it "
                           "as a delta on the round's snapshot, keeping Hogwild progress made "
@@ -1979,6 +1987,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
       if (sync.min_interval_ms > 0) {
         add("min_interval_ms", sync.min_interval_ms);
       }
+      add("duty_cycle", sync.duty_cycle);
       break;
     default:
       break;

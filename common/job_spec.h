@@ -315,7 +315,10 @@ struct SspSpec {
 struct SyncSpec {
   SyncAlgorithm algorithm = SyncAlgorithm::kShadowEasgd;
   int interval = 10;            // fg-*: trainer steps between two syncs (the papers' k).
-  int64_t min_interval_ms = 0;  // "minIntervalMs". shadow-*: pause between rounds; 0 = none.
+  int64_t min_interval_ms = 0;  // "minIntervalMs". shadow-*: least pause between rounds.
+  // "dutyCycle". shadow-*: the share of wall time the shadow thread may spend
+  // in rounds; it pauses latency * (1 - d) / d after each (1 = back to back).
+  double duty_cycle = 0.1;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;  // "applyMode".
   EasgdSpec easgd;                                   // shadow-easgd, fg-easgd.
   BmufSpec bmuf;                                     // shadow-bmuf, fg-bmuf.

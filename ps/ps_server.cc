@@ -1,117 +1,21 @@
 #include "ps/ps_server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cstring>
-#include <exception>
 #include <iostream>
 #include <utility>
 
-#include "CivetServer.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "civetweb.h"
 #include "common/grpc_util.h"
+#include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::ps {
 namespace {
 
-// /healthz of every PsServer in the process, keyed by HTTP port: civetweb's
-// begin_request callback is a plain function without a user pointer, so it
-// finds its server's flag by the port the request arrived on.
-class HealthRegistry {
- public:
-  static HealthRegistry& Get() {
-    static auto* registry = new HealthRegistry();  // Never destroyed: used by HTTP threads.
-    return *registry;
-  }
-  void Register(int port, std::shared_ptr<std::atomic<bool>> serving) {
-    MutexLock lock(&mu_);
-    by_port_[port] = std::move(serving);
-  }
-  void Unregister(int port) {
-    MutexLock lock(&mu_);
-    by_port_.erase(port);
-  }
-  // Serving, not yet serving / stopping, or unknown port (also not serving).
-  bool Serving(int port) {
-    ReaderMutexLock lock(&mu_);
-    auto it = by_port_.find(port);
-    return it != by_port_.end() && it->second->load(std::memory_order_acquire);
-  }
-
- private:
-  Mutex mu_;
-  absl::flat_hash_map<int, std::shared_ptr<std::atomic<bool>>> by_port_ ABSL_GUARDED_BY(mu_);
-};
-
-// Answers /healthz itself (200 "ok" while serving, 503 otherwise) and leaves
-// every other URI (/metrics) to the exposer.
-int HandleHealthz(mg_connection* conn) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  if (info == nullptr || info->local_uri == nullptr ||
-      std::strcmp(info->local_uri, "/healthz") != 0) {
-    return 0;
-  }
-  const bool serving = HealthRegistry::Get().Serving(info->server_port);
-  const char* body = serving ? "ok\n" : "not serving\n";
-  const int code = serving ? 200 : 503;
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-            code, serving ? "OK" : "Service Unavailable", std::strlen(body), body);
-  return code;
-}
-
-// "0.0.0.0:7000" -> "127.0.0.1:7000": a wildcard bind is dialled on loopback.
-std::string DialableAddress(const std::string& bind_address, int port) {
-  std::string address = WithPort(bind_address, port);
-  for (const char* wildcard : {"0.0.0.0:", "[::]:", "[::0]:"}) {
-    if (absl::StartsWith(address, wildcard)) {
-      return absl::StrCat("127.0.0.1:", port);
-    }
-  }
-  return address;
-}
-
 void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-// Destroys `exposer`. civetweb's listener notices the stop flag only between
-// 2-second polls, so connections to `address` wake it meanwhile.
-void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& address) {
-  std::atomic<bool> stopped{false};
-  std::thread waker([&] {
-    const size_t colon = address.rfind(':');
-    std::string host = address.substr(0, colon);
-    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    const std::string port = address.substr(colon + 1);
-    addrinfo hints = {};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* info = nullptr;
-    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0) return;
-    while (!stopped.load(std::memory_order_acquire)) {
-      const int fd = socket(info->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0) {
-        connect(fd, info->ai_addr, info->ai_addrlen);
-        close(fd);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    freeaddrinfo(info);
-  });
-  exposer.reset();
-  stopped.store(true, std::memory_order_release);
-  waker.join();
-}
 
 }  // namespace
 
@@ -176,25 +80,21 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   SS_RETURN_IF_ERROR(installed);
 
   if (!opts.metrics_address.empty()) {
-    CivetCallbacks callbacks;
-    callbacks.begin_request = &HandleHealthz;
-    try {
-      s.exposer_ = std::make_unique<prometheus::Exposer>(opts.metrics_address, 2, &callbacks);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("ps: cannot bind the metrics address ",
-                                                 opts.metrics_address, ": ", e.what()));
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(opts.metrics_address);
+    if (!http.ok()) {
+      return absl::Status(http.status().code(), absl::StrCat("ps: ", http.status().message()));
     }
-    const std::vector<int> ports = s.exposer_->GetListeningPorts();
-    s.metrics_port_ = ports.empty() ? 0 : ports.front();
-    s.exposer_->RegisterCollectable(s.registry_);
-    s.exposer_->RegisterCollectable(s.store_collectable_);
-    HealthRegistry::Get().Register(s.metrics_port_, s.serving_);
+    s.http_ = *std::move(http);
+    s.metrics_port_ = s.http_->port();
+    s.http_->RegisterCollectable(s.registry_);
+    s.http_->RegisterCollectable(s.store_collectable_);
   }
 
   if (opts.eviction_interval > absl::ZeroDuration()) {
     s.eviction_thread_ = std::thread([&s] { s.EvictionLoop(); });
   }
-  s.serving_->store(true, std::memory_order_release);
+  if (s.http_ != nullptr) s.http_->set_serving(true);
   Log(absl::StrCat("ps listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
                    opts.metrics_address.empty() ? std::string("off")
                                                 : WithPort(opts.metrics_address, s.metrics_port_),
@@ -231,7 +131,7 @@ void PsServer::Shutdown() {
     stopping_ = true;
   }
   Log("ps shutting down: draining RPCs");
-  serving_->store(false, std::memory_order_release);
+  if (http_ != nullptr) http_->set_serving(false);
   // 1. Stop accepting, let in-flight RPCs finish, cancel stragglers at the
   //    deadline. The service's executor keeps running meanwhile, so streams
   //    and admin RPCs can complete.
@@ -241,10 +141,9 @@ void PsServer::Shutdown() {
   }
   // 2. Background work and the HTTP endpoint, which read the store.
   if (eviction_thread_.joinable()) eviction_thread_.join();
-  if (exposer_ != nullptr) {
-    HealthRegistry::Get().Unregister(metrics_port_);
-    exposer_->RemoveCollectable(store_collectable_);
-    StopExposer(std::move(exposer_), DialableAddress(options_.metrics_address, metrics_port_));
+  if (http_ != nullptr) {
+    http_->RemoveCollectable(store_collectable_);
+    http_.reset();
   }
   // 3. The service (drains its executor), then the store.
   server_.reset();

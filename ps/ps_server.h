@@ -30,8 +30,10 @@
 namespace grpc {
 class Server;
 }  // namespace grpc
+namespace shadowsync {
+class MetricsHttpServer;
+}  // namespace shadowsync
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -110,10 +112,8 @@ class PsServer {
   std::shared_ptr<prometheus::Collectable> store_collectable_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> http_;
   std::thread eviction_thread_;
-  // Read by the /healthz handler.
-  std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
 
   Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <iterator>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "common/model/dense_ops.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "worker/sync_strategy.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -94,28 +96,37 @@ class Trainer::BatchSource {
   ReaderStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
+// One batch and its unique embedding rows, reused from batch to batch.
+struct Trainer::Batch {
+  explicit Batch(int num_tables)
+      : dedupe(num_tables), row_index(num_tables), offsets(num_tables), rows(num_tables) {}
+
+  std::shared_ptr<const ExampleBlock> block;
+  int64_t begin = 0, end = 0;                                  // Examples [begin, end) of *block.
+  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedupe;  // row id -> unique index
+  std::vector<std::vector<int32_t>> row_index, offsets;
+  std::vector<model::TableRows> rows;  // Unique rows per table; values once looked up.
+};
+
 // Everything one worker thread reuses from batch to batch.
 struct Trainer::ThreadState {
-  ThreadState(const model::Dlrm& model, int batch_size, int num_tables)
-      : ws(model.NewWorkspace(batch_size)),
+  ThreadState(int index, const model::Dlrm& model, int batch_size, int num_tables)
+      : index(index),
+        ws(model.NewWorkspace(batch_size)),
         params(model.num_params()),
         dense_grad(model.num_params()),
         probs(batch_size),
-        dedupe(num_tables),
-        row_index(num_tables),
-        offsets(num_tables),
-        rows(num_tables),
+        batches{Batch(num_tables), Batch(num_tables)},
         row_grads(num_tables),
         sparse(num_tables) {}
 
+  const int index;  // Of the thread, in [0, threads).
   std::unique_ptr<model::Dlrm::Workspace> ws;
   std::vector<float> params;  // Private snapshot of the shared replica.
   std::vector<float> dense_grad;
   std::vector<float> probs;
-  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedupe;  // row id -> unique index
-  std::vector<std::vector<int32_t>> row_index, offsets;
-  std::vector<model::TableRows> rows;       // Looked-up unique rows per table.
-  std::vector<model::TableRows> row_grads;  // Their summed gradients.
+  Batch batches[2];  // The current one, and the next one while it is prefetched.
+  std::vector<model::TableRows> row_grads;  // Summed gradients of the current batch's rows.
   std::vector<model::SparseInput> sparse;
   model::BatchView batch;
 };
@@ -134,71 +145,86 @@ Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConf
 
 Trainer::~Trainer() = default;
 
-absl::Status Trainer::PrepareBatch(const ExampleBlock& block, int64_t begin, int64_t end,
-                                   ThreadState& ts) {
-  const int n = static_cast<int>(end - begin);
+void Trainer::CollectRows(std::shared_ptr<const ExampleBlock> block, int64_t begin, int64_t end,
+                          Batch& batch) const {
   const int num_tables = model_.config().num_tables;
   for (int t = 0; t < num_tables; ++t) {
-    auto& dedupe = ts.dedupe[t];
-    auto& ids = ts.rows[t].ids;
-    auto& index = ts.row_index[t];
-    auto& offsets = ts.offsets[t];
+    auto& dedupe = batch.dedupe[t];
+    auto& ids = batch.rows[t].ids;
+    auto& index = batch.row_index[t];
+    auto& offsets = batch.offsets[t];
     dedupe.clear();
     ids.clear();
     index.clear();
     offsets.assign(1, 0);
     for (int64_t e = begin; e < end; ++e) {
       const uint64_t row =
-          model::BucketOf(t, block.sparse[e * block.num_sparse + t], tables_[t].hash_buckets);
+          model::BucketOf(t, block->sparse[e * block->num_sparse + t], tables_[t].hash_buckets);
       auto [it, inserted] = dedupe.try_emplace(row, static_cast<int32_t>(ids.size()));
       if (inserted) ids.push_back(row);
       index.push_back(it->second);
       offsets.push_back(static_cast<int32_t>(index.size()));
     }
   }
-  SS_RETURN_IF_ERROR(store_->Lookup(ts.rows));
-  for (int t = 0; t < num_tables; ++t) {
-    ts.sparse[t] = model::SparseInput{ts.rows[t].values, ts.row_index[t], ts.offsets[t]};
-  }
-  ts.batch = model::BatchView{n, block.dense.data() + begin * block.num_dense,
-                              block.labels.data() + begin, ts.sparse};
-  return absl::OkStatus();
+  batch.block = std::move(block);
+  batch.begin = begin;
+  batch.end = end;
 }
 
-absl::Status Trainer::TrainStep(const ExampleBlock& block, int64_t begin, int64_t end,
-                                ThreadState& ts) {
-  SS_RETURN_IF_ERROR(PrepareBatch(block, begin, end, ts));
+void Trainer::BindBatch(Batch& batch, ThreadState& ts) const {
+  const int num_tables = model_.config().num_tables;
+  for (int t = 0; t < num_tables; ++t) {
+    ts.sparse[t] = model::SparseInput{batch.rows[t].values, batch.row_index[t], batch.offsets[t]};
+  }
+  const ExampleBlock& block = *batch.block;
+  ts.batch = model::BatchView{static_cast<int>(batch.end - batch.begin),
+                              block.dense.data() + batch.begin * block.num_dense,
+                              block.labels.data() + batch.begin, ts.sparse};
+}
+
+absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
+  BindBatch(batch, ts);
   const int num_tables = model_.config().num_tables;
   model::Gradients grads;
   grads.dense = ts.dense_grad;
   for (int t = 0; t < num_tables; ++t) {
-    ts.row_grads[t].ids = ts.rows[t].ids;
-    ts.row_grads[t].values.resize(ts.rows[t].values.size());
+    ts.row_grads[t].ids = batch.rows[t].ids;
+    ts.row_grads[t].values.resize(batch.rows[t].values.size());
     grads.rows.push_back(ts.row_grads[t].values);
   }
-  if (options_.threads == 1) {
+  SyncStrategy* const sync = options_.sync;
+  if (options_.threads == 1 && (sync == nullptr || !sync->WritesConcurrently())) {
     // Nothing races with a lone thread: no snapshot, and a vectorised update.
     model_.Step(params_.data(), ts.batch, ts.ws.get(), ts.probs.data(), &grads);
-    model::ApplyUpdateExclusive(options_.optimizer, params_.data(), dense_state_.data(),
-                                ts.dense_grad.data(), model_.num_params());
+    if (sync != nullptr) {
+      SS_RETURN_IF_ERROR(sync->ApplyGradient(ts.index, ts.dense_grad));
+    } else {
+      model::ApplyUpdateExclusive(options_.optimizer, params_.data(), dense_state_.data(),
+                                  ts.dense_grad.data(), model_.num_params());
+    }
   } else {
     // Hogwild: compute on a private snapshot, then apply the update to the
     // shared replica without locks.
     model::CopyRelaxed(params_.data(), ts.params.data(), model_.num_params());
     model_.Step(ts.params.data(), ts.batch, ts.ws.get(), ts.probs.data(), &grads);
-    model::ApplyUpdateRelaxed(options_.optimizer, params_.data(), dense_state_.data(),
-                              ts.dense_grad.data(), model_.num_params());
+    if (sync != nullptr) {
+      SS_RETURN_IF_ERROR(sync->ApplyGradient(ts.index, ts.dense_grad));
+    } else {
+      model::ApplyUpdateRelaxed(options_.optimizer, params_.data(), dense_state_.data(),
+                                ts.dense_grad.data(), model_.num_params());
+    }
   }
-  return store_->Push(ts.row_grads);
+  SS_RETURN_IF_ERROR(store_->Push(ts.row_grads));
+  return sync != nullptr ? sync->AfterStep(ts.index) : absl::OkStatus();
 }
 
-absl::Status Trainer::RunWorkers(const std::function<absl::Status(int)>& body,
-                                 const std::function<void()>& tick) {
+absl::Status Trainer::RunWorkers(int count, const std::function<absl::Status(int)>& body,
+                                 const std::function<void()>& tick) const {
   Mutex mu;
   absl::Status first_error;
-  int running = options_.threads;
+  int running = count;
   std::vector<std::thread> threads;
-  for (int i = 0; i < options_.threads; ++i) {
+  for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       absl::Status s = body(i);
       MutexLock lock(&mu);
@@ -234,30 +260,61 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   int64_t interval_examples = 0;
   std::atomic<bool> stop{false};
 
+  if (options_.sync != nullptr) {
+    SS_RETURN_IF_ERROR(options_.sync->Start(
+        DenseReplica{params_, dense_state_, options_.optimizer, options_.threads}));
+  }
   const auto start = std::chrono::steady_clock::now();
-  auto body = [&](int) -> absl::Status {
-    ThreadState ts(model_, options_.batch_size, model_.config().num_tables);
-    std::shared_ptr<const ExampleBlock> block;
-    int64_t begin, end;
-    while (!stop.load(std::memory_order_relaxed)) {
-      auto more = source->Next(&block, &begin, &end);
-      if (!more.ok() || !*more) {
-        if (!more.ok()) stop = true;
-        return more.status();
+  auto steps = [&](ThreadState& ts) -> absl::Status {
+    // Fetches the next batch into *batch and, unless prefetching, looks its
+    // rows up. Returns false at the end of the input.
+    auto next = [&](Batch* batch) -> absl::StatusOr<bool> {
+      std::shared_ptr<const ExampleBlock> block;
+      int64_t begin, end;
+      SS_ASSIGN_OR_RETURN(bool more, source->Next(&block, &begin, &end));
+      if (!more) return false;
+      CollectRows(std::move(block), begin, end, *batch);
+      return true;
+    };
+    int current = 0;
+    SS_ASSIGN_OR_RETURN(bool have, next(&ts.batches[current]));
+    if (have) SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[current].rows));
+    while (have && !stop.load(std::memory_order_relaxed)) {
+      Batch& batch = ts.batches[current];
+      Batch& upcoming = ts.batches[1 - current];
+      SS_ASSIGN_OR_RETURN(bool more, next(&upcoming));
+      std::future<absl::Status> prefetched;
+      if (more && options_.prefetch) {
+        prefetched = std::async(std::launch::async, [&] { return store_->Lookup(upcoming.rows); });
       }
-      if (absl::Status s = TrainStep(*block, begin, end, ts); !s.ok()) {
-        stop = true;
-        return s;
-      }
+      absl::Status step = TrainStep(batch, ts);
+      absl::Status lookup = !more                ? absl::OkStatus()
+                            : prefetched.valid() ? prefetched.get()
+                                                 : store_->Lookup(upcoming.rows);
+      SS_RETURN_IF_ERROR(step);
+      SS_RETURN_IF_ERROR(lookup);
       RunningEntropy batch_entropy;
-      for (int64_t e = begin; e < end; ++e)
-        batch_entropy.Add(ts.probs[e - begin], block->labels[e]);
-      MutexLock lock(&mu);
-      entropy.Merge(batch_entropy);
-      interval_loss += batch_entropy.logloss() * batch_entropy.count();
-      interval_examples += batch_entropy.count();
+      for (int64_t e = batch.begin; e < batch.end; ++e) {
+        batch_entropy.Add(ts.probs[e - batch.begin], batch.block->labels[e]);
+      }
+      {
+        MutexLock lock(&mu);
+        entropy.Merge(batch_entropy);
+        interval_loss += batch_entropy.logloss() * batch_entropy.count();
+        interval_examples += batch_entropy.count();
+      }
+      have = more;
+      current = 1 - current;
     }
     return absl::OkStatus();
+  };
+  auto body = [&](int index) -> absl::Status {
+    ThreadState ts(index, model_, options_.batch_size, model_.config().num_tables);
+    absl::Status status = steps(ts);
+    if (!status.ok()) stop = true;
+    // Never leave the other threads waiting for this one at a sync barrier.
+    if (options_.sync != nullptr) options_.sync->ThreadDone(index);
+    return status;
   };
   double last_tick = 0;
   auto tick = [&] {
@@ -276,7 +333,12 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     last_tick = p.seconds;
     if (options_.on_progress) options_.on_progress(p);
   };
-  SS_RETURN_IF_ERROR(RunWorkers(body, tick));
+  absl::Status trained = RunWorkers(options_.threads, body, tick);
+  if (options_.sync != nullptr) {
+    absl::Status finished = options_.sync->Finish();
+    if (trained.ok()) trained = finished;
+  }
+  SS_RETURN_IF_ERROR(trained);
 
   report.seconds = SecondsSince(start);
   MutexLock lock(&mu);
@@ -291,7 +353,24 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
 }
 
 absl::StatusOr<QualityReport> Trainer::Evaluate(const std::vector<std::string>& paths) {
-  SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, options_.reader, /*max_examples=*/-1,
+  return EvaluateParams(params_.data(), paths, /*max_examples=*/-1, options_.threads);
+}
+
+absl::StatusOr<QualityReport> Trainer::EvaluateSnapshot(const std::vector<std::string>& paths,
+                                                        int64_t max_examples) const {
+  std::vector<float> snapshot(params_.size());
+  model::CopyRelaxed(params_.data(), snapshot.data(), static_cast<long>(snapshot.size()));
+  return EvaluateParams(snapshot.data(), paths, max_examples, /*threads=*/1);
+}
+
+absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,
+                                                      const std::vector<std::string>& paths,
+                                                      int64_t max_examples, int threads) const {
+  // Every example of the held-out files, whatever share this trainer trains on.
+  ReaderOptions reader = options_.reader;
+  reader.shard_index = 0;
+  reader.num_shards = 1;
+  SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, reader, max_examples,
                                                      /*preload=*/false, options_.batch_size));
   // Scored batches, keyed by their position in the input so the metrics are
   // summed in file order whatever thread scored which batch.
@@ -299,23 +378,25 @@ absl::StatusOr<QualityReport> Trainer::Evaluate(const std::vector<std::string>& 
     int64_t position;
     std::vector<float> probs, labels;
   };
-  std::vector<std::vector<Scored>> scored(options_.threads);
+  std::vector<std::vector<Scored>> scored(threads);
   auto body = [&](int i) -> absl::Status {
-    ThreadState ts(model_, options_.batch_size, model_.config().num_tables);
+    ThreadState ts(i, model_, options_.batch_size, model_.config().num_tables);
     std::shared_ptr<const ExampleBlock> block;
     int64_t begin, end, position;
     while (true) {
       SS_ASSIGN_OR_RETURN(bool more, source->Next(&block, &begin, &end, &position));
       if (!more) return absl::OkStatus();
-      SS_RETURN_IF_ERROR(PrepareBatch(*block, begin, end, ts));
+      CollectRows(block, begin, end, ts.batches[0]);
+      SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[0].rows));
+      BindBatch(ts.batches[0], ts);
       ts.batch.labels = nullptr;
-      model_.Step(params_.data(), ts.batch, ts.ws.get(), ts.probs.data(), nullptr);
+      model_.Step(params, ts.batch, ts.ws.get(), ts.probs.data(), nullptr);
       scored[i].push_back(
           {position, std::vector<float>(ts.probs.begin(), ts.probs.begin() + (end - begin)),
            std::vector<float>(block->labels.begin() + begin, block->labels.begin() + end)});
     }
   };
-  SS_RETURN_IF_ERROR(RunWorkers(body, [] {}));
+  SS_RETURN_IF_ERROR(RunWorkers(threads, body, [] {}));
   std::vector<Scored> batches;
   for (auto& per_thread : scored)
     std::move(per_thread.begin(), per_thread.end(), std::back_inserter(batches));

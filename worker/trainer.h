@@ -25,6 +25,8 @@
 
 namespace shadowsync::worker {
 
+class SyncStrategy;  // worker/sync_strategy.h
+
 struct Progress {
   int64_t examples = 0;            // Trained so far.
   int64_t total = -1;              // Examples in the run, when known (preloaded data).
@@ -46,6 +48,12 @@ struct TrainerOptions {
   ReaderOptions reader;  // Parse threads, sharding.
   double progress_interval_seconds = 2.0;
   std::function<void(const Progress&)> on_progress;  // Called from the driving thread.
+  // Looks the next batch's rows up while the current batch is computed (one
+  // extra in-flight lookup per thread; worth it when the store is remote).
+  bool prefetch = false;
+  // Dense synchronization with other trainers (sync_strategy.h); null = none.
+  // Must outlive Train; Train calls its Start and Finish.
+  SyncStrategy* sync = nullptr;
 };
 
 struct TrainReport {
@@ -73,6 +81,11 @@ class Trainer {
 
   // Scores every example of `paths` with the current parameters.
   absl::StatusOr<QualityReport> Evaluate(const std::vector<std::string>& paths);
+  // Scores the first `max_examples` (-1 = all) of `paths` on one thread with
+  // a snapshot of the parameters; may run while Train does (e.g. from
+  // on_progress), for quality curves.
+  absl::StatusOr<QualityReport> EvaluateSnapshot(const std::vector<std::string>& paths,
+                                                 int64_t max_examples) const;
 
   const model::Dlrm& model() const { return model_; }
   // The dense replica and its optimizer state. REQUIRES: no Train running.
@@ -81,17 +94,24 @@ class Trainer {
 
  private:
   class BatchSource;
+  struct Batch;
   struct ThreadState;
 
-  // Runs `body(thread_index)` on options_.threads threads and calls `tick`
-  // on the calling thread every progress interval until they finish. Returns
-  // the first error a body returned.
-  absl::Status RunWorkers(const std::function<absl::Status(int)>& body,
-                          const std::function<void()>& tick);
-  // One Hogwild step on examples [begin, end) of `block`.
-  absl::Status TrainStep(const ExampleBlock& block, int64_t begin, int64_t end, ThreadState& ts);
-  // Builds the model input and looks the rows up. Shared by training and evaluation.
-  absl::Status PrepareBatch(const ExampleBlock& block, int64_t begin, int64_t end, ThreadState& ts);
+  // Runs `body(thread_index)` on `count` threads and calls `tick` on the
+  // calling thread every progress interval until they finish. Returns the
+  // first error a body returned.
+  absl::Status RunWorkers(int count, const std::function<absl::Status(int)>& body,
+                          const std::function<void()>& tick) const;
+  absl::StatusOr<QualityReport> EvaluateParams(const float* params,
+                                               const std::vector<std::string>& paths,
+                                               int64_t max_examples, int threads) const;
+  // One Hogwild step on `batch`, whose rows are looked up.
+  absl::Status TrainStep(Batch& batch, ThreadState& ts);
+  // Collects the batch's unique rows per table (examples [begin, end) of `block`).
+  void CollectRows(std::shared_ptr<const ExampleBlock> block, int64_t begin, int64_t end,
+                   Batch& batch) const;
+  // Points the model input at the batch and its looked-up rows.
+  void BindBatch(Batch& batch, ThreadState& ts) const;
 
   const model::Dlrm model_;
   const std::vector<model::EmbeddingTableConfig> tables_;

@@ -1,0 +1,128 @@
+// `shadowsync syncer`: one syncer replica (syncer/syncer_server.h), the sync
+// parameter server for the dense parameters, until SIGTERM or SIGINT, which
+// shut it down cleanly.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "syncer/syncer_server.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct SyncerFlags {
+  std::string listen = "0.0.0.0:7100";
+  std::string metrics_listen = "0.0.0.0:7101";
+  double member_timeout_seconds = 10;
+  double shutdown_grace_seconds = 5;
+  std::string ready_file;
+};
+
+int g_signal_pipe[2] = {-1, -1};
+constexpr unsigned char kStopWatcher = 0;
+
+void OnSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Async-signal-safe; a full pipe only means a signal is already pending.
+  if (write(g_signal_pipe[1], &byte, 1) < 0) {
+  }
+}
+
+// Writes "grpc_port metrics_port\n" so a reader never sees a partial file.
+bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << grpc_port << " " << metrics_port << "\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+int RunSyncer(const SyncerFlags& f) {
+  if (!(f.member_timeout_seconds > 0)) {
+    std::cerr << "shadowsync syncer: --member-timeout-seconds must be positive\n";
+    return 2;
+  }
+  syncer::SyncerServerOptions o;
+  o.grpc_address = f.listen;
+  o.metrics_address = f.metrics_listen;
+  o.service.member_timeout = absl::Seconds(f.member_timeout_seconds);
+  o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
+
+  // The handler only writes the signal to a pipe; a watcher thread reads it
+  // and shuts the server down.
+  if (pipe(g_signal_pipe) != 0) {
+    std::cerr << "shadowsync syncer: cannot create the signal pipe\n";
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  auto server = syncer::SyncerServer::Start(std::move(o));
+  if (!server.ok()) {
+    std::cerr << "shadowsync syncer: " << server.status().ToString() << "\n";
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!f.ready_file.empty() &&
+      !WriteReadyFile(f.ready_file, (*server)->grpc_port(), (*server)->metrics_port())) {
+    std::cerr << "shadowsync syncer: cannot write --ready-file " << f.ready_file << "\n";
+    (*server)->Shutdown();
+    return 1;
+  }
+  syncer::SyncerServer* s = server->get();
+  std::thread signal_thread([s] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig != kStopWatcher) {
+      std::cerr << "syncer received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
+    }
+    s->Shutdown();
+  });
+  s->Wait();
+  const unsigned char stop = kStopWatcher;  // In case Shutdown came from elsewhere.
+  if (write(g_signal_pipe[1], &stop, 1) < 0) {
+  }
+  signal_thread.join();
+  return 0;
+}
+
+}  // namespace
+
+Action AddSyncerCommand(CLI::App& app) {
+  auto f = std::make_shared<SyncerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "syncer",
+      "Run a syncer replica (dense centre variable and all-reduce rounds) until SIGTERM/SIGINT.");
+  cmd->add_option("--listen", f->listen, "gRPC host:port (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "HTTP host:port for /metrics and /healthz (port 0: any; empty: off)")
+      ->capture_default_str();
+  cmd->add_option("--member-timeout-seconds", f->member_timeout_seconds,
+                  "drop a live member that has not contributed this long after a round's first "
+                  "contribution")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-seconds", f->shutdown_grace_seconds,
+                  "time in-flight RPCs get at shutdown")
+      ->capture_default_str();
+  cmd->add_option("--ready-file", f->ready_file,
+                  "write \"GRPC_PORT METRICS_PORT\" here once serving");
+  return [f] { return RunSyncer(*f); };
+}
+
+}  // namespace shadowsync::cli

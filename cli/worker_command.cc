@@ -1,0 +1,120 @@
+// `shadowsync worker`: one trainer of a distributed job (worker/worker_process.h).
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "common/job_spec.h"
+#include "worker/worker_process.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct WorkerFlags {
+  std::string config;
+  int index = 0;
+  std::string ps;
+  std::string syncers;
+  std::string metrics_listen = "0.0.0.0:7201";
+  std::vector<std::string> data;
+  std::vector<std::string> eval_data;
+  std::string algorithm;
+  int64_t max_examples = -1;
+  int64_t eval_every = 0;
+  int64_t eval_curve_examples = 20'000;
+  bool preload = false;
+  std::string report_json;
+};
+
+std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (const auto& f : flags) {
+    for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
+  }
+  return out;
+}
+
+int RunWorkerCommand(const WorkerFlags& f) {
+  auto fail = [](const absl::Status& s) {
+    std::cerr << "shadowsync worker: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  };
+  auto job = LoadJobFile(f.config);
+  if (!job.ok()) return fail(job.status());
+  worker::WorkerOptions o;
+  o.spec = job->spec;
+  if (!f.algorithm.empty()) {
+    auto algorithm = ParseEnumName<SyncAlgorithm>(f.algorithm);
+    if (!algorithm.has_value()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--algorithm: unknown sync algorithm '", f.algorithm, "'")));
+    }
+    o.spec.sync.algorithm = *algorithm;
+  }
+  o.index = f.index;
+  o.ps_address = f.ps;
+  o.syncer_addresses = SplitList({f.syncers});
+  o.metrics_address = f.metrics_listen;
+  o.data = SplitList(f.data);
+  o.eval_data = SplitList(f.eval_data);
+  if (o.data.empty() && o.spec.data.format == DataFormat::kCriteoTsv) {
+    o.data = o.spec.data.paths;
+    if (o.eval_data.empty()) o.eval_data = o.spec.data.eval_paths;
+  }
+  o.max_examples = f.max_examples;
+  o.eval_every = f.eval_every;
+  o.eval_curve_examples = f.eval_curve_examples;
+  o.preload = f.preload;
+  o.on_progress = [index = f.index](const worker::Progress& p) {
+    std::cerr << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f\n",
+                                 index, p.examples, p.examples_per_second, p.loss, p.train_ne);
+  };
+  auto report = worker::RunWorker(o);
+  if (!report.ok()) return fail(report.status());
+  const nlohmann::json out = worker::WorkerReportToJson(o, *report);
+  std::cout << out.dump() << "\n";
+  if (!f.report_json.empty()) {
+    std::ofstream file(f.report_json);
+    file << out.dump(2) << "\n";
+    if (!file) return fail(absl::UnavailableError(absl::StrCat("cannot write ", f.report_json)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action AddWorkerCommand(CLI::App& app) {
+  auto flags = std::make_shared<WorkerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "worker", "Run one trainer of a distributed job against running ps and syncer processes.");
+  cmd->add_option("--config", flags->config, "ShadowSyncJob YAML/JSON (model, trainer, sync)")
+      ->required();
+  cmd->add_option("--index", flags->index, "this trainer's index in [0, trainer.replicas)")
+      ->required();
+  cmd->add_option("--ps", flags->ps, "host:port of any parameter server")->required();
+  cmd->add_option("--syncer", flags->syncers,
+                  "host:port of each syncer replica, comma-separated, in range order");
+  cmd->add_option("--metrics-listen", flags->metrics_listen, "/metrics and /healthz address")
+      ->capture_default_str();
+  cmd->add_option("--data", flags->data,
+                  "training files (default: the job's criteo-tsv paths); this trainer reads "
+                  "lines i with i mod trainer.replicas == index");
+  cmd->add_option("--eval-data", flags->eval_data, "held-out files scored at the end");
+  cmd->add_option("--algorithm", flags->algorithm, "override spec.sync.algorithm");
+  cmd->add_option("--max-examples", flags->max_examples, "stop after N examples of this trainer");
+  cmd->add_option("--eval-every", flags->eval_every,
+                  "quality curve: score a replica snapshot every N examples of this trainer");
+  cmd->add_option("--eval-curve-examples", flags->eval_curve_examples,
+                  "held-out examples scored per curve point")
+      ->capture_default_str();
+  cmd->add_flag("--preload", flags->preload, "parse this trainer's share before timing");
+  cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
+  return [flags] { return RunWorkerCommand(*flags); };
+}
+
+}  // namespace shadowsync::cli

@@ -1,0 +1,136 @@
+#include "common/metrics_http.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "CivetServer.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "civetweb.h"
+#include "common/grpc_util.h"
+#include "common/mutex.h"
+#include "prometheus/exposer.h"
+
+namespace shadowsync {
+namespace {
+
+// /healthz of every endpoint in the process, keyed by HTTP port: civetweb's
+// begin_request callback is a plain function without a user pointer, so it
+// finds its server's flag by the port the request arrived on.
+class HealthRegistry {
+ public:
+  static HealthRegistry& Get() {
+    static auto* registry = new HealthRegistry();  // Never destroyed: used by HTTP threads.
+    return *registry;
+  }
+  void Register(int port, std::shared_ptr<std::atomic<bool>> serving) {
+    MutexLock lock(&mu_);
+    by_port_[port] = std::move(serving);
+  }
+  void Unregister(int port) {
+    MutexLock lock(&mu_);
+    by_port_.erase(port);
+  }
+  // Serving, not yet serving / stopping, or unknown port (also not serving).
+  bool Serving(int port) {
+    ReaderMutexLock lock(&mu_);
+    auto it = by_port_.find(port);
+    return it != by_port_.end() && it->second->load(std::memory_order_acquire);
+  }
+
+ private:
+  Mutex mu_;
+  absl::flat_hash_map<int, std::shared_ptr<std::atomic<bool>>> by_port_ ABSL_GUARDED_BY(mu_);
+};
+
+// Answers /healthz itself and leaves every other URI (/metrics) to the exposer.
+int HandleHealthz(mg_connection* conn) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  if (info == nullptr || info->local_uri == nullptr ||
+      std::strcmp(info->local_uri, "/healthz") != 0) {
+    return 0;
+  }
+  const bool serving = HealthRegistry::Get().Serving(info->server_port);
+  const char* body = serving ? "ok\n" : "not serving\n";
+  const int code = serving ? 200 : 503;
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+            code, serving ? "OK" : "Service Unavailable", std::strlen(body), body);
+  return code;
+}
+
+// Destroys `exposer`. civetweb's listener notices the stop flag only between
+// 2-second polls, so connections to `address` wake it meanwhile.
+void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& address) {
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    const size_t colon = address.rfind(':');
+    std::string host = address.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const std::string port = address.substr(colon + 1);
+    addrinfo hints = {};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* info = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0) return;
+    while (!stopped.load(std::memory_order_acquire)) {
+      const int fd = socket(info->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        connect(fd, info->ai_addr, info->ai_addrlen);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    freeaddrinfo(info);
+  });
+  exposer.reset();
+  stopped.store(true, std::memory_order_release);
+  waker.join();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& address) {
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  server->address_ = address;
+  CivetCallbacks callbacks;
+  callbacks.begin_request = &HandleHealthz;
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(address, 2, &callbacks);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind the metrics address ", address, ": ", e.what()));
+  }
+  const std::vector<int> ports = server->exposer_->GetListeningPorts();
+  server->port_ = ports.empty() ? 0 : ports.front();
+  HealthRegistry::Get().Register(server->port_, server->serving_);
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (exposer_ == nullptr) return;
+  set_serving(false);
+  HealthRegistry::Get().Unregister(port_);
+  StopExposer(std::move(exposer_), DialableAddress(address_, port_));
+}
+
+void MetricsHttpServer::RegisterCollectable(
+    const std::weak_ptr<prometheus::Collectable>& collectable) {
+  exposer_->RegisterCollectable(collectable);
+}
+
+void MetricsHttpServer::RemoveCollectable(
+    const std::weak_ptr<prometheus::Collectable>& collectable) {
+  exposer_->RemoveCollectable(collectable);
+}
+
+}  // namespace shadowsync

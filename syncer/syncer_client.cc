@@ -1,0 +1,289 @@
+#include "syncer/syncer_client.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/mutex.h"
+#include "grpcpp/grpcpp.h"
+
+namespace shadowsync::syncer {
+namespace {
+
+// Largest message sent or received; matches SyncerServerOptions.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+// OK if `address` is host:port (host non-empty, or [v6]:port) with a port in
+// 1..65535.
+absl::Status CheckAddress(int index, const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const size_t bracket = address.rfind(']');
+  int port = 0;
+  const bool ok = colon != std::string::npos && colon > 0 &&
+                  (bracket == std::string::npos || bracket == colon - 1) &&
+                  absl::SimpleAtoi(address.substr(colon + 1), &port) && port > 0 && port < 65536;
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("addresses[", index, "]: '", address, "' is not host:port"));
+}
+
+// Counts down once per finished call. Shared with the completion callbacks,
+// which may still be returning when the waiter has moved on.
+class Latch {
+ public:
+  explicit Latch(int count) : count_(count) {}
+  void CountDown() {
+    MutexLock lock(&mu_);
+    --count_;
+  }
+  void Wait() {
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; });
+  }
+
+ private:
+  Mutex mu_;
+  int count_ ABSL_GUARDED_BY(mu_);
+};
+
+template <typename Request, typename Response>
+struct Call {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+  grpc::Status status;
+};
+
+// The request's repeated float built from the slice of `values` in `range`:
+// the one copy of the data on the way out.
+void AddSlice(google::protobuf::RepeatedField<float>* field, std::span<const float> values,
+              const DenseRange& range) {
+  const float* begin = values.data() + range.offset;
+  field->Add(begin, begin + range.length);
+}
+
+}  // namespace
+
+SyncerClient::SyncerClient(SyncerClientOptions options, int64_t num_params)
+    : options_(std::move(options)), num_params_(num_params) {}
+
+absl::StatusOr<std::unique_ptr<SyncerClient>> SyncerClient::Connect(SyncerClientOptions options,
+                                                                    int64_t num_params) {
+  if (options.addresses.empty()) {
+    return absl::InvalidArgumentError("addresses: no syncer replica given");
+  }
+  for (size_t i = 0; i < options.addresses.size(); ++i) {
+    if (absl::Status s = CheckAddress(static_cast<int>(i), options.addresses[i]); !s.ok()) {
+      return s;
+    }
+  }
+  const int replicas = static_cast<int>(options.addresses.size());
+  if (num_params < replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("num_params: ", num_params, " for ", replicas,
+                                                   " syncer replicas; each needs at least one"));
+  }
+  std::unique_ptr<SyncerClient> client(new SyncerClient(std::move(options), num_params));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  for (int i = 0; i < replicas; ++i) {
+    const std::string& address = client->options_.addresses[i];
+    client->replicas_.push_back(Replica{
+        .address = address,
+        .range = ReplicaRange(i, replicas, num_params),
+        .stub = v1::Syncer::NewStub(
+            grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)),
+    });
+  }
+  return client;
+}
+
+template <typename Request, typename Response, typename Build, typename Start, typename Consume>
+absl::Status SyncerClient::CallAll(Build build, Start start, Consume consume) {
+  const int n = num_replicas();
+  std::vector<Call<Request, Response>> calls(n);
+  auto latch = std::make_shared<Latch>(n);
+  const auto deadline = DeadlineFromNow(options_.rpc_deadline);
+  for (int i = 0; i < n; ++i) {
+    Call<Request, Response>& call = calls[i];
+    build(i, call.request);
+    bytes_sent_.fetch_add(static_cast<int64_t>(call.request.ByteSizeLong()),
+                          std::memory_order_relaxed);
+    call.context.set_deadline(deadline);
+    start(*replicas_[i].stub->async(), &call.context, &call.request, &call.response,
+          [&call, latch](grpc::Status status) {
+            call.status = std::move(status);
+            latch->CountDown();
+          });
+  }
+  latch->Wait();
+  absl::Status first;
+  for (int i = 0; i < n; ++i) {
+    const Call<Request, Response>& call = calls[i];
+    absl::Status s = FromGrpcStatus(call.status);
+    if (s.ok()) {
+      bytes_received_.fetch_add(static_cast<int64_t>(call.response.ByteSizeLong()),
+                                std::memory_order_relaxed);
+      s = consume(i, call.response);
+    }
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("syncer replica ", i, " (", replicas_[i].address,
+                                                  "): ", s.message()));
+    }
+  }
+  return first;
+}
+
+absl::Status SyncerClient::CheckLength(const char* what, size_t got) const {
+  if (static_cast<int64_t>(got) == num_params_) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": ", got, " floats, but the dense vector has ", num_params_));
+}
+
+absl::Status SyncerClient::CopyOut(int replica,
+                                   const google::protobuf::RepeatedField<float>& values,
+                                   std::span<float> out) const {
+  const DenseRange& range = replicas_[replica].range;
+  if (values.size() != range.length) {
+    return absl::InternalError(
+        absl::StrCat("answered ", values.size(), " floats for the range ", range.ToString()));
+  }
+  std::copy(values.begin(), values.end(), out.begin() + range.offset);
+  return absl::OkStatus();
+}
+
+absl::Status SyncerClient::InitCentre(std::span<const float> init, std::span<float> centre) {
+  if (absl::Status s = CheckLength("init", init.size()); !s.ok()) return s;
+  if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return s;
+  return CallAll<v1::InitCentreRequest, v1::CentreResponse>(
+      [&](int i, v1::InitCentreRequest& request) {
+        const DenseRange& range = replicas_[i].range;
+        request.set_offset(static_cast<uint64_t>(range.offset));
+        request.set_total(static_cast<uint64_t>(range.total));
+        AddSlice(request.mutable_values(), init, range);
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.InitCentre(context, request, response, std::move(done));
+      },
+      [&](int i, const v1::CentreResponse& response) {
+        return CopyOut(i, response.values(), centre);
+      });
+}
+
+absl::Status SyncerClient::PullCentre(std::span<float> centre, uint64_t* version) {
+  if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return s;
+  return CallAll<v1::PullCentreRequest, v1::CentreResponse>(
+      [&](int i, v1::PullCentreRequest& request) {
+        const DenseRange& range = replicas_[i].range;
+        request.set_offset(static_cast<uint64_t>(range.offset));
+        request.set_total(static_cast<uint64_t>(range.total));
+        request.set_length(static_cast<uint64_t>(range.length));
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.PullCentre(context, request, response, std::move(done));
+      },
+      [&](int i, const v1::CentreResponse& response) {
+        if (i == 0 && version != nullptr) *version = response.version();
+        return CopyOut(i, response.values(), centre);
+      });
+}
+
+absl::Status SyncerClient::AddToCentre(std::span<const float> delta) {
+  return AddAndPull(delta, {}, nullptr);
+}
+
+absl::Status SyncerClient::AddAndPull(std::span<const float> delta, std::span<float> centre,
+                                      uint64_t* version) {
+  if (absl::Status s = CheckLength("delta", delta.size()); !s.ok()) return s;
+  // An empty `centre` only from AddToCentre (n >= 1).
+  const bool pull = !centre.empty();
+  if (pull) {
+    if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return s;
+  }
+  return CallAll<v1::AddToCentreRequest, v1::CentreResponse>(
+      [&](int i, v1::AddToCentreRequest& request) {
+        const DenseRange& range = replicas_[i].range;
+        request.set_offset(static_cast<uint64_t>(range.offset));
+        request.set_total(static_cast<uint64_t>(range.total));
+        AddSlice(request.mutable_delta(), delta, range);
+        request.set_return_centre(pull);
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.AddToCentre(context, request, response, std::move(done));
+      },
+      [&](int i, const v1::CentreResponse& response) {
+        if (i == 0 && version != nullptr) *version = response.version();
+        return pull ? CopyOut(i, response.values(), centre) : absl::OkStatus();
+      });
+}
+
+absl::StatusOr<RoundResult> SyncerClient::AllReduceMean(std::string_view group,
+                                                        std::span<const float> in,
+                                                        std::span<float> out) {
+  if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
+  if (absl::Status s = CheckLength("in", in.size()); !s.ok()) return s;
+  if (absl::Status s = CheckLength("out", out.size()); !s.ok()) return s;
+  RoundResult result{.round = 0, .members = std::numeric_limits<int>::max()};
+  // Every request is built (copying `in`) before any response is written to
+  // `out`, so the two may alias.
+  absl::Status status = CallAll<v1::AllReduceRequest, v1::AllReduceResponse>(
+      [&](int i, v1::AllReduceRequest& request) {
+        const DenseRange& range = replicas_[i].range;
+        request.set_group(std::string(group));
+        request.set_member(options_.member);
+        request.set_offset(static_cast<uint64_t>(range.offset));
+        request.set_total(static_cast<uint64_t>(range.total));
+        AddSlice(request.mutable_values(), in, range);
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.AllReduce(context, request, response, std::move(done));
+      },
+      [&](int i, const v1::AllReduceResponse& response) {
+        if (i == 0) result.round = response.round();
+        result.members = std::min(result.members, static_cast<int>(response.members()));
+        return CopyOut(i, response.values(), out);
+      });
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::Status SyncerClient::Join(std::string_view group) {
+  if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
+  return CallAll<v1::JoinRequest, v1::JoinResponse>(
+      [&](int i, v1::JoinRequest& request) {
+        request.set_group(std::string(group));
+        request.set_member(options_.member);
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.Join(context, request, response, std::move(done));
+      },
+      [](int i, const v1::JoinResponse& response) { return absl::OkStatus(); });
+}
+
+absl::Status SyncerClient::LeaveGroup(std::string_view group) {
+  if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
+  return CallAll<v1::LeaveRequest, v1::LeaveResponse>(
+      [&](int i, v1::LeaveRequest& request) {
+        request.set_member(options_.member);
+        request.set_group(std::string(group));
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.Leave(context, request, response, std::move(done));
+      },
+      [](int i, const v1::LeaveResponse& response) { return absl::OkStatus(); });
+}
+
+absl::Status SyncerClient::Leave() {
+  if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
+  return CallAll<v1::LeaveRequest, v1::LeaveResponse>(
+      [&](int i, v1::LeaveRequest& request) { request.set_member(options_.member); },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.Leave(context, request, response, std::move(done));
+      },
+      [](int i, const v1::LeaveResponse& response) { return absl::OkStatus(); });
+}
+
+}  // namespace shadowsync::syncer

@@ -1,0 +1,128 @@
+// The trainer's client of the syncer replicas (syncer/syncer_service.h): the
+// dense vector of n floats is split into the replicas' ranges (replica i
+// holds [i*n/S, (i+1)*n/S)), and every call goes to all replicas in parallel,
+// each with the slice of its range. Thread-safe: calls from several threads
+// (a shadow thread and a foreground thread) are independent.
+//
+// Errors name the replica ("syncer replica 1 (10.0.0.2:7100): ...") and keep
+// the server's code; when several replicas fail, the lowest-numbered one's
+// error is returned. Nothing is retried: a failed all-reduce may be retried
+// by calling again (the new contribution replaces the old one), a failed add
+// may or may not have been applied on each replica.
+//
+// Membership of all-reduce groups (see proto/shadowsync/v1/syncer.proto): a
+// member joins a group by contributing to it (AllReduceMean) or explicitly by
+// Join(), which makes the group's open or next round wait for it; Join()
+// every member of a fresh group before its first round so that the round
+// does not complete with whoever contributes first. LeaveGroup() leaves one
+// group, Leave() every group.
+//
+//   SyncerClientOptions options{.addresses = {"syncer-0:7100", "syncer-1:7100"},
+//                               .member = "trainer-0"};
+//   SS_ASSIGN_OR_RETURN(auto client, SyncerClient::Connect(options, n));
+//   SS_RETURN_IF_ERROR(client->InitCentre(weights, centre));
+//   SS_ASSIGN_OR_RETURN(RoundResult r, client->AllReduceMean("", weights, mean));
+#ifndef SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_
+#define SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shadowsync/v1/syncer.grpc.pb.h"
+#include "syncer/dense_range.h"
+
+namespace shadowsync::syncer {
+
+struct SyncerClientOptions {
+  // host:port of each syncer replica; replica i owns range i.
+  std::vector<std::string> addresses;
+  // Unique member id for all-reduce rounds, e.g. "trainer-0". Required by
+  // AllReduceMean, Join, LeaveGroup and Leave.
+  std::string member;
+  // Deadline of each RPC; an all-reduce's wait for its round counts.
+  // Default: 60s.
+  absl::Duration rpc_deadline = absl::Seconds(60);
+};
+
+struct RoundResult {
+  uint64_t round = 0;  // the group's completed-round number on replica 0
+  int members = 0;     // members that contributed (minimum over replicas)
+};
+
+class SyncerClient {
+ public:
+  // num_params = n, the full dense vector length. Creates one channel per
+  // replica (connections are made lazily). INVALID_ARGUMENT if there is no
+  // address, an address is not host:port, or n < the number of replicas
+  // (every replica must hold at least one float).
+  static absl::StatusOr<std::unique_ptr<SyncerClient>> Connect(SyncerClientOptions options,
+                                                               int64_t num_params);
+
+  // Sets the centre to `init` on each range that has none yet; `centre`
+  // receives the current centre (n floats; may alias `init`).
+  absl::Status InitCentre(std::span<const float> init, std::span<float> centre);
+  // The centre into `centre` (n floats); `version`: replica 0's count of adds.
+  // FAILED_PRECONDITION before InitCentre.
+  absl::Status PullCentre(std::span<float> centre, uint64_t* version = nullptr);
+  // centre += delta on every range (each range atomically).
+  absl::Status AddToCentre(std::span<const float> delta);
+  // AddToCentre, and the centre right after this add into `centre` (may alias
+  // `delta`), in one RPC per replica.
+  absl::Status AddAndPull(std::span<const float> delta, std::span<float> centre,
+                          uint64_t* version = nullptr);
+  // Mean over the group's members of their `in` (n floats each) into `out`
+  // (may alias `in`). Blocks until the round completes on every replica (or
+  // the deadline). Group "" is the whole job.
+  absl::StatusOr<RoundResult> AllReduceMean(std::string_view group, std::span<const float> in,
+                                            std::span<float> out);
+  // Makes this member live in `group` on every replica without contributing,
+  // so that the group's open round (or the next, if none is open) waits for
+  // its contribution, up to the syncer's member timeout from the round's
+  // first contribution. Idempotent.
+  absl::Status Join(std::string_view group);
+  // Removes this member from `group` on every replica; rounds there that
+  // wait only for it complete. Its other groups are untouched.
+  absl::Status LeaveGroup(std::string_view group);
+  // Removes this member from every group on every replica (a clean exit).
+  absl::Status Leave();
+
+  int64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  int64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+
+ private:
+  struct Replica {
+    std::string address;
+    DenseRange range;
+    std::unique_ptr<v1::Syncer::StubInterface> stub;
+  };
+  SyncerClient(SyncerClientOptions options, int64_t num_params);
+
+  // Runs one RPC per replica in parallel: `build(i, request)` fills replica
+  // i's request, `start(stub, context, request, response, done)` starts it,
+  // `consume(i, response)` reads an OK response. Returns the first error.
+  template <typename Request, typename Response, typename Build, typename Start, typename Consume>
+  absl::Status CallAll(Build build, Start start, Consume consume);
+  absl::Status CheckLength(const char* what, size_t got) const;
+  // Copies a response's slice into `out` at replica i's range.
+  absl::Status CopyOut(int replica, const google::protobuf::RepeatedField<float>& values,
+                       std::span<float> out) const;
+
+  const SyncerClientOptions options_;
+  const int64_t num_params_;
+  std::vector<Replica> replicas_;
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> bytes_received_{0};
+};
+
+}  // namespace shadowsync::syncer
+
+#endif  // SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_

@@ -1,0 +1,140 @@
+// The syncer's gRPC service: adapts the Syncer RPCs of
+// proto/shadowsync/v1/syncer.proto to a Centre and an AllReduceRounds over
+// the range this syncer holds, and records the shadowsync_syncer_* metrics.
+// Thread-safe; gRPC calls it from any number of threads.
+//
+// Threading. Every RPC is handled inline in its gRPC callback (a copy or an
+// add of one range under a lock), except AllReduce, whose reactor stays open
+// without a thread until its round completes; the round's mean is computed
+// and answered on the thread that completes it.
+#ifndef SHADOWSYNC_SYNCER_SYNCER_SERVICE_H_
+#define SHADOWSYNC_SYNCER_SYNCER_SERVICE_H_
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "common/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "shadowsync/v1/syncer.grpc.pb.h"
+#include "syncer/all_reduce.h"
+#include "syncer/centre.h"
+#include "syncer/dense_range.h"
+
+namespace shadowsync::syncer {
+
+// The RPCs, for per-method metrics. Keep kMethodNames (syncer_service.cc) in step.
+enum class Method { kInitCentre, kPullCentre, kAddToCentre, kAllReduce, kJoin, kLeave, kStats };
+inline constexpr int kNumMethods = 7;
+
+// The shadowsync_syncer_* metrics, declared once in the table in
+// syncer_service.cc; handles are cached here (per group on the group's first
+// round or membership change). Also logs dropped members. Thread-safe.
+class SyncerMetrics final : public AllReduceObserver {
+ public:
+  // Registers the families on `registry`, which must outlive this.
+  explicit SyncerMetrics(prometheus::Registry& registry);
+
+  void RecordRequest(Method method, std::chrono::steady_clock::duration latency, int64_t bytes_in,
+                     int64_t bytes_out);
+  void AddCentreAdd() { centre_adds_->Increment(); }
+
+  // AllReduceObserver.
+  void OnRoundComplete(const std::string& group, uint64_t round, int members,
+                       absl::Duration elapsed) override;
+  void OnMemberDropped(const std::string& group, const std::string& member,
+                       uint64_t round) override;
+  void OnLiveMembers(const std::string& group, int live) override;
+
+  // Every metric name the syncer exports, for tests and docs.
+  static std::vector<std::string> MetricNames();
+
+ private:
+  struct GroupMetrics {
+    prometheus::Counter* rounds;
+    prometheus::Gauge* members;
+  };
+  GroupMetrics ForGroup(const std::string& group);
+
+  prometheus::Family<prometheus::Counter>* rounds_family_;
+  prometheus::Family<prometheus::Gauge>* members_family_;
+  prometheus::Counter* dropped_;
+  prometheus::Counter* centre_adds_;
+  prometheus::Counter* received_bytes_;
+  prometheus::Counter* sent_bytes_;
+  prometheus::Histogram* round_seconds_;
+  std::array<prometheus::Histogram*, kNumMethods> request_seconds_{};
+
+  Mutex mu_;
+  absl::flat_hash_map<std::string, GroupMetrics> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+struct SyncerServiceOptions {
+  // See AllReduceOptions::member_timeout. Default: 10s.
+  absl::Duration member_timeout = absl::Seconds(10);
+  // Longest group and member names, in bytes. Default: 256.
+  size_t max_name_bytes = 256;
+};
+
+class SyncerService final : public v1::Syncer::CallbackService {
+ public:
+  // `metrics` must outlive the service.
+  SyncerService(SyncerMetrics* metrics, SyncerServiceOptions options);
+  // Close()s. REQUIRES: the gRPC server is shut down.
+  ~SyncerService() override;
+
+  SyncerService(const SyncerService&) = delete;
+  SyncerService& operator=(const SyncerService&) = delete;
+
+  // Answers every waiting AllReduce, and every later one, with UNAVAILABLE,
+  // so that the server's Shutdown() need not wait for rounds to complete.
+  void Close();
+
+  grpc::ServerUnaryReactor* InitCentre(grpc::CallbackServerContext* context,
+                                       const v1::InitCentreRequest* request,
+                                       v1::CentreResponse* response) override;
+  grpc::ServerUnaryReactor* PullCentre(grpc::CallbackServerContext* context,
+                                       const v1::PullCentreRequest* request,
+                                       v1::CentreResponse* response) override;
+  grpc::ServerUnaryReactor* AddToCentre(grpc::CallbackServerContext* context,
+                                        const v1::AddToCentreRequest* request,
+                                        v1::CentreResponse* response) override;
+  grpc::ServerUnaryReactor* AllReduce(grpc::CallbackServerContext* context,
+                                      const v1::AllReduceRequest* request,
+                                      v1::AllReduceResponse* response) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::SyncerStatsRequest* request,
+                                  v1::SyncerStatsResponse* response) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  absl::Status CheckName(const char* field, const std::string& name) const;
+  void Finish(grpc::ServerUnaryReactor* reactor, Method method, Clock::time_point start,
+              const absl::Status& status, int64_t bytes_in, int64_t bytes_out);
+
+  SyncerMetrics* const metrics_;
+  const SyncerServiceOptions options_;
+  RangeBinding range_;
+  Centre centre_;
+  AllReduceRounds rounds_;
+};
+
+}  // namespace shadowsync::syncer
+
+#endif  // SHADOWSYNC_SYNCER_SYNCER_SERVICE_H_

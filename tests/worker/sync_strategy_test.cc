@@ -1,0 +1,320 @@
+// The dense-sync update rules against hand-computed vectors (the formulas of
+// ../shared/reference/sync-algorithms.md §1-2), and each strategy against a
+// real syncer on loopback.
+#include "worker/sync_strategy.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "syncer/syncer_client.h"
+#include "syncer/syncer_server.h"
+#include "tests/util/test_util.h"
+#include "worker/sync_math.h"
+
+namespace shadowsync::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatEq;
+
+TEST(SyncMathTest, EasgdElasticIsAlphaTimesDistanceToCentre) {
+  std::vector<float> elastic(2);
+  EasgdElastic(0.5f, std::vector<float>{1, 2}, std::vector<float>{0, 4}, elastic);
+  EXPECT_THAT(elastic, ElementsAre(0.5f, -1.0f));
+}
+
+TEST(SyncMathTest, BmufNesterovStepsByHand) {
+  BmufParams p{0.5f, 1.0f, true};
+  std::vector<float> global = {0, 0}, momentum = {0, 0}, target(2);
+  // G = (1, 2) - 0; v = 0.5 * 0 + G; w_g = v; target = w_g + 0.5 v.
+  BmufStep(p, std::vector<float>{1, 2}, global, momentum, target);
+  EXPECT_THAT(momentum, ElementsAre(1.0f, 2.0f));
+  EXPECT_THAT(global, ElementsAre(1.0f, 2.0f));
+  EXPECT_THAT(target, ElementsAre(1.5f, 3.0f));
+  // The replicas sit at the same mean again: G = 0, v halves, w_g moves on.
+  BmufStep(p, std::vector<float>{1, 2}, global, momentum, target);
+  EXPECT_THAT(momentum, ElementsAre(0.5f, 1.0f));
+  EXPECT_THAT(global, ElementsAre(1.5f, 3.0f));
+  EXPECT_THAT(target, ElementsAre(1.75f, 3.5f));
+}
+
+TEST(SyncMathTest, BmufWithoutNesterovTargetsTheGlobalModel) {
+  BmufParams p{0.25f, 2.0f, false};
+  std::vector<float> global = {1}, momentum = {0.5f}, target(1);
+  // v = 0.25 * 0.5 + 2 * (3 - 1) = 4.125; w_g = 5.125.
+  BmufStep(p, std::vector<float>{3}, global, momentum, target);
+  EXPECT_THAT(target, ElementsAre(5.125f));
+  EXPECT_THAT(global, ElementsAre(5.125f));
+}
+
+TEST(SyncMathTest, BmufWithoutMomentumIsModelAveraging) {
+  BmufParams p{0.0f, 1.0f, true};
+  std::vector<float> global = {7, -3}, momentum = {0, 0}, target(2);
+  BmufStep(p, std::vector<float>{2, 5}, global, momentum, target);
+  EXPECT_THAT(target, ElementsAre(2.0f, 5.0f));
+}
+
+// sync-algorithms.md §1.3: for a constant block update G the momentum
+// settles at zeta * G / (1 - bm).
+TEST(SyncMathTest, BmufSteadyStateMomentumIsZetaGOverOneMinusBm) {
+  BmufParams p{0.75f, 1.5f, false};
+  std::vector<float> global = {0}, momentum = {0}, target(1);
+  const float g = 0.1f;
+  for (int i = 0; i < 200; ++i) {
+    const std::vector<float> mean = {global[0] + g};
+    BmufStep(p, mean, global, momentum, target);
+  }
+  EXPECT_NEAR(momentum[0], 1.5 * 0.1 / (1 - 0.75), 1e-5);
+}
+
+TEST(SyncMathTest, OptimizerDeltaMatchesTheOptimizer) {
+  std::vector<float> state, delta(2);
+  OptimizerDelta({model::OptimizerKind::kSgd, 0.1f}, state, std::vector<float>{1, -2}, delta);
+  EXPECT_THAT(delta, ElementsAre(FloatEq(-0.1f), FloatEq(0.2f)));
+  state = {0, 3};
+  OptimizerDelta({model::OptimizerKind::kAdagrad, 0.1f, 0.0f}, state, std::vector<float>{1, 1},
+                 delta);
+  EXPECT_THAT(state, ElementsAre(1.0f, 4.0f));
+  EXPECT_THAT(delta, ElementsAre(FloatEq(-0.1f), FloatEq(-0.05f)));
+}
+
+TEST(SyncMathTest, AddAndStoreRelaxed) {
+  std::vector<float> replica = {1, 2};
+  AddRelaxed(replica, std::vector<float>{0.5f, -1});
+  EXPECT_THAT(replica, ElementsAre(1.5f, 1.0f));
+  StoreRelaxed(replica, std::vector<float>{3, 4});
+  EXPECT_THAT(replica, ElementsAre(3.0f, 4.0f));
+}
+
+// One trainer's side of a strategy test: a replica, its strategy and client.
+struct Member {
+  std::vector<float> params, state;
+  std::unique_ptr<syncer::SyncerClient> client;
+  std::unique_ptr<SyncStrategy> strategy;
+};
+
+class SyncStrategyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    syncer::SyncerServerOptions o;
+    o.metrics_address = "";
+    o.service.member_timeout = absl::Seconds(30);
+    auto server = syncer::SyncerServer::Start(o);
+    SS_ASSERT_OK(server);
+    server_ = std::move(*server);
+  }
+
+  Member Make(const std::string& name, SyncConfig config, std::vector<float> init,
+              model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
+              int threads = 1) {
+    Member m;
+    m.params = std::move(init);
+    m.state.assign(m.params.size(), 0.0f);
+    syncer::SyncerClientOptions co;
+    co.addresses = {server_->address()};
+    co.member = name;
+    auto client = syncer::SyncerClient::Connect(co, static_cast<int64_t>(m.params.size()));
+    EXPECT_TRUE(client.ok()) << client.status();
+    m.client = std::move(*client);
+    auto strategy = MakeSyncStrategy(config, m.client.get(), nullptr);
+    EXPECT_TRUE(strategy.ok()) << strategy.status();
+    m.strategy = std::move(*strategy);
+    EXPECT_TRUE(m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads}).ok());
+    return m;
+  }
+
+  std::unique_ptr<syncer::SyncerServer> server_;
+};
+
+SyncConfig Config(SyncAlgorithm algorithm) {
+  SyncConfig c;
+  c.algorithm = algorithm;
+  c.interval = 1;
+  c.duty_cycle = 1;  // Shadow rounds back to back.
+  return c;
+}
+
+// Hand computation (SGD, lr 1, alpha 0.5): A moves 2 -> 4, its round pulls
+// c = 2, d = 1: A = 3, c = 3. Then B moves 2 -> 0: d = 0.5 (0 - 3) = -1.5,
+// B = 1.5, c = 1.5.
+TEST_F(SyncStrategyTest, ForegroundEasgdByHand) {
+  SyncConfig c = Config(SyncAlgorithm::kFgEasgd);
+  c.easgd_alpha = 0.5f;
+  Member a = Make("a", c, {2});
+  Member b = Make("b", c, {2});
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{-2}));
+  SS_ASSERT_OK(a.strategy->AfterStep(0));
+  EXPECT_THAT(a.params, ElementsAre(3.0f));
+  SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{2}));
+  SS_ASSERT_OK(b.strategy->AfterStep(0));
+  EXPECT_THAT(b.params, ElementsAre(1.5f));
+  std::vector<float> centre(1);
+  SS_ASSERT_OK(a.client->PullCentre(centre));
+  EXPECT_THAT(centre, ElementsAre(1.5f));
+  EXPECT_EQ(a.strategy->stats().rounds, 1);
+}
+
+// Runs `step(member)` for every member in its own thread (the all-reduce
+// needs them all at once).
+template <typename F>
+void InParallel(std::vector<Member*> members, F step) {
+  std::vector<std::thread> threads;
+  for (Member* m : members) threads.emplace_back([m, &step] { step(*m); });
+  for (auto& t : threads) t.join();
+}
+
+// bm 0.5, zeta 1, Nesterov; replicas at 2 and 4 -> mean 3, v = 3, w_g = 3,
+// target = 3 + 0.5 * 3 = 4.5 on both.
+TEST_F(SyncStrategyTest, ForegroundBmufByHand) {
+  SyncConfig c = Config(SyncAlgorithm::kFgBmuf);
+  c.bmuf = {0.5f, 1.0f, true};
+  Member a = Make("a", c, {0});
+  Member b = Make("b", c, {0});
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{-2}));
+  SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{-4}));
+  InParallel({&a, &b}, [](Member& m) { EXPECT_TRUE(m.strategy->AfterStep(0).ok()); });
+  EXPECT_THAT(a.params, ElementsAre(4.5f));
+  EXPECT_THAT(b.params, ElementsAre(4.5f));
+}
+
+TEST_F(SyncStrategyTest, ForegroundMaEveryKStepsOfEachThread) {
+  SyncConfig c = Config(SyncAlgorithm::kFgMa);
+  c.interval = 3;
+  Member a = Make("a", c, {0, 0});
+  Member b = Make("b", c, {0, 0});
+  // a descends by 1 per step, b by 3: after 3 steps -3 and -9, mean -6.
+  for (int step = 0; step < 2; ++step) {
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1, 1}));
+    SS_ASSERT_OK(a.strategy->AfterStep(0));
+    SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{3, 3}));
+    SS_ASSERT_OK(b.strategy->AfterStep(0));
+  }
+  EXPECT_EQ(a.strategy->stats().rounds, 0);  // k = 3: no round yet.
+  EXPECT_THAT(a.params, ElementsAre(-2.0f, -2.0f));
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1, 1}));
+  SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{3, 3}));
+  InParallel({&a, &b}, [](Member& m) { EXPECT_TRUE(m.strategy->AfterStep(0).ok()); });
+  EXPECT_THAT(a.params, ElementsAre(-6.0f, -6.0f));
+  EXPECT_THAT(b.params, ElementsAre(-6.0f, -6.0f));
+  EXPECT_EQ(a.strategy->stats().rounds, 1);
+  EXPECT_EQ(a.strategy->stats().gap_steps, 3);
+  EXPECT_GT(a.strategy->stats().bytes_sent, 0);
+}
+
+// Two trainers of two threads each; every thread's gradient counts once in
+// the single SGD update: 10 - mean(1, 3, 5, 7) = 6 on both replicas.
+TEST_F(SyncStrategyTest, BspAppliesTheMeanOfEveryThreadsGradientOnce) {
+  SyncConfig c = Config(SyncAlgorithm::kBsp);
+  Member a = Make("a", c, {10}, {model::OptimizerKind::kSgd, 1.0f}, 2);
+  Member b = Make("b", c, {10}, {model::OptimizerKind::kSgd, 1.0f}, 2);
+  std::vector<std::thread> threads;
+  auto run = [](Member* m, int thread, float g) {
+    EXPECT_TRUE(m->strategy->ApplyGradient(thread, std::vector<float>{g}).ok());
+  };
+  threads.emplace_back(run, &a, 0, 1.0f);
+  threads.emplace_back(run, &a, 1, 3.0f);
+  threads.emplace_back(run, &b, 0, 5.0f);
+  threads.emplace_back(run, &b, 1, 7.0f);
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(a.params, ElementsAre(6.0f));
+  EXPECT_THAT(b.params, ElementsAre(6.0f));
+  EXPECT_EQ(a.strategy->stats().rounds, 1);
+}
+
+// A thread out of data leaves the barrier: the other thread's steps go on.
+TEST_F(SyncStrategyTest, BspDoesNotWaitForAFinishedThread) {
+  SyncConfig c = Config(SyncAlgorithm::kBsp);
+  Member a = Make("a", c, {10}, {model::OptimizerKind::kSgd, 1.0f}, 2);
+  a.strategy->ThreadDone(1);
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{2}));
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{2}));
+  EXPECT_THAT(a.params, ElementsAre(6.0f));
+  SS_ASSERT_OK(a.strategy->Finish());
+}
+
+// ASP: every update lands on the global weights; the replica is replaced by
+// them, including the other trainer's updates.
+TEST_F(SyncStrategyTest, AspSendsUpdatesToTheGlobalWeights) {
+  SyncConfig c = Config(SyncAlgorithm::kAsp);
+  Member a = Make("a", c, {1, 1});
+  Member b = Make("b", c, {5, 5});  // Adopts a's initial weights.
+  EXPECT_THAT(b.params, ElementsAre(1.0f, 1.0f));
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1, 2}));
+  EXPECT_THAT(a.params, ElementsAre(0.0f, -1.0f));
+  SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{1, 1}));
+  EXPECT_THAT(b.params, ElementsAre(-1.0f, -2.0f));
+  EXPECT_EQ(b.strategy->stats().rounds, 1);
+  EXPECT_GT(b.strategy->stats().blocked_seconds, 0);
+}
+
+// Shadow MA with no training: the loop converges both replicas on the mean.
+TEST_F(SyncStrategyTest, ShadowMaAveragesInTheBackground) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+  Member a = Make("a", c, {0, 4});
+  Member b = Make("b", c, {2, 0});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (a.strategy->stats().rounds < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  SS_ASSERT_OK(a.strategy->Finish());
+  SS_ASSERT_OK(b.strategy->Finish());
+  EXPECT_GE(a.strategy->stats().rounds, 3);
+  EXPECT_THAT(a.params, ElementsAre(1.0f, 2.0f));
+  EXPECT_THAT(b.params, ElementsAre(1.0f, 2.0f));
+  EXPECT_EQ(a.strategy->stats().blocked_seconds, 0);  // Training never waits.
+}
+
+// Delta apply: local progress made while rounds run is kept. EASGD moves
+// mass between the replica and the centre, so replica + centre equals the
+// sum of the local updates however rounds and updates interleave.
+TEST_F(SyncStrategyTest, ShadowEasgdKeepsLocalProgressMadeDuringRounds) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowEasgd);
+  c.easgd_alpha = 0.5f;
+  Member a = Make("a", c, {0});
+  for (int i = 0; i < 200; ++i) {
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{-1}));  // +1, Hogwild-style
+    SS_ASSERT_OK(a.strategy->AfterStep(0));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  SS_ASSERT_OK(a.strategy->Finish());
+  std::vector<float> centre(1);
+  SS_ASSERT_OK(a.client->PullCentre(centre));
+  EXPECT_GT(a.strategy->stats().rounds, 1);
+  EXPECT_NEAR(a.params[0] + centre[0], 200.0, 1e-3);
+  EXPECT_GT(centre[0], 0);  // The centre followed.
+  EXPECT_GT(a.strategy->stats().mean_gap_steps(), 0);
+}
+
+// A trainer that finishes leaves the rounds: the others go on without
+// waiting for the member timeout (30 s here).
+TEST_F(SyncStrategyTest, FinishedTrainerDoesNotStallTheOthers) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowBmuf);
+  c.bmuf = {0.5f, 1.0f, true};
+  Member a = Make("a", c, {0});
+  Member b = Make("b", c, {0});
+  SS_ASSERT_OK(a.strategy->Finish());
+  const int64_t before = b.strategy->stats().rounds;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (b.strategy->stats().rounds < before + 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(b.strategy->stats().rounds, before + 5);
+  SS_ASSERT_OK(b.strategy->Finish());
+}
+
+TEST(MakeSyncStrategyTest, RejectsMissingSyncerAndUnimplementedAlgorithms) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+  EXPECT_THAT(MakeSyncStrategy(c, nullptr, nullptr).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "needs a syncer"));
+  c.algorithm = SyncAlgorithm::kNone;
+  EXPECT_TRUE(MakeSyncStrategy(c, nullptr, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace shadowsync::worker

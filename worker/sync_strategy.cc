@@ -1,0 +1,538 @@
+#include "worker/sync_strategy.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "syncer/syncer_client.h"
+
+namespace shadowsync::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
+
+// A barrier for a trainer's Hogwild threads whose party shrinks as threads
+// run out of data. The last thread to arrive runs `round` while the others
+// wait; everyone returns its status.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int parties) : parties_(parties) {}
+
+  absl::Status Arrive(const std::function<absl::Status()>& round) {
+    MutexLock l(&mu_);
+    const uint64_t generation = generation_;
+    ++arrived_;
+    while (generation_ == generation) {
+      if (arrived_ >= parties_ && !running_) {
+        running_ = true;
+        mu_.Unlock();
+        absl::Status status = round();
+        mu_.Lock();
+        status_ = std::move(status);
+        running_ = false;
+        arrived_ = 0;
+        ++generation_;
+        break;
+      }
+      auto done_or_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return generation_ != generation || (arrived_ >= parties_ && !running_);
+      };
+      mu_.Await(done_or_ready);
+    }
+    return status_;
+  }
+
+  // A party that will never arrive again; a waiting round may now be complete.
+  void Leave() {
+    MutexLock l(&mu_);
+    --parties_;
+  }
+
+ private:
+  Mutex mu_;
+  int parties_ ABSL_GUARDED_BY(mu_);
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+enum class Body { kEasgd, kMa, kBmuf };
+
+// One sync round of EASGD, MA or BMUF: from a snapshot of the replica to the
+// target the replica should move to. Used by one thread at a time.
+class RoundBody {
+ public:
+  RoundBody(Body body, const SyncConfig& config, syncer::SyncerClient* client)
+      : body_(body), config_(config), client_(client) {}
+
+  // Agrees on the starting point: EASGD adopts the syncer's centre (the
+  // first trainer's initial weights); BMUF starts its global model there.
+  absl::Status Start(std::span<float> params) {
+    const size_t n = params.size();
+    scratch_.resize(n);
+    if (body_ == Body::kEasgd) {
+      std::vector<float> init(params.begin(), params.end());
+      SS_RETURN_IF_ERROR(client_->InitCentre(init, scratch_));
+      StoreRelaxed(params, scratch_);
+      return absl::OkStatus();
+    }
+    if (body_ == Body::kBmuf) {
+      global_.assign(params.begin(), params.end());
+      momentum_.assign(n, 0.0f);
+    }
+    // Rounds from now on wait for this trainer (until it leaves or times out).
+    return client_->Join(config_.group);
+  }
+
+  absl::Status Run(std::span<const float> snapshot, std::span<float> target) {
+    switch (body_) {
+      case Body::kEasgd:
+        SS_RETURN_IF_ERROR(client_->PullCentre(scratch_));
+        EasgdElastic(config_.easgd_alpha, snapshot, scratch_, scratch_);
+        SS_RETURN_IF_ERROR(client_->AddToCentre(scratch_));
+        for (size_t i = 0; i < snapshot.size(); ++i) target[i] = snapshot[i] - scratch_[i];
+        return absl::OkStatus();
+      case Body::kMa:
+        return client_->AllReduceMean(config_.group, snapshot, target).status();
+      case Body::kBmuf:
+        SS_RETURN_IF_ERROR(client_->AllReduceMean(config_.group, snapshot, scratch_).status());
+        BmufStep(config_.bmuf, scratch_, global_, momentum_, target);
+        return absl::OkStatus();
+    }
+    return absl::InternalError("unknown round body");
+  }
+
+ private:
+  const Body body_;
+  const SyncConfig config_;
+  syncer::SyncerClient* const client_;
+  std::vector<float> scratch_, global_, momentum_;
+};
+
+Body BodyOf(SyncAlgorithm algorithm) {
+  switch (algorithm) {
+    case SyncAlgorithm::kShadowEasgd:
+    case SyncAlgorithm::kFgEasgd:
+      return Body::kEasgd;
+    case SyncAlgorithm::kShadowBmuf:
+    case SyncAlgorithm::kFgBmuf:
+      return Body::kBmuf;
+    default:
+      return Body::kMa;
+  }
+}
+
+// shadow-*: a background thread loops over rounds until Finish.
+class ShadowStrategy final : public SyncStrategy {
+ public:
+  ShadowStrategy(const SyncConfig& config, syncer::SyncerClient* client,
+                 prometheus::Registry* registry)
+      : SyncStrategy(config, registry),
+        client_(client),
+        body_(BodyOf(config.algorithm), config, client) {}
+  ~ShadowStrategy() override { Stop(); }
+
+  absl::Status Start(const DenseReplica& replica) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    SS_RETURN_IF_ERROR(body_.Start(replica.params));
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish() override {
+    Stop();
+    absl::Status status = client_->Leave();
+    MutexLock l(&mu_);
+    return error_.ok() ? status : error_;
+  }
+
+  bool WritesConcurrently() const override { return true; }
+
+ private:
+  void Loop() {
+    const size_t n = replica_.params.size();
+    std::vector<float> snapshot(n), target(n);
+    std::array<absl::Duration, 8> recent;
+    size_t rounds = 0;
+    while (true) {
+      {
+        MutexLock l(&mu_);
+        if (stop_) return;
+      }
+      const Clock::time_point start = Clock::now();
+      const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+      model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+      if (absl::Status s = body_.Run(snapshot, target); !s.ok()) {
+        MutexLock l(&mu_);
+        if (!stop_) error_ = s;  // A round cut short by Finish is not an error.
+        return;
+      }
+      if (config_.apply_mode == SyncApplyMode::kDelta) {
+        for (size_t i = 0; i < n; ++i) target[i] -= snapshot[i];
+        AddRelaxed(replica_.params, target);
+      } else {
+        StoreRelaxed(replica_.params, target);
+      }
+      const absl::Duration latency = Since(start);
+      RecordRound(latency, client_->bytes_sent() - sent, client_->bytes_received() - received);
+      // Rounds cost CPU here, on the syncer and on the other trainers: on a
+      // machine without spare cores, back-to-back rounds would slow training.
+      // The cost is the shortest recent round: an all-reduce's latency also
+      // counts the wait for the last member, and pausing for that would make
+      // the members' pauses drift apart and the waits grow.
+      recent[rounds++ % recent.size()] = latency;
+      const absl::Duration cost =
+          *std::min_element(recent.begin(), recent.begin() + std::min(rounds, recent.size()));
+      const absl::Duration pause =
+          std::max(config_.min_interval, cost * ((1 - config_.duty_cycle) / config_.duty_cycle));
+      if (pause > absl::ZeroDuration()) {
+        MutexLock l(&mu_);
+        auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+        mu_.AwaitWithTimeout(stopping, pause);
+      }
+    }
+  }
+
+  void Stop() {
+    {
+      MutexLock l(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  syncer::SyncerClient* const client_;
+  RoundBody body_;
+  std::thread thread_;
+  Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+// fg-*: every `interval` steps of each thread, the trainer's threads meet and
+// the last to arrive runs one round while the others wait.
+class ForegroundStrategy final : public SyncStrategy {
+ public:
+  ForegroundStrategy(const SyncConfig& config, syncer::SyncerClient* client,
+                     prometheus::Registry* registry)
+      : SyncStrategy(config, registry),
+        client_(client),
+        body_(BodyOf(config.algorithm), config, client) {}
+
+  absl::Status Start(const DenseReplica& replica) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    SS_RETURN_IF_ERROR(body_.Start(replica.params));
+    rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
+    thread_steps_.assign(replica.threads, 0);
+    snapshot_.resize(replica.params.size());
+    target_.resize(replica.params.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status AfterStep(int thread) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::AfterStep(thread));
+    if (++thread_steps_[thread] % config_.interval != 0) return absl::OkStatus();
+    const Clock::time_point start = Clock::now();
+    absl::Status status = rendezvous_->Arrive([this] { return Round(); });
+    RecordBlocked(Since(start));
+    return status;
+  }
+
+  void ThreadDone(int thread) override { rendezvous_->Leave(); }
+
+  absl::Status Finish() override { return client_->Leave(); }
+
+ private:
+  // Every other thread waits, so the replica is ours alone.
+  absl::Status Round() {
+    const Clock::time_point start = Clock::now();
+    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    model::CopyRelaxed(replica_.params.data(), snapshot_.data(),
+                       static_cast<long>(snapshot_.size()));
+    SS_RETURN_IF_ERROR(body_.Run(snapshot_, target_));
+    StoreRelaxed(replica_.params, target_);
+    RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+    return absl::OkStatus();
+  }
+
+  syncer::SyncerClient* const client_;
+  RoundBody body_;
+  std::unique_ptr<Rendezvous> rendezvous_;
+  std::vector<int64_t> thread_steps_;     // Each entry written by its own thread only.
+  std::vector<float> snapshot_, target_;  // Used by the round runner only.
+};
+
+// bsp: the trainer's threads pool their gradients every step; the pool's
+// mean is averaged over the trainers and applied once.
+class BspStrategy final : public SyncStrategy {
+ public:
+  BspStrategy(const SyncConfig& config, syncer::SyncerClient* client,
+              prometheus::Registry* registry)
+      : SyncStrategy(config, registry), client_(client) {}
+
+  absl::Status Start(const DenseReplica& replica) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    SS_RETURN_IF_ERROR(client_->Join(config_.group));
+    rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
+    MutexLock l(&mu_);
+    sum_.assign(replica.params.size(), 0.0f);
+    mean_.resize(replica.params.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyGradient(int thread, std::span<const float> grad) override {
+    const Clock::time_point start = Clock::now();
+    {
+      MutexLock l(&mu_);
+      for (size_t i = 0; i < grad.size(); ++i) sum_[i] += grad[i];
+      ++pooled_;
+    }
+    absl::Status status = rendezvous_->Arrive([this] { return Round(); });
+    RecordBlocked(Since(start));
+    return status;
+  }
+
+  void ThreadDone(int thread) override { rendezvous_->Leave(); }
+
+  absl::Status Finish() override { return client_->Leave(); }
+
+ private:
+  absl::Status Round() {
+    const Clock::time_point start = Clock::now();
+    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    MutexLock l(&mu_);
+    const float scale = 1.0f / static_cast<float>(std::max(pooled_, 1));
+    for (float& g : sum_) g *= scale;
+    SS_RETURN_IF_ERROR(client_->AllReduceMean(config_.group, sum_, mean_).status());
+    model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+                              mean_.data(), static_cast<long>(mean_.size()));
+    std::fill(sum_.begin(), sum_.end(), 0.0f);
+    pooled_ = 0;
+    RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+    return absl::OkStatus();
+  }
+
+  syncer::SyncerClient* const client_;
+  std::unique_ptr<Rendezvous> rendezvous_;
+  Mutex mu_;
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> mean_ ABSL_GUARDED_BY(mu_);
+  int pooled_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// asp: each step's update goes to the syncer's global weights, which replace
+// the replica; nobody waits for anybody else.
+class AspStrategy final : public SyncStrategy {
+ public:
+  AspStrategy(const SyncConfig& config, syncer::SyncerClient* client,
+              prometheus::Registry* registry)
+      : SyncStrategy(config, registry), client_(client) {}
+
+  absl::Status Start(const DenseReplica& replica) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    const size_t n = replica.params.size();
+    buffers_.resize(replica.threads);
+    for (auto& b : buffers_) {
+      b.delta.resize(n);
+      b.global.resize(n);
+    }
+    std::vector<float> init(replica.params.begin(), replica.params.end());
+    SS_RETURN_IF_ERROR(client_->InitCentre(init, buffers_[0].global));
+    StoreRelaxed(replica.params, buffers_[0].global);
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyGradient(int thread, std::span<const float> grad) override {
+    Buffers& b = buffers_[thread];
+    const Clock::time_point start = Clock::now();
+    // Counted per thread: concurrent threads share the client's counters.
+    const int64_t bytes = static_cast<int64_t>(grad.size() * sizeof(float));
+    OptimizerDelta(replica_.optimizer, replica_.state, grad, b.delta);
+    SS_RETURN_IF_ERROR(client_->AddAndPull(b.delta, b.global));
+    StoreRelaxed(replica_.params, b.global);
+    const absl::Duration took = Since(start);
+    RecordBlocked(took);
+    RecordRound(took, bytes, bytes);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Buffers {
+    std::vector<float> delta, global;
+  };
+  syncer::SyncerClient* const client_;
+  std::vector<Buffers> buffers_;  // One per thread.
+};
+
+}  // namespace
+
+struct SyncStrategy::Metrics {
+  prometheus::Counter* rounds = nullptr;
+  prometheus::Counter* sent = nullptr;
+  prometheus::Counter* received = nullptr;
+  prometheus::Counter* blocked = nullptr;
+  prometheus::Counter* steps = nullptr;
+  prometheus::Histogram* round_seconds = nullptr;
+  prometheus::Histogram* gap_steps = nullptr;
+};
+
+SyncStrategy::SyncStrategy(SyncConfig config, prometheus::Registry* registry)
+    : config_(std::move(config)), metrics_(std::make_unique<Metrics>()) {
+  if (registry == nullptr) return;
+  const std::map<std::string, std::string> labels = {
+      {"algorithm", std::string(EnumName(config_.algorithm))}};
+  auto counter = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry).Add(labels);
+  };
+  metrics_->rounds =
+      counter("shadowsync_trainer_sync_rounds_total", "Dense sync rounds completed.");
+  metrics_->sent = counter("shadowsync_trainer_sync_sent_bytes_total",
+                           "Bytes this trainer sent to the syncers.");
+  metrics_->received = counter("shadowsync_trainer_sync_received_bytes_total",
+                               "Bytes this trainer received from the syncers.");
+  metrics_->blocked = counter("shadowsync_trainer_sync_blocked_seconds_total",
+                              "Seconds training threads spent waiting on sync, summed.");
+  metrics_->steps = counter("shadowsync_trainer_steps_total", "Hogwild steps, all threads.");
+  metrics_->round_seconds = &prometheus::BuildHistogram()
+                                 .Name("shadowsync_trainer_sync_round_seconds")
+                                 .Help("Latency of one sync round.")
+                                 .Register(*registry)
+                                 .Add(labels, prometheus::Histogram::BucketBoundaries{
+                                                  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                  0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  metrics_->gap_steps =
+      &prometheus::BuildHistogram()
+           .Name("shadowsync_trainer_sync_gap_steps")
+           .Help("Local steps between two sync rounds of this trainer (the hidden k).")
+           .Register(*registry)
+           .Add(labels,
+                prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000});
+}
+
+SyncStrategy::~SyncStrategy() = default;
+
+absl::Status SyncStrategy::Start(const DenseReplica& replica) {
+  replica_ = replica;
+  return absl::OkStatus();
+}
+
+absl::Status SyncStrategy::ApplyGradient(int thread, std::span<const float> grad) {
+  model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+                            grad.data(), static_cast<long>(grad.size()));
+  return absl::OkStatus();
+}
+
+absl::Status SyncStrategy::AfterStep(int thread) {
+  steps_.fetch_add(1, std::memory_order_relaxed);
+  if (metrics_->steps != nullptr) metrics_->steps->Increment();
+  return absl::OkStatus();
+}
+
+void SyncStrategy::RecordRound(absl::Duration latency, int64_t bytes_sent, int64_t bytes_received) {
+  const int64_t now = steps();
+  const int64_t gap = now - last_round_steps_.exchange(now, std::memory_order_relaxed);
+  rounds_.fetch_add(1, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(bytes_sent, std::memory_order_relaxed);
+  bytes_received_.fetch_add(bytes_received, std::memory_order_relaxed);
+  round_micros_.fetch_add(absl::ToInt64Microseconds(latency), std::memory_order_relaxed);
+  gap_steps_.fetch_add(gap, std::memory_order_relaxed);
+  if (metrics_->rounds == nullptr) return;
+  metrics_->rounds->Increment();
+  metrics_->sent->Increment(static_cast<double>(bytes_sent));
+  metrics_->received->Increment(static_cast<double>(bytes_received));
+  metrics_->round_seconds->Observe(absl::ToDoubleSeconds(latency));
+  metrics_->gap_steps->Observe(static_cast<double>(gap));
+}
+
+void SyncStrategy::RecordBlocked(absl::Duration blocked) {
+  blocked_micros_.fetch_add(absl::ToInt64Microseconds(blocked), std::memory_order_relaxed);
+  if (metrics_->blocked != nullptr) metrics_->blocked->Increment(absl::ToDoubleSeconds(blocked));
+}
+
+SyncStats SyncStrategy::stats() const {
+  SyncStats s;
+  s.rounds = rounds_.load(std::memory_order_relaxed);
+  s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+  s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+  s.round_seconds = round_micros_.load(std::memory_order_relaxed) / 1e6;
+  s.blocked_seconds = blocked_micros_.load(std::memory_order_relaxed) / 1e6;
+  s.gap_steps = gap_steps_.load(std::memory_order_relaxed);
+  return s;
+}
+
+SyncConfig SyncConfigFromJob(const JobSpec& spec) {
+  SyncConfig c;
+  c.algorithm = spec.sync.algorithm;
+  c.interval = spec.sync.interval;
+  c.min_interval = absl::Milliseconds(spec.sync.min_interval_ms);
+  c.duty_cycle = spec.sync.duty_cycle;
+  c.apply_mode = spec.sync.apply_mode;
+  c.easgd_alpha = static_cast<float>(EffectiveEasgdAlpha(spec));
+  c.bmuf.block_momentum = static_cast<float>(EffectiveBlockMomentum(spec));
+  c.bmuf.block_lr = static_cast<float>(spec.sync.bmuf.block_learning_rate);
+  c.bmuf.nesterov = spec.sync.bmuf.nesterov;
+  return c;
+}
+
+namespace {
+class NoSync final : public SyncStrategy {
+ public:
+  NoSync(const SyncConfig& config, prometheus::Registry* registry)
+      : SyncStrategy(config, registry) {}
+};
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SyncStrategy>> MakeSyncStrategy(const SyncConfig& config,
+                                                               syncer::SyncerClient* client,
+                                                               prometheus::Registry* registry) {
+  if (config.algorithm == SyncAlgorithm::kNone) {
+    return std::unique_ptr<SyncStrategy>(new NoSync(config, registry));
+  }
+  if (client == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.algorithm ",
+                                                   std::string(EnumName(config.algorithm)),
+                                                   " needs a syncer (none configured)"));
+  }
+  if (!(config.duty_cycle > 0 && config.duty_cycle <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.dutyCycle: must be in (0, 1], got ", config.duty_cycle));
+  }
+  if (config.interval < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.interval: must be at least 1, got ", config.interval));
+  }
+  switch (config.algorithm) {
+    case SyncAlgorithm::kShadowEasgd:
+    case SyncAlgorithm::kShadowMa:
+    case SyncAlgorithm::kShadowBmuf:
+      return std::unique_ptr<SyncStrategy>(new ShadowStrategy(config, client, registry));
+    case SyncAlgorithm::kFgEasgd:
+    case SyncAlgorithm::kFgMa:
+    case SyncAlgorithm::kFgBmuf:
+      return std::unique_ptr<SyncStrategy>(new ForegroundStrategy(config, client, registry));
+    case SyncAlgorithm::kBsp:
+      return std::unique_ptr<SyncStrategy>(new BspStrategy(config, client, registry));
+    case SyncAlgorithm::kAsp:
+      return std::unique_ptr<SyncStrategy>(new AspStrategy(config, client, registry));
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          "sync.algorithm ", std::string(EnumName(config.algorithm)), " is not implemented yet"));
+  }
+}
+
+}  // namespace shadowsync::worker

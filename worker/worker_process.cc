@@ -1,0 +1,196 @@
+#include "worker/worker_process.h"
+
+#include <iostream>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/metrics_http.h"
+#include "common/status_macros.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "syncer/syncer_client.h"
+#include "worker/ps_client.h"
+
+namespace shadowsync::worker {
+namespace {
+
+model::OptimizerKind KindOf(Optimizer o) {
+  return o == Optimizer::kSgd ? model::OptimizerKind::kSgd : model::OptimizerKind::kAdagrad;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
+  const JobSpec& spec = options.spec;
+  const int trainers = spec.trainer.replicas;
+  if (options.index < 0 || options.index >= trainers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--index: ", options.index, " is outside [0, trainer.replicas = ", trainers, ")"));
+  }
+  if (options.data.empty()) return absl::InvalidArgumentError("--data: no training files given");
+  if (options.ps_address.empty()) {
+    return absl::InvalidArgumentError("--ps: no parameter-server address given");
+  }
+
+  model::DlrmConfig config;
+  config.num_dense = spec.model.dense_features;
+  config.embedding_dim = spec.model.embedding_dim;
+  config.bottom_mlp = spec.model.bottom_mlp;
+  config.top_mlp = spec.model.top_mlp;
+  config.num_tables = static_cast<int>(spec.model.tables.size());
+  SS_RETURN_IF_ERROR(config.Validate());
+  std::vector<model::EmbeddingTableConfig> tables;
+  for (const TableSpec& t : spec.model.tables) {
+    tables.push_back({t.name, static_cast<uint64_t>(t.hash_buckets)});
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<MetricsHttpServer> http;
+  if (!options.metrics_address.empty()) {
+    SS_ASSIGN_OR_RETURN(http, MetricsHttpServer::Start(options.metrics_address));
+    http->RegisterCollectable(registry);
+  }
+  const std::map<std::string, std::string> labels = {{"trainer", std::to_string(options.index)}};
+  prometheus::Counter& examples_total = prometheus::BuildCounter()
+                                            .Name("shadowsync_trainer_examples_total")
+                                            .Help("Examples this trainer has trained on.")
+                                            .Register(*registry)
+                                            .Add(labels);
+  prometheus::Gauge& examples_per_second =
+      prometheus::BuildGauge()
+          .Name("shadowsync_trainer_examples_per_second")
+          .Help("Training throughput over the last progress interval.")
+          .Register(*registry)
+          .Add(labels);
+  prometheus::Gauge& train_ne = prometheus::BuildGauge()
+                                    .Name("shadowsync_trainer_train_ne")
+                                    .Help("Progressive normalized entropy since the start.")
+                                    .Register(*registry)
+                                    .Add(labels);
+
+  SS_ASSIGN_OR_RETURN(
+      auto store, PsClient::Connect(options.ps_address, config.embedding_dim, config.num_tables));
+  const model::OptimizerConfig optimizer{KindOf(spec.trainer.optimizer),
+                                         static_cast<float>(spec.trainer.learning_rate)};
+  const int64_t num_params = model::Dlrm(config).num_params();
+
+  std::unique_ptr<syncer::SyncerClient> syncer_client;
+  SyncConfig sync_config = SyncConfigFromJob(spec);
+  if (sync_config.algorithm != SyncAlgorithm::kNone) {
+    if (options.syncer_addresses.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--syncer: sync.algorithm ",
+                                                     std::string(EnumName(sync_config.algorithm)),
+                                                     " needs the syncer addresses"));
+    }
+    syncer::SyncerClientOptions co;
+    co.addresses = options.syncer_addresses;
+    co.member = absl::StrCat("trainer-", options.index);
+    SS_ASSIGN_OR_RETURN(syncer_client, syncer::SyncerClient::Connect(co, num_params));
+  }
+  SS_ASSIGN_OR_RETURN(auto sync,
+                      MakeSyncStrategy(sync_config, syncer_client.get(), registry.get()));
+
+  TrainerOptions to;
+  to.threads = spec.trainer.threads;
+  to.batch_size = spec.trainer.batch_size;
+  to.optimizer = optimizer;
+  to.seed = 1;  // Every trainer starts from the same dense weights.
+  to.max_examples = options.max_examples;
+  to.preload = options.preload;
+  to.reader.shard_index = options.index;
+  to.reader.num_shards = trainers;
+  to.reader.parse_threads = 1;
+  to.prefetch = true;
+  to.sync = sync.get();
+  int64_t reported = 0;
+  Trainer* trainer_ptr = nullptr;
+  WorkerReport report;
+  absl::Status curve_status;
+  to.on_progress = [&](const Progress& p) {
+    examples_total.Increment(static_cast<double>(p.examples - reported));
+    reported = p.examples;
+    examples_per_second.Set(p.examples_per_second);
+    train_ne.Set(p.train_ne);
+    if (options.on_progress) options.on_progress(p);
+    const int64_t next = (static_cast<int64_t>(report.curve.size()) + 1) * options.eval_every;
+    if (options.eval_every > 0 && !options.eval_data.empty() && p.examples >= next &&
+        curve_status.ok()) {
+      auto q = trainer_ptr->EvaluateSnapshot(options.eval_data, options.eval_curve_examples);
+      if (!q.ok()) {
+        curve_status = q.status();
+        return;
+      }
+      report.curve.push_back({p.examples, p.seconds, q->ne, q->auc});
+    }
+  };
+  to.progress_interval_seconds = options.progress_interval_seconds;
+  Trainer trainer(config, tables, to, store.get());
+  trainer_ptr = &trainer;
+  if (http != nullptr) {
+    http->set_serving(true);
+    if (options.on_ready) options.on_ready(http->port());
+  }
+  std::cerr << absl::StrFormat(
+      "trainer %d/%d: %d threads, batch %d, sync %s, %d dense params, ps %s\n", options.index,
+      trainers, to.threads, to.batch_size, std::string(EnumName(sync_config.algorithm)), num_params,
+      options.ps_address);
+
+  report.dense_params = num_params;
+  SS_ASSIGN_OR_RETURN(report.train, trainer.Train(options.data));
+  SS_RETURN_IF_ERROR(curve_status);
+  if (options.eval_every > 0 && !options.eval_data.empty()) {
+    SS_ASSIGN_OR_RETURN(QualityReport q,
+                        trainer.EvaluateSnapshot(options.eval_data, options.eval_curve_examples));
+    report.curve.push_back({report.train.examples, report.train.seconds, q.ne, q.auc});
+  }
+  examples_total.Increment(static_cast<double>(report.train.examples - reported));
+  report.sync = sync->stats();
+  if (!options.eval_data.empty()) {
+    SS_ASSIGN_OR_RETURN(report.eval, trainer.Evaluate(options.eval_data));
+  }
+  return report;
+}
+
+nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerReport& r) {
+  nlohmann::json out = {
+      {"trainer", options.index},
+      {"trainers", options.spec.trainer.replicas},
+      {"algorithm", std::string(EnumName(options.spec.sync.algorithm))},
+      {"threads", options.spec.trainer.threads},
+      {"batch_size", options.spec.trainer.batch_size},
+      {"dense_params", r.dense_params},
+      {"examples", r.train.examples},
+      {"seconds", r.train.seconds},
+      {"examples_per_second", r.train.examples_per_second},
+      {"train_ne", r.train.train_ne},
+      {"train_logloss", r.train.train_logloss},
+      {"malformed_lines", r.train.malformed_lines},
+      {"sync_rounds", r.sync.rounds},
+      {"sync_bytes_sent", r.sync.bytes_sent},
+      {"sync_bytes_received", r.sync.bytes_received},
+      {"sync_mean_round_seconds", r.sync.mean_round_seconds()},
+      {"sync_mean_gap_steps", r.sync.mean_gap_steps()},
+      {"sync_blocked_seconds", r.sync.blocked_seconds},
+  };
+  nlohmann::json curve = nlohmann::json::array();
+  for (const CurvePoint& c : r.curve) {
+    curve.push_back({{"examples", c.examples},
+                     {"seconds", c.seconds},
+                     {"eval_ne", c.eval_ne},
+                     {"eval_auc", c.eval_auc}});
+  }
+  out["curve"] = std::move(curve);
+  if (r.eval.has_value()) {
+    out["eval_examples"] = r.eval->examples;
+    out["eval_ne"] = r.eval->ne;
+    out["eval_auc"] = r.eval->auc;
+    out["eval_logloss"] = r.eval->logloss;
+  }
+  return out;
+}
+
+}  // namespace shadowsync::worker

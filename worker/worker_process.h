@@ -1,0 +1,73 @@
+// One trainer of a distributed job (`shadowsync worker`): reads its share of
+// the data (line i goes to trainer i mod N), looks embeddings up on the
+// parameter servers and pushes their gradients, runs T Hogwild threads on
+// one dense replica, synchronizes it with the other trainers through the
+// job's strategy, serves /metrics and /healthz, and evaluates the replica on
+// the held-out data at the end.
+//
+//   WorkerOptions o;
+//   o.spec = job.spec;  o.index = 1;  o.ps_address = "ps-0:7000";
+//   o.syncer_addresses = {"syncer-0:7100"};  o.data = {"train.tsv"};
+//   SS_ASSIGN_OR_RETURN(WorkerReport report, RunWorker(o));
+#ifndef SHADOWSYNC_WORKER_WORKER_PROCESS_H_
+#define SHADOWSYNC_WORKER_WORKER_PROCESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/eval_metrics.h"
+#include "common/job_spec.h"
+#include "nlohmann/json.hpp"
+#include "worker/sync_strategy.h"
+#include "worker/trainer.h"
+
+namespace shadowsync::worker {
+
+struct WorkerOptions {
+  JobSpec spec;   // Model, trainer and sync settings; spec.trainer.replicas = N.
+  int index = 0;  // This trainer, in [0, N). Also the syncer member name "trainer-<index>".
+  std::string ps_address;                     // Any parameter server (the shard map comes from it).
+  std::vector<std::string> syncer_addresses;  // Replica i owns dense range i; empty only for none.
+  std::string metrics_address = "127.0.0.1:0";  // /metrics and /healthz; "" = none.
+  std::vector<std::string> data;                // Training files (this trainer reads its share).
+  std::vector<std::string> eval_data;           // Held-out files; empty = no evaluation.
+  int64_t max_examples = -1;                    // Of this trainer; -1 = its whole share.
+  // Quality curve: every `eval_every` examples of this trainer, score the
+  // first `eval_curve_examples` held-out examples with a snapshot of the
+  // replica (one thread, alongside training). 0 = no curve.
+  int64_t eval_every = 0;
+  int64_t eval_curve_examples = 20'000;
+  double progress_interval_seconds = 1.0;  // Between on_progress calls and curve checks.
+  bool preload = false;                    // Parse the share before the clock starts.
+  std::function<void(const Progress&)> on_progress;
+  // Called once the metrics endpoint is up, with its port (tests, launchers).
+  std::function<void(int metrics_port)> on_ready;
+};
+
+struct CurvePoint {
+  int64_t examples = 0;  // Trained by this trainer so far; the last point is the end.
+  double seconds = 0;
+  double eval_ne = 0;
+  double eval_auc = 0;
+};
+
+struct WorkerReport {
+  TrainReport train;
+  std::vector<CurvePoint> curve;
+  SyncStats sync;
+  std::optional<QualityReport> eval;
+  int64_t dense_params = 0;
+};
+
+absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options);
+
+// The report as the JSON `shadowsync worker --report-json` writes.
+nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerReport& report);
+
+}  // namespace shadowsync::worker
+
+#endif  // SHADOWSYNC_WORKER_WORKER_PROCESS_H_
