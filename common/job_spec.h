@@ -318,7 +318,7 @@ struct SyncSpec {
   int64_t min_interval_ms = 0;  // "minIntervalMs". shadow-*: least pause between rounds.
   // "dutyCycle". shadow-*: the share of wall time the shadow thread may spend
   // in rounds; it pauses latency * (1 - d) / d after each (1 = back to back).
-  double duty_cycle = 0.1;
+  double duty_cycle = 0.03;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;  // "applyMode".
   EasgdSpec easgd;                                   // shadow-easgd, fg-easgd.
   BmufSpec bmuf;                                     // shadow-bmuf, fg-bmuf.

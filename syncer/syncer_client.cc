@@ -244,6 +244,7 @@ absl::StatusOr<RoundResult> SyncerClient::AllReduceMean(std::string_view group,
       [&](int i, const v1::AllReduceResponse& response) {
         if (i == 0) result.round = response.round();
         result.members = std::min(result.members, static_cast<int>(response.members()));
+        result.waited = std::min(result.waited, absl::Seconds(response.waited_seconds()));
         return CopyOut(i, response.values(), out);
       });
   if (!status.ok()) return status;

@@ -55,6 +55,9 @@ struct SyncerClientOptions {
 struct RoundResult {
   uint64_t round = 0;  // the group's completed-round number on replica 0
   int members = 0;     // members that contributed (minimum over replicas)
+  // Time the contribution waited for the other members' (minimum over
+  // replicas): the call's latency minus this is the round's own cost.
+  absl::Duration waited = absl::InfiniteDuration();
 };
 
 class SyncerClient {

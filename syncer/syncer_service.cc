@@ -274,6 +274,7 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
         response->mutable_values()->Add(outcome->mean->begin(), outcome->mean->end());
         response->set_round(outcome->round);
         response->set_members(static_cast<uint32_t>(outcome->members));
+        response->set_waited_seconds(std::chrono::duration<double>(Clock::now() - start).count());
         Finish(reactor, Method::kAllReduce, start, absl::OkStatus(), bytes_in,
                static_cast<int64_t>(response->ByteSizeLong()));
       });

@@ -1,7 +1,6 @@
 #include "worker/sync_strategy.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -99,7 +98,10 @@ class RoundBody {
     return client_->Join(config_.group);
   }
 
-  absl::Status Run(std::span<const float> snapshot, std::span<float> target) {
+  // `*waited`: time spent waiting for other members (all-reduce bodies).
+  absl::Status Run(std::span<const float> snapshot, std::span<float> target,
+                   absl::Duration* waited = nullptr) {
+    if (waited != nullptr) *waited = absl::ZeroDuration();
     switch (body_) {
       case Body::kEasgd:
         SS_RETURN_IF_ERROR(client_->PullCentre(scratch_));
@@ -107,12 +109,19 @@ class RoundBody {
         SS_RETURN_IF_ERROR(client_->AddToCentre(scratch_));
         for (size_t i = 0; i < snapshot.size(); ++i) target[i] = snapshot[i] - scratch_[i];
         return absl::OkStatus();
-      case Body::kMa:
-        return client_->AllReduceMean(config_.group, snapshot, target).status();
-      case Body::kBmuf:
-        SS_RETURN_IF_ERROR(client_->AllReduceMean(config_.group, snapshot, scratch_).status());
+      case Body::kMa: {
+        SS_ASSIGN_OR_RETURN(syncer::RoundResult r,
+                            client_->AllReduceMean(config_.group, snapshot, target));
+        if (waited != nullptr) *waited = r.waited;
+        return absl::OkStatus();
+      }
+      case Body::kBmuf: {
+        SS_ASSIGN_OR_RETURN(syncer::RoundResult r,
+                            client_->AllReduceMean(config_.group, snapshot, scratch_));
+        if (waited != nullptr) *waited = r.waited;
         BmufStep(config_.bmuf, scratch_, global_, momentum_, target);
         return absl::OkStatus();
+      }
     }
     return absl::InternalError("unknown round body");
   }
@@ -167,8 +176,6 @@ class ShadowStrategy final : public SyncStrategy {
   void Loop() {
     const size_t n = replica_.params.size();
     std::vector<float> snapshot(n), target(n);
-    std::array<absl::Duration, 8> recent;
-    size_t rounds = 0;
     while (true) {
       {
         MutexLock l(&mu_);
@@ -177,7 +184,8 @@ class ShadowStrategy final : public SyncStrategy {
       const Clock::time_point start = Clock::now();
       const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
       model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
-      if (absl::Status s = body_.Run(snapshot, target); !s.ok()) {
+      absl::Duration waited;
+      if (absl::Status s = body_.Run(snapshot, target, &waited); !s.ok()) {
         MutexLock l(&mu_);
         if (!stop_) error_ = s;  // A round cut short by Finish is not an error.
         return;
@@ -192,12 +200,9 @@ class ShadowStrategy final : public SyncStrategy {
       RecordRound(latency, client_->bytes_sent() - sent, client_->bytes_received() - received);
       // Rounds cost CPU here, on the syncer and on the other trainers: on a
       // machine without spare cores, back-to-back rounds would slow training.
-      // The cost is the shortest recent round: an all-reduce's latency also
-      // counts the wait for the last member, and pausing for that would make
-      // the members' pauses drift apart and the waits grow.
-      recent[rounds++ % recent.size()] = latency;
-      const absl::Duration cost =
-          *std::min_element(recent.begin(), recent.begin() + std::min(rounds, recent.size()));
+      // An all-reduce's latency also counts the wait for the last member,
+      // which costs nothing; pausing for it would drive the members apart.
+      const absl::Duration cost = std::max(absl::ZeroDuration(), latency - waited);
       const absl::Duration pause =
           std::max(config_.min_interval, cost * ((1 - config_.duty_cycle) / config_.duty_cycle));
       if (pause > absl::ZeroDuration()) {

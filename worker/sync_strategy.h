@@ -51,7 +51,7 @@ struct SyncConfig {
   absl::Duration min_interval = absl::ZeroDuration();  // shadow-*: pause between rounds.
   // shadow-*: share of wall time spent in rounds; after a round of latency L
   // the shadow thread pauses max(min_interval, L * (1 - d) / d).
-  double duty_cycle = 0.1;
+  double duty_cycle = 0.03;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;
   float easgd_alpha = 0.45f;
   BmufParams bmuf;
