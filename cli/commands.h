@@ -18,6 +18,7 @@ Action AddBenchCommand(CLI::App& app);
 Action AddPsCommand(CLI::App& app);
 Action AddSyncerCommand(CLI::App& app);
 Action AddWorkerCommand(CLI::App& app);
+Action AddRunCommand(CLI::App& app);
 
 }  // namespace shadowsync::cli
 

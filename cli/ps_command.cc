@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/model/optimizer.h"
 #include "ps/ps_server.h"
@@ -33,7 +34,7 @@ struct PsFlags {
   int tables = 26;
   uint64_t hash_buckets = 1'000'000;
   std::string optimizer = "adagrad";
-  double lr = 0.05;
+  double lr = 0.02;  // The job spec's default learning rate.
   uint64_t seed = 1;
   uint32_t slots = 4096;
   int64_t cache_bytes = int64_t{256} << 20;
@@ -56,19 +57,6 @@ void OnSignal(int sig) {
   // Async-signal-safe; a full pipe only means a signal is already pending.
   if (write(g_signal_pipe[1], &byte, 1) < 0) {
   }
-}
-
-// Writes "grpc_port metrics_port\n" so a reader never sees a partial file.
-bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << grpc_port << " " << metrics_port << "\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
 }
 
 int RunPs(const PsFlags& f) {

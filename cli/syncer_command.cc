@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "syncer/syncer_server.h"
 
@@ -34,19 +35,6 @@ void OnSignal(int sig) {
   // Async-signal-safe; a full pipe only means a signal is already pending.
   if (write(g_signal_pipe[1], &byte, 1) < 0) {
   }
-}
-
-// Writes "grpc_port metrics_port\n" so a reader never sees a partial file.
-bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << grpc_port << " " << metrics_port << "\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
 }
 
 int RunSyncer(const SyncerFlags& f) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
 #include "common/model/model_io.h"
@@ -60,26 +61,6 @@ absl::StatusOr<std::vector<int>> ParseWidths(const std::string& flag, const std:
   return widths;
 }
 
-// Splits comma-separated path lists given as one or several flags.
-std::vector<std::string> SplitPaths(const std::vector<std::string>& flags) {
-  std::vector<std::string> out;
-  for (const auto& f : flags) {
-    for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
-  }
-  return out;
-}
-
-// Writes the first `keep` lines of `in` to `head` and the rest to `tail`.
-absl::Status SplitLines(const std::string& in, int64_t keep, const std::string& head,
-                        const std::string& tail) {
-  std::ifstream src(in);
-  std::ofstream a(head), b(tail);
-  if (!src || !a || !b) return absl::UnavailableError(absl::StrCat("cannot split ", in));
-  std::string line;
-  for (int64_t i = 0; std::getline(src, line); ++i) (i < keep ? a : b) << line << '\n';
-  return absl::OkStatus();
-}
-
 // Fills `flags` from a job file, for every setting not given on the command line.
 absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   SS_ASSIGN_OR_RETURN(ShadowSyncJob job, LoadJobFile(flags.config));
@@ -99,25 +80,10 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   if (!given("--top-mlp")) flags.top_mlp = join(spec.model.top_mlp);
   if (!given("--hash-buckets")) flags.hash_buckets = spec.model.tables.front().hash_buckets;
   if (given("--data")) return absl::OkStatus();
-  if (spec.data.format == DataFormat::kCriteoTsv) {
-    flags.data = spec.data.paths;
-    if (!given("--eval-data")) flags.eval_data = spec.data.eval_paths;
-    return absl::OkStatus();
-  }
-  // Synthetic: one generated file (one teacher), split into train and held-out parts.
-  std::filesystem::create_directories(flags.work_dir);
-  const std::string all = flags.work_dir + "/synthetic.tsv";
-  SyntheticOptions gen;
-  gen.out_path = all;
-  gen.examples = spec.data.synthetic.examples + spec.data.synthetic.eval_examples;
-  gen.seed = static_cast<uint64_t>(spec.data.synthetic.seed);
-  std::cerr << "generating " << gen.examples << " synthetic examples into " << all << "\n";
-  SS_ASSIGN_OR_RETURN(TeacherReport teacher, GenerateSynthetic(gen));
-  std::cerr << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f\n", teacher.ctr, teacher.ne,
-                               teacher.auc);
-  flags.data = {flags.work_dir + "/train.tsv"};
-  flags.eval_data = {flags.work_dir + "/eval.tsv"};
-  return SplitLines(all, spec.data.synthetic.examples, flags.data[0], flags.eval_data[0]);
+  SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, flags.work_dir));
+  flags.data = data.train;
+  if (!given("--eval-data")) flags.eval_data = data.eval;
+  return absl::OkStatus();
 }
 
 void PrintProgress(const worker::Progress& p) {
@@ -150,8 +116,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   if (!flags.config.empty()) {
     if (absl::Status s = ApplyJobFile(cmd, flags); !s.ok()) return Fail(s);
   }
-  flags.data = SplitPaths(flags.data);
-  flags.eval_data = SplitPaths(flags.eval_data);
+  flags.data = SplitList(flags.data);
+  flags.eval_data = SplitList(flags.eval_data);
   if (flags.data.empty())
     return Fail(absl::InvalidArgumentError("--data: no training files given"));
 
@@ -306,7 +272,7 @@ Action AddEvalCommand(CLI::App& app) {
     worker::Trainer trainer(saved->config, saved->store_options.tables, options,
                             saved->store.get());
     trainer.params() = saved->params;
-    auto eval = trainer.Evaluate(SplitPaths(flags->data));
+    auto eval = trainer.Evaluate(SplitList(flags->data));
     if (!eval.ok()) return Fail(eval.status());
     nlohmann::json out = {{"eval_examples", eval->examples},
                           {"eval_ne", eval->ne},

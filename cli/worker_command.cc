@@ -1,4 +1,5 @@
 // `shadowsync worker`: one trainer of a distributed job (worker/worker_process.h).
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
 #include "worker/worker_process.h"
@@ -29,15 +31,9 @@ struct WorkerFlags {
   int64_t eval_curve_examples = 20'000;
   bool preload = false;
   std::string report_json;
+  std::string progress_file;
+  std::string ready_file;
 };
-
-std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
-  std::vector<std::string> out;
-  for (const auto& f : flags) {
-    for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
-  }
-  return out;
-}
 
 int RunWorkerCommand(const WorkerFlags& f) {
   auto fail = [](const absl::Status& s) {
@@ -70,9 +66,22 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.eval_every = f.eval_every;
   o.eval_curve_examples = f.eval_curve_examples;
   o.preload = f.preload;
-  o.on_progress = [index = f.index](const worker::Progress& p) {
+  o.on_progress = [&f](const worker::Progress& p) {
     std::cerr << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f\n",
-                                 index, p.examples, p.examples_per_second, p.loss, p.train_ne);
+                                 f.index, p.examples, p.examples_per_second, p.loss, p.train_ne);
+    if (f.progress_file.empty()) return;
+    // Through a rename: a launcher polling the file never reads half of it.
+    const nlohmann::json j = {{"examples", p.examples},
+                              {"examples_per_second", p.examples_per_second},
+                              {"train_ne", p.train_ne},
+                              {"seconds", p.seconds}};
+    std::ofstream(f.progress_file + ".tmp") << j.dump() << "\n";
+    std::rename((f.progress_file + ".tmp").c_str(), f.progress_file.c_str());
+  };
+  o.on_ready = [&f](int metrics_port) {
+    if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, 0, metrics_port)) {
+      std::cerr << "shadowsync worker: cannot write --ready-file " << f.ready_file << "\n";
+    }
   };
   auto report = worker::RunWorker(o);
   if (!report.ok()) return fail(report.status());
@@ -114,6 +123,10 @@ Action AddWorkerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--preload", flags->preload, "parse this trainer's share before timing");
   cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
+  cmd->add_option("--progress-file", flags->progress_file,
+                  "rewrite progress (examples, examples/s, train NE) as JSON here");
+  cmd->add_option("--ready-file", flags->ready_file,
+                  "write \"0 METRICS_PORT\" here once training starts");
   return [flags] { return RunWorkerCommand(*flags); };
 }
 

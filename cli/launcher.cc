@@ -1,0 +1,526 @@
+#include "cli/launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/cli_util.h"
+#include "common/job_spec.h"
+#include "common/model/optimizer.h"
+#include "common/status_macros.h"
+
+extern char** environ;
+
+namespace shadowsync::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+absl::StatusOr<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::UnavailableError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  if (!ok) return absl::UnavailableError("cannot find a free port on 127.0.0.1");
+  return ntohs(addr.sin_port);
+}
+
+enum class Role { kPs, kSyncer, kTrainer };
+
+struct Child {
+  std::string name;  // "ps-0", "syncer-0", "trainer-1"
+  Role role;
+  std::vector<std::string> argv;
+  std::string log, ready;
+  pid_t pid = -1;
+  bool finished = false;  // A trainer that exited 0.
+  int metrics_port = 0;
+  int64_t peak_rss_kb = 0;  // Over every incarnation.
+};
+
+class Launch {
+ public:
+  explicit Launch(const LaunchOptions& options) : options_(options) {}
+  ~Launch() { StopAll(); }
+
+  absl::StatusOr<nlohmann::json> Run();
+
+ private:
+  absl::Status Spawn(Child& c);
+  // Waits for c's ready file; its metrics port is the file's second number.
+  absl::Status AwaitReady(Child& c);
+  // Reaps exited children; restarts crashed ones. Error when out of restarts.
+  absl::Status Reap();
+  void StopAll();
+  void ShowProgress(bool final);
+  nlohmann::json Report(double seconds);
+  void WritePlot(const std::string& path) const;
+
+  const LaunchOptions& options_;
+  ShadowSyncJob job_;
+  std::string run_dir_;
+  std::vector<Child> children_;
+  int restarts_ = 0;
+  int64_t total_examples_ = -1;
+  Clock::time_point start_;
+  struct Sample {
+    double seconds, examples_per_second, train_ne;
+    int64_t examples;
+  };
+  std::vector<Sample> samples_;
+  int64_t last_examples_ = 0;
+  double last_seconds_ = 0;
+};
+
+absl::Status Launch::Spawn(Child& c) {
+  if (!c.ready.empty()) fs::remove(c.ready);
+  std::vector<char*> argv;
+  for (std::string& a : c.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, c.log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  // Its own process group: a terminal's Ctrl-C reaches the launcher only,
+  // which then stops every child in order.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const int rc = posix_spawn(&c.pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    c.pid = -1;
+    return absl::UnavailableError(absl::StrCat("cannot start ", c.name, ": ", strerror(rc)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Launch::AwaitReady(Child& c) {
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < deadline) {
+    if (options_.stop != nullptr && options_.stop->load()) return absl::CancelledError("stopped");
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.pid = -1;
+      return absl::UnavailableError(
+          absl::StrCat(c.name, " exited before it was ready; see ", c.log));
+    }
+    std::ifstream in(c.ready);
+    int grpc_port = 0, metrics_port = 0;
+    if (in >> grpc_port >> metrics_port) {
+      c.metrics_port = metrics_port;
+      return absl::OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(c.name, " not ready after 120 s; see ", c.log));
+}
+
+absl::Status Launch::Reap() {
+  while (true) {
+    int status = 0;
+    rusage usage{};
+    const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
+    if (pid <= 0) return absl::OkStatus();
+    auto it = std::find_if(children_.begin(), children_.end(),
+                           [pid](const Child& c) { return c.pid == pid; });
+    if (it == children_.end()) continue;
+    Child& c = *it;
+    c.pid = -1;
+    c.peak_rss_kb = std::max<int64_t>(c.peak_rss_kb, usage.ru_maxrss);
+    if (c.role == Role::kTrainer && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      c.finished = true;
+      continue;
+    }
+    const std::string how = WIFSIGNALED(status)
+                                ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                                : absl::StrCat("exited with ", WEXITSTATUS(status));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.name, " ", how, " (bad input); see ", c.log));
+    }
+    if (++restarts_ > job_.spec.run_policy.backoff_limit) {
+      return absl::AbortedError(absl::StrCat(c.name, " ", how, "; ", restarts_ - 1,
+                                             " restarts used up runPolicy.backoffLimit = ",
+                                             job_.spec.run_policy.backoff_limit, "; see ", c.log));
+    }
+    std::cerr << (options_.tty ? "\n" : "") << c.name << " " << how << "; restarting (" << restarts_
+              << " of " << job_.spec.run_policy.backoff_limit << ")\n";
+    SS_RETURN_IF_ERROR(Spawn(c));
+    if (c.role != Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
+  }
+}
+
+void Launch::StopAll() {
+  for (Child& c : children_) {
+    if (c.pid > 0) kill(c.pid, SIGTERM);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (Child& c : children_) {
+    while (c.pid > 0) {
+      int status = 0;
+      rusage usage{};
+      const pid_t pid = wait4(c.pid, &status, WNOHANG, &usage);
+      if (pid == c.pid || pid < 0) {
+        c.peak_rss_kb = std::max<int64_t>(c.peak_rss_kb, usage.ru_maxrss);
+        c.pid = -1;
+        break;
+      }
+      if (Clock::now() > deadline) kill(c.pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+void Launch::ShowProgress(bool final) {
+  int64_t examples = 0;
+  double ne_weighted = 0;
+  for (const Child& c : children_) {
+    if (c.role != Role::kTrainer) continue;
+    std::ifstream in(run_dir_ + "/" + c.name + ".progress.json");
+    nlohmann::json p = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!p.is_object()) continue;
+    const int64_t n = p.value("examples", int64_t{0});
+    examples += n;
+    ne_weighted += p.value("train_ne", 0.0) * static_cast<double>(n);
+  }
+  const double seconds = Since(start_);
+  const double eps = (examples - last_examples_) / std::max(seconds - last_seconds_, 1e-9);
+  last_examples_ = examples;
+  last_seconds_ = seconds;
+  const double ne = examples > 0 ? ne_weighted / static_cast<double>(examples) : 0;
+  samples_.push_back({seconds, eps, ne, examples});
+  std::string bar;
+  if (total_examples_ > 0) {
+    const double frac = std::min(1.0, static_cast<double>(examples) / total_examples_);
+    const int width = 30, filled = static_cast<int>(frac * width);
+    const double eta = eps > 0 ? (total_examples_ - examples) / eps : 0;
+    bar = absl::StrFormat("[%s%s] %5.1f%% %d/%d  eta %.0fs  ", std::string(filled, '#'),
+                          std::string(width - filled, '.'), 100 * frac, examples, total_examples_,
+                          eta);
+  } else {
+    bar = absl::StrFormat("%d examples  ", examples);
+  }
+  const std::string line =
+      absl::StrFormat("%s%.0f ex/s  train NE %.4f  %.0fs", bar, eps, ne, seconds);
+  if (options_.tty) {
+    std::cerr << "\r" << line << "\033[K" << (final ? "\n" : "") << std::flush;
+  } else {
+    std::cerr << line << "\n";
+  }
+}
+
+nlohmann::json Launch::Report(double seconds) {
+  nlohmann::json trainers = nlohmann::json::array();
+  int64_t examples = 0, rounds = 0, sent = 0, received = 0;
+  double ne = 0, logloss = 0, blocked = 0, round_seconds = 0, gap = 0;
+  double eval_ne = 0, eval_auc = 0, eval_logloss = 0;
+  int evaluated = 0, n = 0;
+  for (const Child& c : children_) {
+    if (c.role != Role::kTrainer) continue;
+    std::ifstream in(run_dir_ + "/" + c.name + ".json");
+    nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) continue;
+    ++n;
+    const int64_t e = r.value("examples", int64_t{0});
+    examples += e;
+    ne += r.value("train_ne", 0.0) * static_cast<double>(e);
+    logloss += r.value("train_logloss", 0.0) * static_cast<double>(e);
+    rounds += r.value("sync_rounds", int64_t{0});
+    sent += r.value("sync_bytes_sent", int64_t{0});
+    received += r.value("sync_bytes_received", int64_t{0});
+    blocked += r.value("sync_blocked_seconds", 0.0);
+    round_seconds += r.value("sync_mean_round_seconds", 0.0);
+    gap += r.value("sync_mean_gap_steps", 0.0);
+    if (r.contains("eval_ne")) {
+      ++evaluated;
+      eval_ne += r["eval_ne"].get<double>();
+      eval_auc += r["eval_auc"].get<double>();
+      eval_logloss += r["eval_logloss"].get<double>();
+    }
+    trainers.push_back(std::move(r));
+  }
+  nlohmann::json peak = nlohmann::json::object();
+  for (const Child& c : children_) peak[c.name] = c.peak_rss_kb * 1024;
+  nlohmann::json out = {
+      {"job", job_.metadata.name},
+      {"run_dir", run_dir_},
+      {"algorithm", std::string(EnumName(job_.spec.sync.algorithm))},
+      {"trainers", job_.spec.trainer.replicas},
+      {"threads", job_.spec.trainer.threads},
+      {"parameter_servers", job_.spec.parameter_server.replicas},
+      {"syncers", job_.spec.syncer.replicas},
+      {"examples", examples},
+      {"seconds", seconds},
+      {"examples_per_second", examples / std::max(seconds, 1e-9)},
+      {"train_ne", examples > 0 ? ne / static_cast<double>(examples) : 0},
+      {"train_logloss", examples > 0 ? logloss / static_cast<double>(examples) : 0},
+      {"sync",
+       {{"rounds", rounds},
+        {"bytes_sent", sent},
+        {"bytes_received", received},
+        {"blocked_seconds", blocked},
+        {"mean_round_seconds", n > 0 ? round_seconds / n : 0},
+        {"mean_gap_steps", n > 0 ? gap / n : 0}}},
+      {"restarts", restarts_},
+      {"peak_rss_bytes", peak},
+      {"per_trainer", trainers},
+  };
+  if (evaluated > 0) {
+    out["eval_ne"] = eval_ne / evaluated;
+    out["eval_auc"] = eval_auc / evaluated;
+    out["eval_logloss"] = eval_logloss / evaluated;
+  }
+  // Synthetic data: the planted teacher's own quality, the best any model can do.
+  std::ifstream teacher_file(run_dir_ + "/data/synthetic.tsv.teacher.json");
+  nlohmann::json teacher = nlohmann::json::parse(teacher_file, nullptr, false);
+  if (teacher.is_object()) out["teacher"] = teacher;
+  nlohmann::json series = nlohmann::json::array();
+  for (const Sample& s : samples_) {
+    series.push_back({{"seconds", s.seconds},
+                      {"examples", s.examples},
+                      {"examples_per_second", s.examples_per_second},
+                      {"train_ne", s.train_ne}});
+  }
+  out["progress"] = std::move(series);
+  return out;
+}
+
+// Two stacked line charts over time: throughput and running train NE.
+void Launch::WritePlot(const std::string& path) const {
+  const int w = 720, panel = 200, ml = 80, mr = 20, mt = 30, gap = 40;
+  const double t1 = samples_.empty() ? 1 : std::max(samples_.back().seconds, 1e-9);
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\""
+      << mt + 2 * panel + gap + 40 << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">"
+      << job_.metadata.name << ": " << EnumName(job_.spec.sync.algorithm) << ", "
+      << job_.spec.trainer.replicas << " trainers</text>\n";
+  auto chart = [&](int top, const char* label, auto value, const char* color) {
+    double lo = 1e300, hi = -1e300;
+    for (const Sample& s : samples_) {
+      if (s.examples == 0) continue;
+      lo = std::min(lo, value(s));
+      hi = std::max(hi, value(s));
+    }
+    if (lo > hi) lo = 0, hi = 1;
+    if (hi - lo < 1e-9) hi = lo + 1e-9;
+    auto sx = [&](double t) { return ml + t / t1 * (w - ml - mr); };
+    auto sy = [&](double v) { return top + (hi - v) / (hi - lo) * panel; };
+    svg << "<line x1=\"" << ml << "\" y1=\"" << top + panel << "\" x2=\"" << w - mr << "\" y2=\""
+        << top + panel << "\" stroke=\"black\"/>\n"
+        << "<line x1=\"" << ml << "\" y1=\"" << top << "\" x2=\"" << ml << "\" y2=\"" << top + panel
+        << "\" stroke=\"black\"/>\n"
+        << "<text x=\"" << ml + 6 << "\" y=\"" << top + 12 << "\">" << label << "</text>\n"
+        << absl::StrFormat("<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", ml - 4,
+                           sy(hi) + 4, hi)
+        << absl::StrFormat("<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", ml - 4,
+                           sy(lo) + 4, lo)
+        << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+    for (const Sample& s : samples_) {
+      if (s.examples == 0) continue;
+      svg << absl::StrFormat("%.1f,%.1f ", sx(s.seconds), sy(value(s)));
+    }
+    svg << "\"/>\n";
+  };
+  chart(
+      mt, "examples/s", [](const Sample& s) { return s.examples_per_second; }, "#1f77b4");
+  chart(
+      mt + panel + gap, "train NE (running)", [](const Sample& s) { return s.train_ne; },
+      "#d62728");
+  svg << "<text x=\"" << (ml + w - mr) / 2 << "\" y=\"" << mt + 2 * panel + gap + 30
+      << "\" text-anchor=\"middle\">seconds (0 - " << absl::StrFormat("%.0f", t1)
+      << ")</text>\n</svg>\n";
+  std::ofstream(path) << svg.str();
+}
+
+absl::StatusOr<nlohmann::json> Launch::Run() {
+  SS_ASSIGN_OR_RETURN(job_, LoadJobFile(options_.job_path));
+  const JobSpec& spec = job_.spec;
+  run_dir_ =
+      options_.run_dir.empty() ? absl::StrCat("runs/", job_.metadata.name) : options_.run_dir;
+  fs::create_directories(run_dir_);
+  // The children read the job as the launcher validated it.
+  std::ofstream(run_dir_ + "/job.json") << JobToJson(job_).dump(2) << "\n";
+  SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, run_dir_ + "/data"));
+  if (data.train.empty()) return absl::InvalidArgumentError("spec.data.paths: no training files");
+  total_examples_ = data.train_examples;
+
+  const std::string& bin = options_.binary;
+  std::vector<std::string> ps_addresses;
+  for (int i = 0; i < spec.parameter_server.replicas; ++i) {
+    SS_ASSIGN_OR_RETURN(int port, FreePort());
+    ps_addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  const std::string peers = absl::StrJoin(ps_addresses, ",");
+  for (int i = 0; i < spec.parameter_server.replicas; ++i) {
+    Child c{.name = absl::StrCat("ps-", i), .role = Role::kPs};
+    const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
+                                          ? model::OptimizerKind::kSgd
+                                          : model::OptimizerKind::kAdagrad;
+    c.argv = {bin,
+              "ps",
+              "--listen",
+              ps_addresses[i],
+              "--metrics-listen",
+              "127.0.0.1:0",
+              "--peers",
+              peers,
+              "--self-index",
+              std::to_string(i),
+              "--db",
+              absl::StrCat(run_dir_, "/ps-", i),
+              "--dim",
+              std::to_string(spec.model.embedding_dim),
+              "--tables",
+              std::to_string(spec.model.tables.size()),
+              "--hash-buckets",
+              std::to_string(spec.model.tables.front().hash_buckets),
+              "--optimizer",
+              std::string(model::OptimizerName(kind)),
+              "--lr",
+              absl::StrCat(EffectivePsLearningRate(spec)),
+              "--slots",
+              std::to_string(spec.parameter_server.slots),
+              "--cache-bytes",
+              std::to_string(spec.parameter_server.cache_bytes.value),
+              "--admission-min-count",
+              std::to_string(spec.parameter_server.admission.min_count),
+              "--admission-probability",
+              absl::StrCat(spec.parameter_server.admission.probability),
+              "--ttl-seconds",
+              std::to_string(spec.parameter_server.eviction.ttl_seconds),
+              "--max-rows",
+              std::to_string(spec.parameter_server.eviction.max_rows)};
+    children_.push_back(std::move(c));
+  }
+  std::vector<std::string> syncer_addresses;
+  for (int i = 0; i < spec.syncer.replicas; ++i) {
+    SS_ASSIGN_OR_RETURN(int port, FreePort());
+    syncer_addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    Child c{.name = absl::StrCat("syncer-", i), .role = Role::kSyncer};
+    c.argv = {bin,          "syncer", "--listen", syncer_addresses.back(), "--metrics-listen",
+              "127.0.0.1:0"};
+    children_.push_back(std::move(c));
+  }
+  for (int i = 0; i < spec.trainer.replicas; ++i) {
+    Child c{.name = absl::StrCat("trainer-", i), .role = Role::kTrainer};
+    c.argv = {bin,
+              "worker",
+              "--config",
+              run_dir_ + "/job.json",
+              "--index",
+              std::to_string(i),
+              "--ps",
+              ps_addresses.front(),
+              "--metrics-listen",
+              "127.0.0.1:0",
+              "--data",
+              absl::StrJoin(data.train, ","),
+              "--report-json",
+              absl::StrCat(run_dir_, "/trainer-", i, ".json"),
+              "--progress-file",
+              absl::StrCat(run_dir_, "/trainer-", i, ".progress.json")};
+    if (!syncer_addresses.empty()) {
+      c.argv.insert(c.argv.end(), {"--syncer", absl::StrJoin(syncer_addresses, ",")});
+    }
+    if (!data.eval.empty())
+      c.argv.insert(c.argv.end(), {"--eval-data", absl::StrJoin(data.eval, ",")});
+    children_.push_back(std::move(c));
+  }
+  for (Child& c : children_) {
+    c.log = absl::StrCat(run_dir_, "/", c.name, ".log");
+    c.ready = absl::StrCat(run_dir_, "/", c.name, ".ready");
+    c.argv.insert(c.argv.end(), {"--ready-file", c.ready});
+    fs::remove(absl::StrCat(run_dir_, "/", c.name, ".progress.json"));
+  }
+
+  std::cerr << absl::StrFormat(
+      "job %s: %d trainer(s) x %d threads, %d parameter server(s), %d syncer(s), sync %s; run dir "
+      "%s\n",
+      job_.metadata.name, spec.trainer.replicas, spec.trainer.threads,
+      spec.parameter_server.replicas, spec.syncer.replicas, EnumName(spec.sync.algorithm),
+      run_dir_);
+  // Servers first, each ready before the trainers start.
+  for (Child& c : children_) {
+    if (c.role == Role::kTrainer) continue;
+    SS_RETURN_IF_ERROR(Spawn(c));
+    SS_RETURN_IF_ERROR(AwaitReady(c));
+  }
+  start_ = Clock::now();
+  for (Child& c : children_) {
+    if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(Spawn(c));
+  }
+  for (Child& c : children_) {
+    if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
+  }
+  for (const Child& c : children_) {
+    std::cerr << "  " << c.name << " metrics: http://127.0.0.1:" << c.metrics_port
+              << "/metrics  log: " << c.log << "\n";
+  }
+
+  auto last_progress = Clock::now();
+  while (true) {
+    if (options_.stop != nullptr && options_.stop->load()) {
+      StopAll();
+      return absl::CancelledError("stopped: every child was sent SIGTERM");
+    }
+    SS_RETURN_IF_ERROR(Reap());
+    const bool done = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
+      return c.role != Role::kTrainer || c.finished;
+    });
+    if (done) break;
+    if (Since(last_progress) >= options_.progress_interval_seconds) {
+      last_progress = Clock::now();
+      ShowProgress(false);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double seconds = Since(start_);
+  ShowProgress(true);
+  StopAll();
+  nlohmann::json report = Report(seconds);
+  std::ofstream(run_dir_ + "/report.json") << report.dump(2) << "\n";
+  WritePlot(run_dir_ + "/report.svg");
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> RunJob(const LaunchOptions& options) {
+  Launch launch(options);
+  return launch.Run();
+}
+
+}  // namespace shadowsync::cli

@@ -1,0 +1,166 @@
+// `shadowsync run job.yaml` end to end: the real binary launching real ps,
+// syncer and worker processes on loopback.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/test_util.h"
+
+namespace shadowsync {
+namespace {
+
+int RunShell(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+constexpr char kJob[] = R"(apiVersion: shadowsync.io/v1alpha1
+kind: ShadowSyncJob
+metadata: {name: tiny}
+spec:
+  model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
+  data: {format: synthetic, synthetic: {examples: EXAMPLES, evalExamples: 2000, seed: 4}}
+  trainer: {replicas: 2, threads: 1, batchSize: 64, learningRate: 0.02}
+  parameterServer: {replicas: 2, cacheBytes: 16Mi}
+  syncer: {replicas: 1}
+  sync: {algorithm: shadow-easgd, dutyCycle: 1}
+  runPolicy: {backoffLimit: 2}
+)";
+
+class RunTest : public ::testing::Test {
+ protected:
+  std::string Bin() { return testing::BinDir() + "/shadowsync"; }
+  std::string WriteJob(int examples) {
+    std::string text = kJob;
+    text.replace(text.find("EXAMPLES"), 8, std::to_string(examples));
+    const std::string path = dir_.File("job.yaml");
+    testing::WriteFile(path, text);
+    return path;
+  }
+  testing::ScratchDir dir_;
+};
+
+TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
+  const std::string job = WriteJob(12000);
+  std::string out;
+  ASSERT_EQ(
+      RunShell(Bin() + " run " + job + " --out " + dir_.File("run") + " --progress-interval 0.2",
+               &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("/metrics"), std::string::npos) << out;  // endpoints listed at start
+  EXPECT_NE(out.find("eval NE"), std::string::npos) << out;
+  const auto r = nlohmann::json::parse(testing::ReadFile(dir_.File("run/report.json")));
+  EXPECT_EQ(r["examples"], 12000);  // each example trained by exactly one trainer
+  EXPECT_EQ(r["per_trainer"].size(), 2u);
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+  EXPECT_GT(r["sync"]["rounds"].get<int64_t>(), 0);
+  EXPECT_EQ(r["restarts"], 0);
+  for (const char* child : {"ps-0", "ps-1", "syncer-0", "trainer-0", "trainer-1"}) {
+    EXPECT_GT(r["peak_rss_bytes"][child].get<int64_t>(), 0) << child;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("run/report.svg")));
+}
+
+TEST_F(RunTest, InvalidSpecFailsBeforeAnythingStartsWithTheFieldPath) {
+  std::string text = kJob;
+  text.replace(text.find("replicas: 2, threads"), 11, "replicas: 0");
+  text.replace(text.find("EXAMPLES"), 8, "1000");
+  testing::WriteFile(dir_.File("bad.yaml"), text);
+  std::string out;
+  EXPECT_EQ(RunShell(Bin() + " run " + dir_.File("bad.yaml") + " --out " + dir_.File("run"), &out),
+            2);
+  EXPECT_NE(out.find("spec.trainer.replicas"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("run")));
+}
+
+// Pids of live processes whose command line contains `text` (not this one's).
+std::vector<pid_t> ProcessesMentioning(const std::string& text) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    if (pid == getpid()) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    std::ifstream stat(entry.path() / "stat");
+    std::string stat_text;
+    std::getline(stat, stat_text);
+    const bool zombie = stat_text.find(") Z ") != std::string::npos;
+    if (!zombie && cmdline.find(text) != std::string::npos) pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Starts `shadowsync run` on `job` in the background; returns once both
+// trainers are running (or after 30 s).
+pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run) {
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    if (freopen((run + ".log").c_str(), "w", stderr) == nullptr ||
+        freopen((run + ".out").c_str(), "w", stdout) == nullptr) {
+      _exit(126);
+    }
+    execl(bin.c_str(), bin.c_str(), "run", job.c_str(), "--out", run.c_str(), "--progress-interval",
+          "0.2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string ready = run + "/trainer-1.ready";
+  for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return launcher;
+}
+
+// Ctrl-C (SIGINT to the launcher) stops every child and exits 130.
+TEST_F(RunTest, InterruptStopsEveryChild) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(400000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  ASSERT_EQ(kill(launcher, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << testing::ReadFile(run + ".log");
+  EXPECT_TRUE(ProcessesMentioning(run + "/").empty()) << "children left behind";
+}
+
+// A parameter server killed with SIGKILL mid-run is restarted on the same
+// directory and port; the job completes.
+TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(60000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  const std::vector<pid_t> ps1 = ProcessesMentioning("--db " + run + "/ps-1");
+  ASSERT_EQ(ps1.size(), 1u);
+  ASSERT_EQ(kill(ps1[0], SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["examples"], 60000);
+  EXPECT_NE(testing::ReadFile(run + ".log").find("ps-1 killed by signal 9; restarting"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace shadowsync
