@@ -315,10 +315,14 @@ void Fields(V& v, S& s) {
                        .exclusive_max = true,
                        .default_doc = "`1 - 1 / spec.trainer.replicas`"});
   v(s.block_learning_rate, {.name = "blockLearningRate",
-                            .doc = "Block learning rate, mean convention: 1 with momentum 0 is "
-                                   "plain model averaging.",
+                            .doc = "Block learning rate (zeta), mean convention: 1 with momentum "
+                                   "0 is plain model averaging. The default keeps the filter's "
+                                   "gain zeta / (1 - blockMomentum) at 1; the paper's zeta = 1 "
+                                   "multiplies the averaged update by the trainer count, which "
+                                   "diverged with Adagrad (docs/sync.md).",
                             .min = 0,
-                            .exclusive_min = true});
+                            .exclusive_min = true,
+                            .default_doc = "`1 - blockMomentum`"});
   v(s.nesterov,
     {.name = "nesterov", .doc = "Start each block from the Nesterov look-ahead point."});
 }
@@ -1854,6 +1858,10 @@ double EffectiveBlockMomentum(const JobSpec& spec) {
   return spec.sync.bmuf.block_momentum.value_or(1.0 - 1.0 / std::max(1, spec.trainer.replicas));
 }
 
+double EffectiveBlockLearningRate(const JobSpec& spec) {
+  return spec.sync.bmuf.block_learning_rate.value_or(1.0 - EffectiveBlockMomentum(spec));
+}
+
 double EffectivePsLearningRate(const JobSpec& spec) {
   return spec.parameter_server.learning_rate.value_or(spec.trainer.learning_rate);
 }
@@ -1947,7 +1955,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
     case SyncAlgorithm::kShadowBmuf:
     case SyncAlgorithm::kFgBmuf:
       add("block_momentum", EffectiveBlockMomentum(s));
-      add("block_lr", sync.bmuf.block_learning_rate);
+      add("block_lr", EffectiveBlockLearningRate(s));
       add("nesterov", sync.bmuf.nesterov ? "true" : "false");
       break;
     case SyncAlgorithm::kSsp:

@@ -281,7 +281,9 @@ struct EasgdSpec {
 struct BmufSpec {
   // "blockMomentum". Default: 1 - 1 / trainer.replicas (EffectiveBlockMomentum).
   std::optional<double> block_momentum;
-  double block_learning_rate = 1.0;  // "blockLearningRate".
+  // "blockLearningRate". Default: 1 - blockMomentum (EffectiveBlockLearningRate):
+  // a constant block update then moves the model once, not 1 / (1 - bm) times.
+  std::optional<double> block_learning_rate;
   bool nesterov = true;              // Nesterov-style look-ahead (fairseq use_nbm).
   bool operator==(const BmufSpec&) const = default;
 };
@@ -370,6 +372,7 @@ struct ShadowSyncJob {
 // Derived defaults, resolved against the current trainer count.
 double EffectiveEasgdAlpha(const JobSpec& spec);
 double EffectiveBlockMomentum(const JobSpec& spec);
+double EffectiveBlockLearningRate(const JobSpec& spec);
 double EffectivePsLearningRate(const JobSpec& spec);
 
 // ---------------------------------------------------------------------------

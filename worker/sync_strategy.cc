@@ -489,7 +489,7 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.apply_mode = spec.sync.apply_mode;
   c.easgd_alpha = static_cast<float>(EffectiveEasgdAlpha(spec));
   c.bmuf.block_momentum = static_cast<float>(EffectiveBlockMomentum(spec));
-  c.bmuf.block_lr = static_cast<float>(spec.sync.bmuf.block_learning_rate);
+  c.bmuf.block_lr = static_cast<float>(EffectiveBlockLearningRate(spec));
   c.bmuf.nesterov = spec.sync.bmuf.nesterov;
   return c;
 }

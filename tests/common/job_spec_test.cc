@@ -797,7 +797,7 @@ TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
   ShadowSyncJob job = DefaultJob();
   job.spec.sync.algorithm = SyncAlgorithm::kFgBmuf;
   job.spec.trainer.replicas = 4;
-  EXPECT_THAT(JobSummary(job), HasSubstr("algorithm=fg-bmuf block_momentum=0.75 block_lr=1 "
+  EXPECT_THAT(JobSummary(job), HasSubstr("algorithm=fg-bmuf block_momentum=0.75 block_lr=0.25 "
                                          "nesterov=true interval=10 trainers=4"));
 }
 

@@ -155,7 +155,10 @@ using Push = std::vector<model::TableRows>;
 // Replays `pushes` on a fresh oracle (the server's seed, optimizer and init).
 std::unique_ptr<model::LocalEmbeddingStore> Replay(const std::vector<Push>& pushes) {
   auto oracle = std::make_unique<model::LocalEmbeddingStore>(
-      model::LocalStoreOptions{.dim = kDim, .tables = Tables(), .optimizer = {}, .seed = 1});
+      model::LocalStoreOptions{.dim = kDim,
+                               .tables = Tables(),
+                               .optimizer = {model::OptimizerKind::kAdagrad, 0.02f},
+                               .seed = 1});
   for (const Push& p : pushes) EXPECT_TRUE(oracle->Push(p).ok());
   return oracle;
 }
