@@ -284,7 +284,7 @@ struct BmufSpec {
   // "blockLearningRate". Default: 1 - blockMomentum (EffectiveBlockLearningRate):
   // a constant block update then moves the model once, not 1 / (1 - bm) times.
   std::optional<double> block_learning_rate;
-  bool nesterov = true;              // Nesterov-style look-ahead (fairseq use_nbm).
+  bool nesterov = true;  // Nesterov-style look-ahead (fairseq use_nbm).
   bool operator==(const BmufSpec&) const = default;
 };
 

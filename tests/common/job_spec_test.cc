@@ -789,11 +789,12 @@ TEST_F(JobSpecTest, EnumNamesRoundTrip) {
 }
 
 TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
-  EXPECT_EQ(JobSummary(DefaultJob()),
-            "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 trainers=2 threads=2 "
-            "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
-            "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
-            "model=13d-26t-16e bottom=512-256-64 top=512-256");
+  EXPECT_EQ(
+      JobSummary(DefaultJob()),
+      "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 trainers=2 threads=2 "
+      "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
+      "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
+      "model=13d-26t-16e bottom=512-256-64 top=512-256");
   ShadowSyncJob job = DefaultJob();
   job.spec.sync.algorithm = SyncAlgorithm::kFgBmuf;
   job.spec.trainer.replicas = 4;
