@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iostream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -98,6 +99,14 @@ class RoundBody {
     return client_->Join(config_.group);
   }
 
+  // After the syncer failed (e.g. it restarted and lost its state): seeds
+  // the centre again from this replica unless another trainer already did,
+  // or joins the rounds again. The replica is left as it is.
+  absl::Status Rejoin(std::span<const float> replica) {
+    if (body_ == Body::kEasgd) return client_->InitCentre(replica, scratch_);
+    return client_->Join(config_.group);
+  }
+
   // `*waited`: time spent waiting for other members (all-reduce bodies).
   absl::Status Run(std::span<const float> snapshot, std::span<float> target,
                    absl::Duration* waited = nullptr) {
@@ -185,10 +194,23 @@ class ShadowStrategy final : public SyncStrategy {
       const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
       model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
       absl::Duration waited;
-      if (absl::Status s = body_.Run(snapshot, target, &waited); !s.ok()) {
+      absl::Status s = body_.Run(snapshot, target, &waited);
+      if (!s.ok() && Transient(s)) {
+        // The syncer is down or restarted: training goes on unsynchronized
+        // meanwhile, and the loop rejoins once it answers again.
+        if (!Retry(s, snapshot)) return;
+        continue;
+      }
+      if (!s.ok()) {
         MutexLock l(&mu_);
         if (!stop_) error_ = s;  // A round cut short by Finish is not an error.
         return;
+      }
+      if (outage_) {
+        std::cerr << "shadow sync: the syncer answers again after " << failures_
+                  << " failed attempt(s)\n";
+        outage_ = false;
+        failures_ = 0;
       }
       if (config_.apply_mode == SyncApplyMode::kDelta) {
         for (size_t i = 0; i < n; ++i) target[i] -= snapshot[i];
@@ -221,9 +243,44 @@ class ShadowStrategy final : public SyncStrategy {
     if (thread_.joinable()) thread_.join();
   }
 
+  // Errors a restarted or briefly unreachable syncer causes.
+  static bool Transient(const absl::Status& s) {
+    switch (s.code()) {
+      case absl::StatusCode::kUnavailable:
+      case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kAborted:
+      case absl::StatusCode::kFailedPrecondition:  // a restarted syncer has no centre yet
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Backs off (bounded, interruptible by Stop), then rejoins. False once stopping.
+  bool Retry(const absl::Status& s, std::span<const float> snapshot) {
+    if (!outage_) {
+      std::cerr << "shadow sync: " << s.message() << "; retrying in the background\n";
+      outage_ = true;
+    }
+    ++failures_;
+    const absl::Duration backoff =
+        std::min(absl::Milliseconds(50) * (1 << std::min(failures_, 6)), absl::Seconds(2));
+    {
+      MutexLock l(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+      if (mu_.AwaitWithTimeout(stopping, backoff)) return false;
+    }
+    // A failed rejoin shows up as the next round's error.
+    body_.Rejoin(snapshot).IgnoreError();
+    return true;
+  }
+
   syncer::SyncerClient* const client_;
   RoundBody body_;
   std::thread thread_;
+  // Shadow thread only.
+  bool outage_ = false;
+  int failures_ = 0;
   Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);

@@ -162,5 +162,23 @@ TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
             std::string::npos);
 }
 
+// The syncer killed mid-run comes back at the same address; the trainers'
+// shadow threads rejoin it and the job completes.
+TEST_F(RunTest, RestartsAKilledSyncerAndCompletes) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(60000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  const std::vector<pid_t> syncer = ProcessesMentioning(" syncer --listen");
+  ASSERT_EQ(syncer.size(), 1u);
+  ASSERT_EQ(kill(syncer[0], SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["examples"], 60000);  // no trainer had to start over
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+}
+
 }  // namespace
 }  // namespace shadowsync

@@ -308,6 +308,37 @@ TEST_F(SyncStrategyTest, FinishedTrainerDoesNotStallTheOthers) {
   SS_ASSERT_OK(b.strategy->Finish());
 }
 
+// A syncer that restarts (losing the centre and the membership) costs
+// rounds, not the training: the shadow thread backs off, seeds the centre
+// again from its replica and goes on.
+TEST_F(SyncStrategyTest, ShadowEasgdSurvivesASyncerRestart) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowEasgd);
+  Member a = Make("a", c, {1, 2});
+  auto wait_for_rounds = [&](int64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (a.strategy->stats().rounds < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return a.strategy->stats().rounds;
+  };
+  ASSERT_GE(wait_for_rounds(2), 2);
+  const std::string address = server_->address();
+  server_->Shutdown();
+  server_.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rounds fail meanwhile
+  syncer::SyncerServerOptions o;
+  o.grpc_address = address;
+  o.metrics_address = "";
+  auto server = syncer::SyncerServer::Start(o);
+  SS_ASSERT_OK(server);
+  server_ = std::move(*server);
+  const int64_t before = a.strategy->stats().rounds;
+  EXPECT_GE(wait_for_rounds(before + 3), before + 3);
+  SS_ASSERT_OK(a.strategy->Finish());
+  std::vector<float> centre(2);
+  SS_ASSERT_OK(a.client->PullCentre(centre));  // seeded again
+}
+
 TEST(MakeSyncStrategyTest, RejectsMissingSyncerAndUnimplementedAlgorithms) {
   SyncConfig c = Config(SyncAlgorithm::kShadowMa);
   EXPECT_THAT(MakeSyncStrategy(c, nullptr, nullptr).status(),
