@@ -248,6 +248,7 @@ class ShadowStrategy final : public SyncStrategy {
     switch (s.code()) {
       case absl::StatusCode::kUnavailable:
       case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kCancelled:  // the call was in flight when the syncer stopped
       case absl::StatusCode::kAborted:
       case absl::StatusCode::kFailedPrecondition:  // a restarted syncer has no centre yet
         return true;
