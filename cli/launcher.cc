@@ -60,7 +60,8 @@ struct Child {
   std::vector<std::string> argv;
   std::string log, ready;
   pid_t pid = -1;
-  bool finished = false;  // A trainer that exited 0.
+  bool finished = false;      // A trainer that exited 0.
+  int64_t skip_examples = 0;  // A restarted trainer resumes after these.
   int metrics_port = 0;
   int64_t peak_rss_kb = 0;  // Over every incarnation.
 };
@@ -101,8 +102,11 @@ class Launch {
 
 absl::Status Launch::Spawn(Child& c) {
   if (!c.ready.empty()) fs::remove(c.ready);
+  std::vector<std::string> args = c.argv;
+  if (c.skip_examples > 0)
+    args.insert(args.end(), {"--skip-examples", std::to_string(c.skip_examples)});
   std::vector<char*> argv;
-  for (std::string& a : c.argv) argv.push_back(a.data());
+  for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -174,8 +178,20 @@ absl::Status Launch::Reap() {
                                              " restarts used up runPolicy.backoffLimit = ",
                                              job_.spec.run_policy.backoff_limit, "; see ", c.log));
     }
+    if (c.role == Role::kTrainer) {
+      // Resume after what its last progress report counted: at most one
+      // progress interval of its share is trained twice.
+      std::ifstream in(run_dir_ + "/" + c.name + ".progress.json");
+      nlohmann::json p = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (p.is_object()) c.skip_examples += p.value("examples", int64_t{0});
+      fs::remove(run_dir_ + "/" + c.name + ".progress.json");
+    }
     std::cerr << (options_.tty ? "\n" : "") << c.name << " " << how << "; restarting (" << restarts_
-              << " of " << job_.spec.run_policy.backoff_limit << ")\n";
+              << " of " << job_.spec.run_policy.backoff_limit << ")"
+              << (c.skip_examples > 0
+                      ? absl::StrCat(", resuming after ", c.skip_examples, " examples of its share")
+                      : "")
+              << "\n";
     SS_RETURN_IF_ERROR(Spawn(c));
     if (c.role != Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
   }
@@ -207,6 +223,7 @@ void Launch::ShowProgress(bool final) {
   double ne_weighted = 0;
   for (const Child& c : children_) {
     if (c.role != Role::kTrainer) continue;
+    examples += c.skip_examples;
     std::ifstream in(run_dir_ + "/" + c.name + ".progress.json");
     nlohmann::json p = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!p.is_object()) continue;
@@ -253,7 +270,7 @@ nlohmann::json Launch::Report(double seconds) {
     if (!r.is_object()) continue;
     ++n;
     const int64_t e = r.value("examples", int64_t{0});
-    examples += e;
+    examples += e + r.value("skipped_examples", int64_t{0});
     ne += r.value("train_ne", 0.0) * static_cast<double>(e);
     logloss += r.value("train_logloss", 0.0) * static_cast<double>(e);
     rounds += r.value("sync_rounds", int64_t{0});

@@ -27,6 +27,7 @@ struct WorkerFlags {
   std::vector<std::string> eval_data;
   std::string algorithm;
   int64_t max_examples = -1;
+  int64_t skip_examples = 0;
   int64_t eval_every = 0;
   int64_t eval_curve_examples = 20'000;
   bool preload = false;
@@ -63,6 +64,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
     if (o.eval_data.empty()) o.eval_data = o.spec.data.eval_paths;
   }
   o.max_examples = f.max_examples;
+  o.skip_examples = f.skip_examples;
   o.eval_every = f.eval_every;
   o.eval_curve_examples = f.eval_curve_examples;
   o.preload = f.preload;
@@ -116,6 +118,8 @@ Action AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--eval-data", flags->eval_data, "held-out files scored at the end");
   cmd->add_option("--algorithm", flags->algorithm, "override spec.sync.algorithm");
   cmd->add_option("--max-examples", flags->max_examples, "stop after N examples of this trainer");
+  cmd->add_option("--skip-examples", flags->skip_examples,
+                  "skip the first N examples of this trainer's share (resuming after a restart)");
   cmd->add_option("--eval-every", flags->eval_every,
                   "quality curve: score a replica snapshot every N examples of this trainer");
   cmd->add_option("--eval-curve-examples", flags->eval_curve_examples,

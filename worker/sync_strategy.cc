@@ -167,16 +167,24 @@ class ShadowStrategy final : public SyncStrategy {
 
   absl::Status Start(const DenseReplica& replica) override {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-    SS_RETURN_IF_ERROR(body_.Start(replica.params));
+    if (absl::Status s = body_.Start(replica.params); !s.ok()) {
+      // Training need not wait for the syncer: the loop rejoins it.
+      if (!Transient(s)) return s;
+      std::cerr << "shadow sync: " << s.message() << "; starting without it\n";
+    }
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
 
   absl::Status Finish() override {
     Stop();
-    absl::Status status = client_->Leave();
+    // A syncer that cannot be told drops this trainer after its member
+    // timeout; the training itself is done.
+    if (absl::Status s = client_->Leave(); !s.ok()) {
+      std::cerr << "shadow sync: leaving the rounds: " << s.message() << "\n";
+    }
     MutexLock l(&mu_);
-    return error_.ok() ? status : error_;
+    return error_;
   }
 
   bool WritesConcurrently() const override { return true; }

@@ -53,7 +53,14 @@ class Trainer::BatchSource {
   absl::StatusOr<bool> Next(std::shared_ptr<const ExampleBlock>* block, int64_t* begin,
                             int64_t* end, int64_t* position = nullptr) {
     MutexLock lock(&mu_);
-    while (current_ == nullptr || pos_ >= current_->size()) {
+    while (current_ == nullptr || pos_ >= current_->size() || skip_ > 0) {
+      if (current_ != nullptr && pos_ < current_->size()) {
+        const int64_t skipped = std::min<int64_t>(skip_, current_->size() - pos_);
+        pos_ += skipped;
+        skip_ -= skipped;
+        served_ += skipped;
+        continue;
+      }
       if (reader_ == nullptr) return false;
       ExampleBlock next;
       SS_ASSIGN_OR_RETURN(bool more, reader_->Next(&next));
@@ -78,6 +85,10 @@ class Trainer::BatchSource {
     MutexLock lock(&mu_);
     return total_;
   }
+  void Skip(int64_t examples) {
+    MutexLock lock(&mu_);
+    skip_ = examples;
+  }
   ReaderStats stats() const {
     MutexLock lock(&mu_);
     return stats_;
@@ -91,7 +102,8 @@ class Trainer::BatchSource {
   std::unique_ptr<CriteoReader> reader_ ABSL_GUARDED_BY(mu_);  // null when preloaded or done
   std::shared_ptr<const ExampleBlock> current_ ABSL_GUARDED_BY(mu_);
   int64_t pos_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t served_ ABSL_GUARDED_BY(mu_) = 0;  // Examples handed out so far.
+  int64_t served_ ABSL_GUARDED_BY(mu_) = 0;  // Examples handed out (or skipped) so far.
+  int64_t skip_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t total_ ABSL_GUARDED_BY(mu_) = -1;
   ReaderStats stats_ ABSL_GUARDED_BY(mu_);
 };
@@ -250,6 +262,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   const auto load_start = std::chrono::steady_clock::now();
   SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, options_.reader, options_.max_examples,
                                                      options_.preload, options_.batch_size));
+  source->Skip(options_.skip_examples);
   TrainReport report;
   if (options_.preload) report.load_seconds = SecondsSince(load_start);
 

@@ -42,6 +42,9 @@ struct TrainerOptions {
   model::OptimizerConfig optimizer;  // Dense parameters and embedding rows alike.
   uint64_t seed = 1;                 // Dense initialisation seed.
   int64_t max_examples = -1;         // Stop after this many; -1 = one full pass.
+  // Skip the first examples of the input (a restarted trainer resuming its
+  // share); max_examples counts the skipped ones too.
+  int64_t skip_examples = 0;
   // Parse all input before the clock starts, so examples/s measures training
   // alone (benchmarks); otherwise parsing streams alongside training.
   bool preload = false;

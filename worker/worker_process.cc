@@ -100,6 +100,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   to.optimizer = optimizer;
   to.seed = 1;  // Every trainer starts from the same dense weights.
   to.max_examples = options.max_examples;
+  to.skip_examples = options.skip_examples;
   to.preload = options.preload;
   to.reader.shard_index = options.index;
   to.reader.num_shards = trainers;
@@ -164,6 +165,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"batch_size", options.spec.trainer.batch_size},
       {"dense_params", r.dense_params},
       {"examples", r.train.examples},
+      {"skipped_examples", options.skip_examples},
       {"seconds", r.train.seconds},
       {"examples_per_second", r.train.examples_per_second},
       {"train_ne", r.train.train_ne},

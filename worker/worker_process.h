@@ -36,6 +36,7 @@ struct WorkerOptions {
   std::vector<std::string> data;                // Training files (this trainer reads its share).
   std::vector<std::string> eval_data;           // Held-out files; empty = no evaluation.
   int64_t max_examples = -1;                    // Of this trainer; -1 = its whole share.
+  int64_t skip_examples = 0;  // Of its share, already trained (a restarted trainer).
   // Quality curve: every `eval_every` examples of this trainer, score the
   // first `eval_curve_examples` held-out examples with a snapshot of the
   // replica (one thread, alongside training). 0 = no curve.

@@ -156,7 +156,10 @@ TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
   const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
-  EXPECT_EQ(r["restarts"], 1);
+  // A trainer whose push was in flight at the kill cannot know whether it
+  // was applied (pushes are never resent), so it may fail and be restarted
+  // too; it then resumes its share.
+  EXPECT_GE(r["restarts"], 1);
   EXPECT_EQ(r["examples"], 60000);
   EXPECT_NE(testing::ReadFile(run + ".log").find("ps-1 killed by signal 9; restarting"),
             std::string::npos);
@@ -168,15 +171,38 @@ TEST_F(RunTest, RestartsAKilledSyncerAndCompletes) {
   const std::string run = dir_.File("run");
   const pid_t launcher = StartLauncher(Bin(), WriteJob(60000), run);
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
-  const std::vector<pid_t> syncer = ProcessesMentioning(" syncer --listen");
+  const std::vector<pid_t> syncer = ProcessesMentioning("--ready-file " + run + "/syncer-0.ready");
   ASSERT_EQ(syncer.size(), 1u);
   ASSERT_EQ(kill(syncer[0], SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
   const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
-  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["restarts"], 1) << testing::ReadFile(run + ".log");
   EXPECT_EQ(r["examples"], 60000);  // no trainer had to start over
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+}
+
+// A trainer killed with SIGKILL is restarted and resumes after the part of
+// its share it had reported; the job completes with every example trained
+// (some of the last second's possibly twice).
+TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(100000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  // Let it report some progress first.
+  for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
+  ASSERT_EQ(trainer.size(), 2u);
+  ASSERT_EQ(kill(trainer[1], SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["examples"], 100000);
   EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
 }
 
