@@ -52,6 +52,17 @@ absl::StatusOr<int> FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// A number field of a child's JSON file, or 0: a NaN is written as null,
+// and a file may be older than the field.
+double Num(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+int64_t Int(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : 0;
+}
+
 enum class Role { kPs, kSyncer, kTrainer };
 
 struct Child {
@@ -183,7 +194,7 @@ absl::Status Launch::Reap() {
       // progress interval of its share is trained twice.
       std::ifstream in(run_dir_ + "/" + c.name + ".progress.json");
       nlohmann::json p = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (p.is_object()) c.skip_examples += p.value("examples", int64_t{0});
+      if (p.is_object()) c.skip_examples += Int(p, "examples");
       fs::remove(run_dir_ + "/" + c.name + ".progress.json");
     }
     std::cerr << (options_.tty ? "\n" : "") << c.name << " " << how << "; restarting (" << restarts_
@@ -224,15 +235,18 @@ void Launch::ShowProgress(bool final) {
   for (const Child& c : children_) {
     if (c.role != Role::kTrainer) continue;
     examples += c.skip_examples;
-    std::ifstream in(run_dir_ + "/" + c.name + ".progress.json");
+    // At the end, the trainers' reports: their last progress files may lag.
+    std::ifstream in(run_dir_ + "/" + c.name + (final ? ".json" : ".progress.json"));
     nlohmann::json p = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!p.is_object()) continue;
-    const int64_t n = p.value("examples", int64_t{0});
+    const int64_t n = Int(p, "examples");
     examples += n;
-    ne_weighted += p.value("train_ne", 0.0) * static_cast<double>(n);
+    ne_weighted += Num(p, "train_ne") * static_cast<double>(n);
   }
   const double seconds = Since(start_);
-  const double eps = (examples - last_examples_) / std::max(seconds - last_seconds_, 1e-9);
+  // The last line shows the whole run's rate, not the last interval's.
+  const double eps = final ? examples / std::max(seconds, 1e-9)
+                           : (examples - last_examples_) / std::max(seconds - last_seconds_, 1e-9);
   last_examples_ = examples;
   last_seconds_ = seconds;
   const double ne = examples > 0 ? ne_weighted / static_cast<double>(examples) : 0;
@@ -269,21 +283,21 @@ nlohmann::json Launch::Report(double seconds) {
     nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) continue;
     ++n;
-    const int64_t e = r.value("examples", int64_t{0});
-    examples += e + r.value("skipped_examples", int64_t{0});
-    ne += r.value("train_ne", 0.0) * static_cast<double>(e);
-    logloss += r.value("train_logloss", 0.0) * static_cast<double>(e);
-    rounds += r.value("sync_rounds", int64_t{0});
-    sent += r.value("sync_bytes_sent", int64_t{0});
-    received += r.value("sync_bytes_received", int64_t{0});
-    blocked += r.value("sync_blocked_seconds", 0.0);
-    round_seconds += r.value("sync_mean_round_seconds", 0.0);
-    gap += r.value("sync_mean_gap_steps", 0.0);
+    const int64_t e = Int(r, "examples");
+    examples += e + Int(r, "skipped_examples");
+    ne += Num(r, "train_ne") * static_cast<double>(e);
+    logloss += Num(r, "train_logloss") * static_cast<double>(e);
+    rounds += Int(r, "sync_rounds");
+    sent += Int(r, "sync_bytes_sent");
+    received += Int(r, "sync_bytes_received");
+    blocked += Num(r, "sync_blocked_seconds");
+    round_seconds += Num(r, "sync_mean_round_seconds");
+    gap += Num(r, "sync_mean_gap_steps");
     if (r.contains("eval_ne")) {
       ++evaluated;
-      eval_ne += r["eval_ne"].get<double>();
-      eval_auc += r["eval_auc"].get<double>();
-      eval_logloss += r["eval_logloss"].get<double>();
+      eval_ne += Num(r, "eval_ne");
+      eval_auc += Num(r, "eval_auc");
+      eval_logloss += Num(r, "eval_logloss");
     }
     trainers.push_back(std::move(r));
   }
@@ -388,6 +402,20 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   run_dir_ =
       options_.run_dir.empty() ? absl::StrCat("runs/", job_.metadata.name) : options_.run_dir;
   fs::create_directories(run_dir_);
+  // A run starts fresh: a previous run's servers would reopen their state
+  // with the shard map of its ports. Generated data (data/) is kept.
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "data") continue;
+    if (name.starts_with("ps-") || name.starts_with("syncer-") || name.starts_with("trainer-") ||
+        name.starts_with("report.") || name == "job.json") {
+      removed += static_cast<int>(fs::remove_all(entry.path()) > 0);
+    }
+  }
+  if (removed > 0) {
+    std::cerr << "starting fresh in " << run_dir_ << ": removed the previous run's state\n";
+  }
   // The children read the job as the launcher validated it.
   std::ofstream(run_dir_ + "/job.json") << JobToJson(job_).dump(2) << "\n";
   SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, run_dir_ + "/data"));
@@ -537,7 +565,12 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 
 absl::StatusOr<nlohmann::json> RunJob(const LaunchOptions& options) {
   Launch launch(options);
-  return launch.Run();
+  try {
+    return launch.Run();
+  } catch (const std::exception& e) {
+    // Unwinding stops the children (~Launch); an uncaught exception would not.
+    return absl::InternalError(absl::StrCat("launcher failed: ", e.what()));
+  }
 }
 
 }  // namespace shadowsync::cli

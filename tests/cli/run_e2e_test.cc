@@ -76,6 +76,19 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
     EXPECT_GT(r["peak_rss_bytes"][child].get<int64_t>(), 0) << child;
   }
   EXPECT_TRUE(std::filesystem::exists(dir_.File("run/report.svg")));
+
+  // Running again into the same directory starts fresh (the servers' old
+  // state would carry the old run's ports) and reuses the generated data.
+  out.clear();
+  ASSERT_EQ(
+      RunShell(Bin() + " run " + job + " --out " + dir_.File("run") + " --progress-interval 0.2",
+               &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("starting fresh"), std::string::npos) << out;
+  EXPECT_EQ(out.find("generating"), std::string::npos) << out;
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(dir_.File("run/report.json")))["examples"],
+            12000);
 }
 
 TEST_F(RunTest, InvalidSpecFailsBeforeAnythingStartsWithTheFieldPath) {
