@@ -1,8 +1,8 @@
-// The single-process training core: T Hogwild threads share one dense
+// The training core of one trainer: T Hogwild threads share one dense
 // replica without locks (relaxed atomics, see common/model/optimizer.h), look
-// embedding rows up in an EmbeddingStore and push their gradients back.
-// Later issues put a parameter-server client behind the store and a sync
-// strategy beside the threads; the loop itself stays the same.
+// embedding rows up in an EmbeddingStore (in-process, or the parameter-server
+// client) and push their gradients back; an optional SyncStrategy keeps the
+// replica in agreement with other trainers'.
 //
 // A Trainer is driven by one thread (Train, Evaluate); it runs its own
 // worker threads internally.
