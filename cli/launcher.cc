@@ -3,14 +3,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -114,29 +116,35 @@ class Launch {
 absl::Status Launch::Spawn(Child& c) {
   if (!c.ready.empty()) fs::remove(c.ready);
   std::vector<std::string> args = c.argv;
-  if (c.skip_examples > 0)
+  if (c.skip_examples > 0) {
     args.insert(args.end(), {"--skip-examples", std::to_string(c.skip_examples)});
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, c.log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  // Its own process group: a terminal's Ctrl-C reaches the launcher only,
-  // which then stops every child in order.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  const int rc = posix_spawn(&c.pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    c.pid = -1;
-    return absl::UnavailableError(absl::StrCat("cannot start ", c.name, ": ", strerror(rc)));
+  // Opened before the fork: the child may only make async-signal-safe calls.
+  const int log = open(c.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return absl::UnavailableError(absl::StrCat("cannot open ", c.log));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Its own process group: a terminal's Ctrl-C reaches the launcher only,
+    // which then stops every child in order. And a child dies with the
+    // launcher (even a SIGKILLed one) instead of living on as an orphan.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // the launcher died before prctl
+    dup2(log, STDOUT_FILENO);
+    dup2(log, STDERR_FILENO);
+    execve(argv[0], argv.data(), environ);
+    _exit(127);
   }
+  close(log);
+  if (pid < 0) {
+    c.pid = -1;
+    return absl::UnavailableError(absl::StrCat("cannot start ", c.name, ": ", strerror(errno)));
+  }
+  c.pid = pid;
   return absl::OkStatus();
 }
 

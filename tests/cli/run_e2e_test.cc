@@ -156,6 +156,23 @@ TEST_F(RunTest, InterruptStopsEveryChild) {
   EXPECT_TRUE(ProcessesMentioning(run + "/").empty()) << "children left behind";
 }
 
+// Children die with the launcher, even with a SIGKILLed one, instead of
+// living on as orphans.
+TEST_F(RunTest, ChildrenDieWithAKilledLauncher) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(400000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  ASSERT_EQ(kill(launcher, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  std::vector<pid_t> left = ProcessesMentioning(run + "/");
+  for (int i = 0; i < 200 && !left.empty(); ++i) {  // they shut down on SIGTERM
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = ProcessesMentioning(run + "/");
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " children left behind";
+}
+
 // A parameter server killed with SIGKILL mid-run is restarted on the same
 // directory and port; the job completes.
 TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
