@@ -89,6 +89,21 @@ split_file() {
 }
 
 # Other processes on the machine distort timings; say so.
+# sync_data: the synthetic training file of the sync benchmarks (400k
+# examples, seed 7), generated once into $BENCH_TMP/sync; prints its path.
+sync_data() {
+  local dir="$BENCH_TMP/sync" data
+  data="$dir/train.tsv"
+  mkdir -p "$dir"
+  if [[ ! -s "$data" ]]; then
+    note "generating synthetic data into $data"
+    "$SHADOWSYNC" gen-data --out "$data.tmp" --examples 400000 --seed 7 >&2
+    mv "$data.tmp" "$data"
+    mv "$data.tmp.teacher.json" "$data.teacher.json" 2>/dev/null || true
+  fi
+  echo "$data"
+}
+
 check_load() {
   local load cores
   load=$(cut -d' ' -f1 /proc/loadavg)

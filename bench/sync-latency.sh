@@ -21,14 +21,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
 
 need_shadowsync
-OUT="$BENCH_TMP/sync"
-mkdir -p "$OUT"
-DATA="$OUT/train.tsv"
-if [[ ! -s "$DATA" ]]; then
-  note "generating synthetic data into $DATA"
-  "$SHADOWSYNC" gen-data --out "$DATA.tmp" --examples 400000 --seed 7 >&2
-  mv "$DATA.tmp" "$DATA"
-fi
+DATA="$(sync_data)"
 check_load
 exec "$PY" "$ROOT/bench/sync_latency.py" --bin "$SHADOWSYNC" --data "$DATA" \
-  --workdir "$OUT/latency-runs" "$@"
+  --workdir "$BENCH_TMP/sync/latency-runs" "$@"

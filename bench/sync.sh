@@ -23,14 +23,6 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
 
 need_shadowsync
-OUT="$BENCH_TMP/sync"
-mkdir -p "$OUT"
-DATA="$OUT/train.tsv"
-if [[ ! -s "$DATA" ]]; then
-  note "generating synthetic data into $DATA"
-  "$SHADOWSYNC" gen-data --out "$DATA.tmp" --examples 400000 --seed 7 >&2
-  mv "$DATA.tmp" "$DATA"
-  [[ -f "$DATA.tmp.teacher.json" ]] && mv "$DATA.tmp.teacher.json" "$DATA.teacher.json"
-fi
+DATA="$(sync_data)"
 check_load
-exec "$PY" "$ROOT/bench/sync.py" --bin "$SHADOWSYNC" --data "$DATA" --workdir "$OUT/runs" "$@"
+exec "$PY" "$ROOT/bench/sync.py" --bin "$SHADOWSYNC" --data "$DATA" --workdir "$BENCH_TMP/sync/runs" "$@"

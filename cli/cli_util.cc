@@ -1,5 +1,9 @@
 #include "cli/cli_util.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +16,41 @@
 #include "common/synthetic.h"
 
 namespace shadowsync::cli {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnStopSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Async-signal-safe; a full pipe only means a signal is already pending.
+  if (write(g_signal_pipe[1], &byte, 1) < 0) {
+  }
+}
+
+}  // namespace
+
+bool InstallStopSignals() {
+  if (pipe(g_signal_pipe) != 0) return false;
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  return true;
+}
+
+int AwaitStopSignal() {
+  unsigned char sig = 0;
+  while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  }
+  return sig;
+}
+
+void WakeStopWatcher() {
+  const unsigned char wake = 0;
+  if (write(g_signal_pipe[1], &wake, 1) < 0) {
+  }
+}
 
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
   const std::string tmp = path + ".tmp";

@@ -2,8 +2,11 @@
 #ifndef SHADOWSYNC_CLI_CLI_UTIL_H_
 #define SHADOWSYNC_CLI_CLI_UTIL_H_
 
+#include <csignal>
 #include <cstdint>
+#include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +17,49 @@ namespace shadowsync::cli {
 // Writes "grpc_port metrics_port\n" through a rename, so a reader (a
 // launcher, a test, a benchmark) never sees a partial file.
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
+
+// SIGTERM/SIGINT handling for server processes. The signal may land on any
+// thread (OpenBLAS starts threads before main), so the handler only writes
+// it to a pipe, which a watcher thread reads. False if the pipe cannot be made.
+bool InstallStopSignals();
+// Blocks until a stop signal arrives (returns it) or WakeStopWatcher() is
+// called (returns 0).
+int AwaitStopSignal();
+void WakeStopWatcher();
+
+// Runs a server process: installs the stop signals, starts the server with
+// `start` (returning absl::StatusOr<std::unique_ptr<S>>, where S has
+// grpc_port(), metrics_port(), Shutdown() and Wait()), writes `ready_file`
+// if given, and shuts the server down on SIGTERM/SIGINT. Returns the exit
+// code: 2 for invalid arguments, 1 for other failures, 0 after a clean stop.
+template <typename StartFn>
+int ServeUntilSignal(const std::string& name, const std::string& ready_file, StartFn start) {
+  if (!InstallStopSignals()) {
+    std::cerr << "shadowsync " << name << ": cannot create the signal pipe\n";
+    return 1;
+  }
+  auto server = start();
+  if (!server.ok()) {
+    std::cerr << "shadowsync " << name << ": " << server.status().ToString() << "\n";
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  auto* s = server->get();
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, s->grpc_port(), s->metrics_port())) {
+    std::cerr << "shadowsync " << name << ": cannot write --ready-file " << ready_file << "\n";
+    s->Shutdown();
+    return 1;
+  }
+  std::thread watcher([s, &name] {
+    if (const int sig = AwaitStopSignal(); sig != 0) {
+      std::cerr << name << " received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
+    }
+    s->Shutdown();
+  });
+  s->Wait();
+  WakeStopWatcher();  // In case Shutdown came from elsewhere.
+  watcher.join();
+  return 0;
+}
 
 // Splits comma-separated lists given as one or several flags.
 std::vector<std::string> SplitList(const std::vector<std::string>& flags);

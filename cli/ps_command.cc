@@ -49,16 +49,6 @@ struct PsFlags {
   std::string ready_file;
 };
 
-int g_signal_pipe[2] = {-1, -1};
-constexpr unsigned char kStopWatcher = 0;
-
-void OnSignal(int sig) {
-  const unsigned char byte = static_cast<unsigned char>(sig);
-  // Async-signal-safe; a full pipe only means a signal is already pending.
-  if (write(g_signal_pipe[1], &byte, 1) < 0) {
-  }
-}
-
 int RunPs(const PsFlags& f) {
   auto kind = model::ParseOptimizerKind(f.optimizer);
   if (!kind.ok()) {
@@ -92,46 +82,7 @@ int RunPs(const PsFlags& f) {
   o.eviction_interval = absl::Seconds(f.eviction_interval_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
 
-  // SIGTERM/SIGINT may land on any thread (OpenBLAS starts threads before
-  // main), so the handler only writes the signal to a pipe; a watcher thread
-  // reads it and shuts the server down.
-  if (pipe(g_signal_pipe) != 0) {
-    std::cerr << "shadowsync ps: cannot create the signal pipe\n";
-    return 1;
-  }
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
-
-  auto server = ps::PsServer::Start(std::move(o));
-  if (!server.ok()) {
-    std::cerr << "shadowsync ps: " << server.status().ToString() << "\n";
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  if (!f.ready_file.empty() &&
-      !WriteReadyFile(f.ready_file, (*server)->grpc_port(), (*server)->metrics_port())) {
-    std::cerr << "shadowsync ps: cannot write --ready-file " << f.ready_file << "\n";
-    (*server)->Shutdown();
-    return 1;
-  }
-  ps::PsServer* s = server->get();
-  std::thread signal_thread([s] {
-    unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
-    if (sig != kStopWatcher) {
-      std::cerr << "ps received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
-    }
-    s->Shutdown();
-  });
-  s->Wait();
-  const unsigned char stop = kStopWatcher;  // In case Shutdown came from elsewhere.
-  if (write(g_signal_pipe[1], &stop, 1) < 0) {
-  }
-  signal_thread.join();
-  return 0;
+  return ServeUntilSignal("ps", f.ready_file, [&] { return ps::PsServer::Start(std::move(o)); });
 }
 
 }  // namespace

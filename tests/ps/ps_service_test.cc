@@ -31,6 +31,7 @@
 #include "ps/ps_server.h"
 #include "ps/row_store.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 #include "worker/ps_client.h"
 
@@ -50,35 +51,6 @@ std::vector<model::EmbeddingTableConfig> Tables() {
   for (int t = 0; t < kTables; ++t)
     tables.push_back({.name = "t" + std::to_string(t), .hash_buckets = kBuckets});
   return tables;
-}
-
-// A minimal HTTP/1.0 GET; returns the status code and fills `body`.
-int HttpGet(int port, const std::string& path, std::string* body) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return -1;
-  }
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t header_end = response.find("\r\n\r\n");
-  if (response.compare(0, 9, "HTTP/1.1 ") != 0 && response.compare(0, 9, "HTTP/1.0 ") != 0) {
-    return -1;
-  }
-  *body = header_end == std::string::npos ? "" : response.substr(header_end + 4);
-  return std::stoi(response.substr(9, 3));
 }
 
 class PsServiceTest : public ::testing::Test {
@@ -891,9 +863,9 @@ TEST_F(PsServiceTest, MetricsAndHealthzOverHttp) {
   const int port = nodes_[0].server->metrics_port();
   ASSERT_GT(port, 0);
   std::string body;
-  ASSERT_EQ(HttpGet(port, "/healthz", &body), 200);
+  ASSERT_EQ(testing::HttpGet(port, "/healthz", &body), 200);
   EXPECT_EQ(body, "ok\n");
-  ASSERT_EQ(HttpGet(port, "/metrics", &body), 200);
+  ASSERT_EQ(testing::HttpGet(port, "/metrics", &body), 200);
   for (const std::string& name : ps::PsMetrics::MetricNames()) {
     EXPECT_THAT(body, HasSubstr(name)) << name;
   }
@@ -905,7 +877,7 @@ TEST_F(PsServiceTest, MetricsAndHealthzOverHttp) {
   EXPECT_THAT(body, HasSubstr("shadowsync_ps_shard_map_epoch 2"));
   EXPECT_THAT(body, HasSubstr("shadowsync_ps_rows_stored " + std::to_string(touched_.size())));
   nodes_[0].server->Shutdown();
-  EXPECT_NE(HttpGet(port, "/healthz", &body), 200);
+  EXPECT_NE(testing::HttpGet(port, "/healthz", &body), 200);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "syncer/syncer_client.h"
-#include "tests/syncer/http_get.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
 extern char** environ;

@@ -18,7 +18,7 @@
 #include "syncer/all_reduce.h"
 #include "syncer/syncer_client.h"
 #include "syncer/syncer_server.h"
-#include "tests/syncer/http_get.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::syncer {

@@ -1,6 +1,6 @@
-// A minimal HTTP/1.0 GET for the syncer tests' /metrics and /healthz checks.
-#ifndef SHADOWSYNC_TESTS_SYNCER_HTTP_GET_H_
-#define SHADOWSYNC_TESTS_SYNCER_HTTP_GET_H_
+// A minimal HTTP/1.0 GET for the tests of /metrics and /healthz endpoints.
+#ifndef SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
+#define SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -44,4 +44,4 @@ inline int HttpGet(int port, const std::string& path, std::string* body) {
 
 }  // namespace shadowsync::testing
 
-#endif  // SHADOWSYNC_TESTS_SYNCER_HTTP_GET_H_
+#endif  // SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
