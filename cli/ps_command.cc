@@ -29,6 +29,7 @@ struct PsFlags {
   std::string advertise;
   std::string peers;
   uint32_t self_index = 0;
+  bool join = false;
   std::string db;
   int dim = 16;
   int tables = 26;
@@ -63,6 +64,7 @@ int RunPs(const PsFlags& f) {
     o.peers.emplace_back(peer);
   }
   o.self_index = f.self_index;
+  o.join = f.join;
   o.store.db_path = f.db;
   o.store.dim = f.dim;
   for (int t = 0; t < f.tables; ++t) {
@@ -103,6 +105,8 @@ Action AddPsCommand(CLI::App& app) {
                   "(default: this server alone)");
   cmd->add_option("--self-index", f->self_index, "this server's index in --peers")
       ->capture_default_str();
+  cmd->add_flag("--join", f->join,
+                "start owning no slot until a reshard assigns some (a server added by scale-out)");
   cmd->add_option("--db", f->db, "RocksDB directory (created if missing)")->required();
   cmd->add_option("--dim", f->dim, "embedding dimension")->capture_default_str();
   cmd->add_option("--tables", f->tables, "number of embedding tables")->capture_default_str();

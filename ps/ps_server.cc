@@ -65,6 +65,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     Log(absl::StrFormat("ps using the persisted shard map epoch=%d self=%d", map.epoch(),
                         persisted->self_index));
     installed = s.service_->InstallShardMap(map, persisted->self_index);
+  } else if (opts.join) {
+    Log("ps joining: owns no slot until a SetShardMap assigns some");
+    installed =
+        s.store_->SetOwnership(s.store_->epoch(), std::vector<bool>(opts.store.num_slots, false));
   } else {
     std::vector<std::string> peers = opts.peers;
     if (peers.empty()) peers.push_back(s.advertise_address_);

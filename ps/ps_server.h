@@ -55,6 +55,10 @@ struct PsServerOptions {
   // Used only when no map is persisted in the database directory.
   std::vector<std::string> peers;
   uint32_t self_index = 0;
+  // Start owning no slot, without a shard map, until SetShardMap gives it
+  // one: a server added by scale-out (ps/resharder.h). Ignored when a map is
+  // persisted. Default: false.
+  bool join = false;
 
   RowStoreOptions store;
   // Limits and executor size. service.shard_map_path defaults to

@@ -879,7 +879,13 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
             absl::StrCat("chunk ", chunks_, " rows[", i, "]: (table ", row.table(), ", id ",
                          row.id(), ") is in slot ", slot, ", chunk says slot ", chunk_.slot()));
       }
-      if (map != nullptr && map->owner_of_slot(slot) != self) {
+      if (chunk_.incoming()) {
+        if (map != nullptr && map->owner_of_slot(slot) == self) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("chunk ", chunks_, " is incoming but slot ", slot,
+                           " is already owned and served by this server at epoch ", map->epoch()));
+        }
+      } else if (map != nullptr && map->owner_of_slot(slot) != self) {
         return WrongOwnerError(slot, map->epoch(), map->owner_of_slot(slot));
       }
       if (!seen_.insert({row.table(), row.id()}).second) {

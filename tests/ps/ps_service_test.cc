@@ -29,6 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ps/ps_server.h"
+#include "ps/resharder.h"
 #include "ps/row_store.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/http_get.h"
@@ -116,6 +117,18 @@ class PsServiceTest : public ::testing::Test {
     v1::StatsResponse response;
     SS_RETURN_IF_ERROR(FromGrpcStatus(nodes_[node].stub->Stats(&context, {}, &response)));
     return response;
+  }
+
+  // The addresses of the first n servers.
+  std::vector<std::string> Addresses(int n) const {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) out.push_back(nodes_[i].address);
+    return out;
+  }
+  uint64_t ValueChecksumOf(int node) {
+    auto stats = Stats(node);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? stats->value_checksum() : 0;
   }
 
   std::unique_ptr<worker::PsClient> Client() {
@@ -484,6 +497,199 @@ TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
   ExpectMatchesOracle(*client, Touched());
 }
 
+// --- Live resharding (ps/resharder.h) --------------------------------------------
+
+TEST_F(PsServiceTest, JoinedServerOwnsNothingUntilAMapArrives) {
+  ps::PsServerOptions o = Options("joined");
+  o.join = true;
+  nodes_.push_back(Start(std::move(o)));
+  grpc::ClientContext context;
+  v1::LookupRequest request;
+  v1::TableRows* t = request.add_tables();
+  t->set_table(0);
+  t->add_ids(7);
+  v1::LookupResponse response;
+  grpc::Status s = nodes_[0].stub->Lookup(&context, request, &response);
+  EXPECT_TRUE(IsWrongOwner(s)) << s.error_message();
+  auto stats = Stats(0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->slots_owned(), 0u);
+}
+
+// With nothing training, a reshard keeps every row exactly: the cluster's row
+// count, key checksum and value checksum are equal before and after, 2 -> 3 -> 2.
+TEST_F(PsServiceTest, ReshardWithTrainingPausedKeepsEveryRowAndValue) {
+  StartCluster(2);
+  Load(6, 60);
+  ps::PsServerOptions o = Options("ps2");
+  o.join = true;
+  nodes_.push_back(Start(std::move(o)));
+  ps::ReshardOptions options{.slots_per_step = 8};
+
+  auto out = ps::Reshard(Addresses(2), Addresses(3), options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->slots_moved, kSlots / 3);  // 64 -> 22/21/21: the new one gets 21.
+  EXPECT_EQ(out->steps, 3);
+  EXPECT_GT(out->moved_before.rows, 0);
+  EXPECT_EQ(out->moved_before, out->moved_after);
+  EXPECT_EQ(out->cluster_before, out->cluster_after);
+  EXPECT_EQ(out->cluster_before.rows, static_cast<int64_t>(touched_.size()));
+  EXPECT_EQ(out->epoch_after, out->epoch_before + 1 + 3);
+  uint32_t owned = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto stats = Stats(i);
+    ASSERT_TRUE(stats.ok());
+    EXPECT_GE(stats->slots_owned(), 21u);
+    owned += stats->slots_owned();
+    EXPECT_EQ(stats->epoch(), out->epoch_after);
+  }
+  EXPECT_EQ(owned, kSlots);
+
+  auto in = ps::Reshard(Addresses(3), Addresses(2), options);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->slots_moved, kSlots / 3);
+  EXPECT_EQ(in->cluster_before, in->cluster_after);
+  EXPECT_EQ(in->cluster_after, out->cluster_before);
+  auto drained = Stats(2);
+  ASSERT_TRUE(drained.ok());
+  EXPECT_EQ(drained->rows_stored(), 0u);
+  EXPECT_EQ(drained->slots_owned(), 0u);
+
+  grpc::ClientContext context;
+  v1::ShardMap got;
+  ASSERT_TRUE(nodes_[0].stub->GetShardMap(&context, {}, &got).ok());
+  auto final_map = ShardMap::FromProto(got);
+  ASSERT_TRUE(final_map.ok());
+  EXPECT_EQ(final_map->num_servers(), 2);
+  map_ = *final_map;
+  ExpectServingAndIntact();
+}
+
+// The live case: a client pushes without pause while slots move 2 -> 3 -> 2.
+// Every update lands exactly once (the rows equal the oracle's, which saw the
+// same pushes in the same order), and the client never sees an error.
+TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
+  StartCluster(2);
+  Load(3, 60);
+  ps::PsServerOptions o = Options("ps2");
+  o.join = true;
+  nodes_.push_back(Start(std::move(o)));
+
+  std::unique_ptr<worker::PsClient> client = Client();
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> pushes{0};
+  absl::Status pusher_status;  // Read after the join.
+  std::atomic<bool> pusher_failed{false};
+  std::thread pusher([&] {
+    while (!stop.load()) {
+      auto grads = RandomGrads(RandomIds(20, kBuckets));
+      std::vector<model::TableRows> ids = grads;
+      absl::Status s = client->Lookup(ids);
+      if (s.ok()) s = client->Push(grads);
+      if (!s.ok()) {
+        pusher_status = s;
+        pusher_failed = true;
+        return;
+      }
+      Remember(grads);
+      (void)oracle_.Push(grads);
+      pushes.fetch_add(1);
+    }
+  });
+  auto wait_for_pushes = [&](int64_t n) {
+    const int64_t target = pushes.load() + n;
+    while (pushes.load() < target && !pusher_failed.load()) absl::SleepFor(absl::Milliseconds(1));
+  };
+  wait_for_pushes(20);
+  ps::ReshardOptions options{.slots_per_step = 4};
+  const int64_t before_out = pushes.load();
+  auto out = ps::Reshard(Addresses(2), Addresses(3), options);
+  const int64_t during_out = pushes.load() - before_out;
+  wait_for_pushes(20);
+  const int64_t before_in = pushes.load();
+  auto in = ps::Reshard(Addresses(3), Addresses(2), options);
+  const int64_t during_in = pushes.load() - before_in;
+  wait_for_pushes(20);
+  stop = true;
+  pusher.join();
+  ASSERT_TRUE(pusher_status.ok()) << pusher_status;
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(out->moved_before, out->moved_after);
+  EXPECT_EQ(in->moved_before, in->moved_after);
+  EXPECT_EQ(out->steps, 6);
+  // Training really ran across both reshards, through the redirects.
+  EXPECT_GT(during_out + during_in, 0);
+  EXPECT_GT(client->counters().wrong_owner, 0);
+
+  auto drained = Stats(2);
+  ASSERT_TRUE(drained.ok());
+  EXPECT_EQ(drained->rows_stored(), 0u);
+  // The drained server goes away; the client keeps working without it.
+  nodes_[2].server->Shutdown();
+  for (int i = 0; i < 3; ++i) {
+    auto grads = RandomGrads(RandomIds(20, kBuckets));
+    Remember(grads);
+    Push(*client, grads);
+  }
+  ExpectMatchesOracle(*client, Touched());
+  map_ = ShardMap::Balanced(kSlots, Addresses(2), 1);  // Stale: a fresh client follows redirects.
+  ExpectServingAndIntact();
+  auto total = ps::ClusterChecksum(Addresses(2));
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(total->rows, static_cast<int64_t>(touched_.size()));
+}
+
+TEST_F(PsServiceTest, ReshardRefusesWhatWouldLoseOrMixData) {
+  StartCluster(2);
+  Load(2, 30);
+  // A new server that already holds rows.
+  nodes_.push_back(Start(Options("full")));
+  {
+    auto client = worker::PsClient::Create(ShardMap::Balanced(kSlots, {nodes_[2].address}, 1), kDim,
+                                           kTables, {});
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Push(RandomGrads(RandomIds(5, kBuckets))).ok());
+  }
+  EXPECT_THAT(ps::Reshard(Addresses(2), Addresses(3), {}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "already stores"));
+  // A list that neither extends nor prefixes the current one.
+  EXPECT_THAT(ps::Reshard(Addresses(2), {nodes_[1].address, nodes_[0].address}, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "must extend"));
+  // Servers at different epochs: an interrupted reshard; nothing moves.
+  auto newer = map_->WithMoves({}, map_->addresses());
+  ASSERT_TRUE(newer.ok());
+  ASSERT_TRUE(SetMap(0, *newer, 0).ok());
+  const uint64_t checksum = ValueChecksumOf(0);
+  EXPECT_THAT(ps::Reshard(Addresses(2), {nodes_[0].address}, {}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "disagree"));
+  EXPECT_EQ(ValueChecksumOf(0), checksum);
+}
+
+// A resumed job's servers come back on new ports: Readdress teaches every
+// server everyone's address, and clients route by it.
+TEST_F(PsServiceTest, ReaddressInstallsTheNewAddressesEverywhere) {
+  StartCluster(2);
+  Load(3, 40);
+  nodes_[1].server->Shutdown();
+  nodes_[1] = Start(Options("ps1"));
+  auto map = ps::Readdress(Addresses(2));
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->epoch(), map_->epoch() + 1);
+  EXPECT_EQ(map->addresses(), Addresses(2));
+  for (int i = 0; i < 2; ++i) {
+    auto stats = Stats(i);
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->epoch(), map->epoch());
+  }
+  map_ = *map;
+  ExpectServingAndIntact();
+  // Again with nothing changed: a no-op.
+  auto same = ps::Readdress(Addresses(2));
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->epoch(), map->epoch());
+}
+
 TEST_F(PsServiceTest, ShardMapSurvivesRestartWithTheNewPort) {
   StartCluster(2);
   const std::string db = dir_.File("ps1");
@@ -814,6 +1020,16 @@ TEST_F(PsServiceImportTest, RowsOfUnownedSlotsAreWrongOwner) {
                     "WRONG_OWNER slot=");
   EXPECT_EQ(ValueChecksum(1), before);
   ExpectServingAndIntact();
+}
+
+// A resharder's stream (incoming) never overwrites a slot the server serves.
+TEST_F(PsServiceImportTest, IncomingRowsOfOwnedSlotsAreRefused) {
+  std::vector<v1::SlotChunk> chunks = chunks_;
+  for (v1::SlotChunk& c : chunks) c.set_incoming(true);
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), FAILED_PRECONDITION,
+                    "already owned and served by this server");
+  ExpectFreshStillEmpty();
 }
 
 TEST_F(PsServiceImportTest, StagingLimitIsResourceExhausted) {

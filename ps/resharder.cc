@@ -1,0 +1,376 @@
+#include "ps/resharder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "ps/row_store.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+
+namespace shadowsync::ps {
+namespace {
+
+using Stub = v1::ParameterServer::Stub;
+
+std::unique_ptr<Stub> Connect(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  return v1::ParameterServer::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::Status Annotate(const grpc::Status& status, const std::string& what,
+                      const std::string& address) {
+  if (status.ok()) return absl::OkStatus();
+  const absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat(what, " on ", address, ": ", s.message()));
+}
+
+class Cluster {
+ public:
+  Cluster(std::vector<std::string> addresses, absl::Duration deadline)
+      : addresses_(std::move(addresses)), deadline_(deadline) {
+    for (const std::string& a : addresses_) stubs_.push_back(Connect(a));
+  }
+
+  int size() const { return static_cast<int>(addresses_.size()); }
+  const std::string& address(int i) const { return addresses_[i]; }
+
+  absl::StatusOr<ShardMap> GetMap(int i) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(deadline_));
+    v1::ShardMap proto;
+    SS_RETURN_IF_ERROR(
+        Annotate(stubs_[i]->GetShardMap(&context, {}, &proto), "GetShardMap", addresses_[i]));
+    return ShardMap::FromProto(proto);
+  }
+
+  absl::Status SetMap(int i, const ShardMap& map) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(deadline_));
+    v1::SetShardMapRequest request;
+    *request.mutable_map() = map.ToProto();
+    request.set_self_index(static_cast<uint32_t>(i));
+    v1::SetShardMapResponse response;
+    return Annotate(stubs_[i]->SetShardMap(&context, request, &response),
+                    absl::StrCat("SetShardMap(epoch ", map.epoch(), ")"), addresses_[i]);
+  }
+
+  absl::StatusOr<RowSetChecksum> Stats(int i) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(deadline_));
+    v1::StatsResponse response;
+    SS_RETURN_IF_ERROR(Annotate(stubs_[i]->Stats(&context, {}, &response), "Stats", addresses_[i]));
+    return RowSetChecksum{static_cast<int64_t>(response.rows_stored()), response.key_checksum(),
+                          response.value_checksum()};
+  }
+
+  absl::StatusOr<int64_t> Drop(int i, const std::vector<uint32_t>& slots) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(deadline_));
+    v1::DropSlotsRequest request;
+    request.mutable_slots()->Add(slots.begin(), slots.end());
+    v1::DropSlotsResponse response;
+    SS_RETURN_IF_ERROR(
+        Annotate(stubs_[i]->DropSlots(&context, request, &response), "DropSlots", addresses_[i]));
+    return static_cast<int64_t>(response.rows_dropped());
+  }
+
+  // Streams `slots` of server `from` into server `to` (to == -1: nowhere, a
+  // read-back), checksumming every row that passes.
+  absl::StatusOr<RowSetChecksum> Move(int from, int to, const std::vector<uint32_t>& slots) {
+    grpc::ClientContext export_context;
+    export_context.set_deadline(DeadlineFromNow(deadline_));
+    v1::ExportSlotsRequest request;
+    request.mutable_slots()->Add(slots.begin(), slots.end());
+    std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader =
+        stubs_[from]->ExportSlots(&export_context, request);
+    grpc::ClientContext import_context;
+    import_context.set_deadline(DeadlineFromNow(deadline_));
+    v1::ImportSlotsResponse imported;
+    std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer;
+    if (to >= 0) writer = stubs_[to]->ImportSlots(&import_context, &imported);
+
+    RowSetChecksum sum;
+    v1::SlotChunk chunk, done;
+    bool writer_ok = true;
+    while (reader->Read(&chunk)) {
+      for (const v1::SlotRow& row : chunk.rows()) {
+        ++sum.rows;
+        sum.keys += RowKeyHash(row.table(), row.id());
+        sum.values += RowValueHash(row.table(), row.id(),
+                                   std::span<const float>(row.values().data(), row.values_size()));
+      }
+      if (chunk.done()) done = chunk;
+      chunk.set_incoming(true);
+      if (writer != nullptr && writer_ok) writer_ok = writer->Write(chunk);
+    }
+    const grpc::Status exported = reader->Finish();
+    if (writer != nullptr) {
+      writer->WritesDone();
+      const grpc::Status status = writer->Finish();
+      // An export failure explains an aborted import better than the import.
+      SS_RETURN_IF_ERROR(Annotate(exported, "ExportSlots", addresses_[from]));
+      SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", addresses_[to]));
+      if (imported.rows() != static_cast<uint64_t>(sum.rows) || imported.checksum() != sum.values) {
+        return absl::DataLossError(absl::StrFormat(
+            "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)",
+            addresses_[to], imported.rows(), imported.checksum(), sum.rows, sum.values));
+      }
+    }
+    SS_RETURN_IF_ERROR(Annotate(exported, "ExportSlots", addresses_[from]));
+    if (!done.done() || done.total_rows() != static_cast<uint64_t>(sum.rows) ||
+        done.checksum() != sum.values) {
+      return absl::DataLossError(absl::StrFormat(
+          "ExportSlots on %s: the stream's rows (%d, checksum %#x) disagree with its end marker "
+          "(%d, checksum %#x)",
+          addresses_[from], sum.rows, sum.values, done.total_rows(), done.checksum()));
+    }
+    return sum;
+  }
+
+ private:
+  std::vector<std::string> addresses_;
+  absl::Duration deadline_;
+  std::vector<std::unique_ptr<Stub>> stubs_;
+};
+
+// The servers' common shard map; an error naming who is where if they differ.
+absl::StatusOr<ShardMap> AgreedMap(Cluster& cluster, int n) {
+  std::optional<ShardMap> agreed;
+  for (int i = 0; i < n; ++i) {
+    SS_ASSIGN_OR_RETURN(ShardMap map, cluster.GetMap(i));
+    if (!agreed.has_value()) {
+      agreed = std::move(map);
+    } else if (map.epoch() != agreed->epoch()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the parameter servers disagree on the shard map: ", cluster.address(0),
+                       " is at epoch ", agreed->epoch(), ", ", cluster.address(i), " at epoch ",
+                       map.epoch(), " (an earlier reshard was interrupted); nothing was moved"));
+    }
+  }
+  return *std::move(agreed);
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) absl::StrAppend(&out, out.empty() ? "" : ",", s);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json ReshardReportToJson(const ReshardReport& r) {
+  auto sums = [](const RowSetChecksum& c) {
+    return nlohmann::json{{"rows", c.rows},
+                          {"key_checksum", absl::StrFormat("%016x", c.keys)},
+                          {"value_checksum", absl::StrFormat("%016x", c.values)}};
+  };
+  return {{"servers_before", r.servers_before},
+          {"servers_after", r.servers_after},
+          {"epoch_before", r.epoch_before},
+          {"epoch_after", r.epoch_after},
+          {"steps", r.steps},
+          {"slots_moved", r.slots_moved},
+          {"moved_before", sums(r.moved_before)},
+          {"moved_after", sums(r.moved_after)},
+          {"moved_equal", r.moved_before == r.moved_after},
+          {"cluster_before", sums(r.cluster_before)},
+          {"cluster_after", sums(r.cluster_after)},
+          {"cluster_keys_equal", r.cluster_before.rows == r.cluster_after.rows &&
+                                     r.cluster_before.keys == r.cluster_after.keys},
+          {"cluster_values_equal", r.cluster_before == r.cluster_after},
+          {"seconds", r.seconds}};
+}
+
+absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& addresses,
+                                               absl::Duration rpc_deadline) {
+  Cluster cluster(addresses, rpc_deadline);
+  RowSetChecksum total;
+  for (int i = 0; i < cluster.size(); ++i) {
+    SS_ASSIGN_OR_RETURN(RowSetChecksum c, cluster.Stats(i));
+    total += c;
+  }
+  return total;
+}
+
+absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
+                                      const std::vector<std::string>& after,
+                                      const ReshardOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  if (after.empty()) return absl::InvalidArgumentError("the new server list is empty");
+  const std::vector<std::string>& longer = after.size() >= before.size() ? after : before;
+  const std::vector<std::string>& shorter = after.size() >= before.size() ? before : after;
+  if (!std::equal(shorter.begin(), shorter.end(), longer.begin())) {
+    return absl::InvalidArgumentError(absl::StrCat("the new server list (", Join(after),
+                                                   ") must extend the current one (", Join(before),
+                                                   ") or be a prefix of it"));
+  }
+  if (options.slots_per_step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots_per_step = ", options.slots_per_step, ", must be >= 1"));
+  }
+  Cluster cluster(longer, options.rpc_deadline);
+  const int n_before = static_cast<int>(before.size());
+  const int n_after = static_cast<int>(after.size());
+  ReshardReport report{.servers_before = n_before, .servers_after = n_after};
+
+  SS_ASSIGN_OR_RETURN(ShardMap map, AgreedMap(cluster, n_before));
+  if (map.addresses() != before) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shard map's servers (", Join(map.addresses()),
+                     ") are not the current ones given (", Join(before), ")"));
+  }
+  report.epoch_before = map.epoch();
+  for (int i = n_before; i < n_after; ++i) {
+    SS_ASSIGN_OR_RETURN(RowSetChecksum joining, cluster.Stats(i));
+    if (joining.rows != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("the new server ", after[i],
+                                                        " already stores ", joining.rows,
+                                                        " rows; start it with an empty directory"));
+    }
+  }
+  for (int i = 0; i < n_before; ++i) {
+    SS_ASSIGN_OR_RETURN(RowSetChecksum c, cluster.Stats(i));
+    report.cluster_before += c;
+  }
+
+  // Scale-out: every server learns the new addresses before any slot moves.
+  if (n_after > n_before) {
+    SS_ASSIGN_OR_RETURN(map, map.WithMoves({}, after));
+    for (int i = 0; i < n_after; ++i) SS_RETURN_IF_ERROR(cluster.SetMap(i, map));
+    log(absl::StrFormat("reshard: epoch %d adds %d server(s)", map.epoch(), n_after - n_before));
+  }
+  const int n_map = map.num_servers();  // max(n_before, n_after) while moving
+  const std::vector<SlotMove> moves = map.PlanRebalance(n_after);
+  report.slots_moved = static_cast<int64_t>(moves.size());
+
+  for (size_t first = 0; first < moves.size(); first += options.slots_per_step) {
+    const std::vector<SlotMove> step(
+        moves.begin() + static_cast<int64_t>(first),
+        moves.begin() +
+            static_cast<int64_t>(std::min(moves.size(), first + options.slots_per_step)));
+    SS_ASSIGN_OR_RETURN(ShardMap next, map.WithMoves(step, map.addresses()));
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> pairs;  // (from, to) -> slots
+    std::vector<bool> is_source(n_map);
+    for (const SlotMove& m : step) {
+      pairs[{m.from, m.to}].push_back(m.slot);
+      is_source[m.from] = true;
+    }
+    // 1. Freeze: the sources stop serving the moving slots.
+    for (int i = 0; i < n_map; ++i) {
+      if (is_source[i]) SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
+    }
+    // 2. Copy and verify; on a failure, give the slots back to the sources.
+    RowSetChecksum step_before, step_after;
+    absl::Status copied = [&]() -> absl::Status {
+      for (const auto& [pair, slots] : pairs) {
+        const int from = static_cast<int>(pair.first), to = static_cast<int>(pair.second);
+        SS_RETURN_IF_ERROR(cluster.Drop(to, slots).status());
+        SS_ASSIGN_OR_RETURN(RowSetChecksum sent, cluster.Move(from, to, slots));
+        SS_ASSIGN_OR_RETURN(RowSetChecksum stored, cluster.Move(to, -1, slots));
+        if (!(stored == sent)) {
+          return absl::DataLossError(absl::StrFormat(
+              "%s holds %d rows (keys %#x, values %#x) of the %d moved from %s (keys %#x, values "
+              "%#x)",
+              cluster.address(to), stored.rows, stored.keys, stored.values, sent.rows,
+              cluster.address(from), sent.keys, sent.values));
+        }
+        step_before += sent;
+        step_after += stored;
+      }
+      return absl::OkStatus();
+    }();
+    if (!copied.ok()) {
+      std::vector<SlotMove> back;
+      for (const SlotMove& m : step) back.push_back({.slot = m.slot, .from = m.to, .to = m.from});
+      absl::StatusOr<ShardMap> restored = next.WithMoves(back, next.addresses());
+      if (restored.ok()) {
+        for (int i = 0; i < n_map; ++i) {
+          if (is_source[i]) (void)cluster.SetMap(i, *restored);
+        }
+        for (int i = 0; i < n_map; ++i) {
+          if (!is_source[i]) (void)cluster.SetMap(i, *restored);
+        }
+      }
+      return absl::Status(
+          copied.code(),
+          absl::StrCat("reshard step at epoch ", next.epoch(), " rolled back (", step.size(),
+                       " slots stay where they were): ", copied.message()));
+    }
+    // 3. The targets (and everyone else) adopt the map and serve.
+    for (int i = 0; i < n_map; ++i) {
+      if (!is_source[i]) SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
+    }
+    // 4. The sources let go of the rows, all of which were frozen since 1.
+    int64_t dropped = 0;
+    for (const auto& [pair, slots] : pairs) {
+      SS_ASSIGN_OR_RETURN(const int64_t d, cluster.Drop(static_cast<int>(pair.first), slots));
+      dropped += d;
+    }
+    if (dropped != step_before.rows) {
+      return absl::DataLossError(absl::StrCat("the sources dropped ", dropped,
+                                              " rows of moved slots but exported ",
+                                              step_before.rows, " at epoch ", next.epoch()));
+    }
+    report.moved_before += step_before;
+    report.moved_after += step_after;
+    ++report.steps;
+    map = std::move(next);
+    log(absl::StrFormat("reshard: epoch %d moved %d slots, %d rows", map.epoch(), step.size(),
+                        step_after.rows));
+  }
+
+  // Scale-in: the drained servers leave the map.
+  if (n_after < n_before) {
+    for (int i = n_after; i < n_before; ++i) {
+      SS_ASSIGN_OR_RETURN(RowSetChecksum left, cluster.Stats(i));
+      if (left.rows != 0) {
+        return absl::DataLossError(
+            absl::StrCat("the drained server ", before[i], " still stores ", left.rows, " rows"));
+      }
+    }
+    SS_ASSIGN_OR_RETURN(map, map.WithMoves({}, after));
+    for (int i = 0; i < n_after; ++i) SS_RETURN_IF_ERROR(cluster.SetMap(i, map));
+    log(absl::StrFormat("reshard: epoch %d removes %d server(s)", map.epoch(), n_before - n_after));
+  }
+  report.epoch_after = map.epoch();
+  for (int i = 0; i < n_after; ++i) {
+    SS_ASSIGN_OR_RETURN(RowSetChecksum c, cluster.Stats(i));
+    report.cluster_after += c;
+  }
+  if (!(report.moved_before == report.moved_after)) {
+    return absl::DataLossError("the moved rows' checksums differ before and after");
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
+                                   absl::Duration rpc_deadline) {
+  Cluster cluster(addresses, rpc_deadline);
+  SS_ASSIGN_OR_RETURN(ShardMap map, AgreedMap(cluster, cluster.size()));
+  if (map.num_servers() != cluster.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("the shard map has ", map.num_servers(),
+                                                      " servers, not the ", cluster.size(),
+                                                      " given (", Join(addresses), ")"));
+  }
+  if (map.addresses() == addresses) return map;
+  SS_ASSIGN_OR_RETURN(map, map.WithMoves({}, addresses));
+  for (int i = 0; i < cluster.size(); ++i) SS_RETURN_IF_ERROR(cluster.SetMap(i, map));
+  return map;
+}
+
+}  // namespace shadowsync::ps

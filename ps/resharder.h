@@ -1,0 +1,103 @@
+// Live resharding of the parameter servers (DESIGN.md §4): the one code path
+// both `shadowsync scale` (through the local launcher) and the operator drive.
+//
+// Scale-out appends servers that were started empty (`shadowsync ps --join`);
+// scale-in drains the highest-index servers, which the caller stops
+// afterwards. The slots to move come from ShardMap::PlanRebalance and move in
+// steps, each one shard-map epoch:
+//   1. the new map is installed on the step's sources, which from then on
+//      answer WRONG_OWNER for the moving slots (clients back off and retry:
+//      the slots are frozen, so no update can be lost);
+//   2. each target's leftovers of those slots are dropped, the source's rows
+//      are streamed to it (ExportSlots -> ImportSlots, relayed here, which
+//      checksums what passes) and read back from the target;
+//   3. the new map is installed on every other server: the targets serve;
+//   4. the sources drop the moved rows.
+// A checksum mismatch in step 2 rolls the step back (a newer map returning
+// the slots to their sources, which still hold every row) and fails.
+// Training continues throughout; a slot is frozen only during its own step.
+//
+//   SS_ASSIGN_OR_RETURN(ReshardReport r,
+//                       Reshard({"ps-0:7000", "ps-1:7000"},
+//                               {"ps-0:7000", "ps-1:7000", "ps-2:7000"}, {}));
+#ifndef SHADOWSYNC_PS_RESHARDER_H_
+#define SHADOWSYNC_PS_RESHARDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/shard_map.h"
+#include "nlohmann/json.hpp"
+
+namespace shadowsync::ps {
+
+// Rows, and the order-independent key and value checksums
+// (RowKeyHash/RowValueHash summed mod 2^64) of a set of rows.
+struct RowSetChecksum {
+  int64_t rows = 0;
+  uint64_t keys = 0;
+  uint64_t values = 0;
+  bool operator==(const RowSetChecksum&) const = default;
+  RowSetChecksum& operator+=(const RowSetChecksum& o) {
+    rows += o.rows;
+    keys += o.keys;
+    values += o.values;
+    return *this;
+  }
+};
+
+struct ReshardOptions {
+  // Slots per step. Smaller steps freeze less at a time; each costs an epoch.
+  int slots_per_step = 256;
+  // Deadline of each RPC (an export of a step's rows is one RPC).
+  absl::Duration rpc_deadline = absl::Seconds(120);
+  // One line per step and phase; default: none.
+  std::function<void(const std::string&)> log;
+};
+
+struct ReshardReport {
+  int servers_before = 0;
+  int servers_after = 0;
+  uint64_t epoch_before = 0;
+  uint64_t epoch_after = 0;
+  int steps = 0;
+  int64_t slots_moved = 0;
+  // The moved slots' rows as the frozen sources exported them, and as read
+  // back from the targets before they served: equal, or Reshard failed.
+  RowSetChecksum moved_before;
+  RowSetChecksum moved_after;
+  // Every stored row of the cluster at the start and at the end. Equal when
+  // nothing trained meanwhile; live training creates and updates rows.
+  RowSetChecksum cluster_before;
+  RowSetChecksum cluster_after;
+  double seconds = 0;
+};
+
+nlohmann::json ReshardReportToJson(const ReshardReport& report);
+
+// Sums Stats' row counts and checksums over `addresses`.
+absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& addresses,
+                                               absl::Duration rpc_deadline = absl::Seconds(120));
+
+// Moves slots so that `after` (which extends `before`, or is a prefix of it)
+// owns them all, balanced. Every server of both lists must be serving; the
+// servers only in `after` must own nothing (started with --join). Fails
+// without moving anything if the servers disagree on the shard map (an
+// earlier reshard was interrupted: the message says which server is where).
+absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
+                                      const std::vector<std::string>& after,
+                                      const ReshardOptions& options);
+
+// Installs the servers' newest shard map with `addresses` as the server
+// list (same ownership, next epoch) on every one of them: servers that came
+// back on new ports (a resumed job) learn each other's addresses.
+absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
+                                   absl::Duration rpc_deadline = absl::Seconds(30));
+
+}  // namespace shadowsync::ps
+
+#endif  // SHADOWSYNC_PS_RESHARDER_H_
