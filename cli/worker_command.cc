@@ -28,6 +28,8 @@ struct WorkerFlags {
   std::string algorithm;
   int64_t max_examples = -1;
   int64_t skip_examples = 0;
+  std::string checkpoint;
+  double checkpoint_interval_seconds = 30;
   int64_t eval_every = 0;
   int64_t eval_curve_examples = 20'000;
   bool preload = false;
@@ -65,6 +67,8 @@ int RunWorkerCommand(const WorkerFlags& f) {
   }
   o.max_examples = f.max_examples;
   o.skip_examples = f.skip_examples;
+  o.checkpoint_path = f.checkpoint;
+  o.checkpoint_interval_seconds = f.checkpoint_interval_seconds;
   o.eval_every = f.eval_every;
   o.eval_curve_examples = f.eval_curve_examples;
   o.preload = f.preload;
@@ -120,6 +124,12 @@ Action AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--max-examples", flags->max_examples, "stop after N examples of this trainer");
   cmd->add_option("--skip-examples", flags->skip_examples,
                   "skip the first N examples of this trainer's share (resuming after a restart)");
+  cmd->add_option("--checkpoint", flags->checkpoint,
+                  "dense checkpoint of this trainer: resume from it if it exists (skipping the "
+                  "examples it covers), rewrite it periodically and at the end");
+  cmd->add_option("--checkpoint-interval-seconds", flags->checkpoint_interval_seconds,
+                  "seconds between dense checkpoints while training")
+      ->capture_default_str();
   cmd->add_option("--eval-every", flags->eval_every,
                   "quality curve: score a replica snapshot every N examples of this trainer");
   cmd->add_option("--eval-curve-examples", flags->eval_curve_examples,

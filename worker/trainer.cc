@@ -376,6 +376,14 @@ absl::StatusOr<QualityReport> Trainer::EvaluateSnapshot(const std::vector<std::s
   return EvaluateParams(snapshot.data(), paths, max_examples, /*threads=*/1);
 }
 
+void Trainer::SnapshotDense(std::vector<float>* params, std::vector<float>* dense_state) const {
+  params->resize(params_.size());
+  model::CopyRelaxed(params_.data(), params->data(), static_cast<long>(params_.size()));
+  dense_state->resize(dense_state_.size());
+  model::CopyRelaxed(dense_state_.data(), dense_state->data(),
+                     static_cast<long>(dense_state_.size()));
+}
+
 absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,
                                                       const std::vector<std::string>& paths,
                                                       int64_t max_examples, int threads) const {

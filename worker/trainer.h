@@ -94,6 +94,10 @@ class Trainer {
   // The dense replica and its optimizer state. REQUIRES: no Train running.
   std::vector<float>& params() { return params_; }
   std::vector<float>& dense_state() { return dense_state_; }
+  // Copies the dense replica and its optimizer state into *params and
+  // *dense_state (resized). Reads with relaxed atomics like EvaluateSnapshot,
+  // so it may run while Train does (e.g. from on_progress, for checkpoints).
+  void SnapshotDense(std::vector<float>* params, std::vector<float>* dense_state) const;
 
  private:
   class BatchSource;

@@ -1,5 +1,6 @@
 #include "worker/worker_process.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "syncer/syncer_client.h"
+#include "worker/checkpoint.h"
 #include "worker/ps_client.h"
 
 namespace shadowsync::worker {
@@ -20,6 +22,26 @@ namespace {
 
 model::OptimizerKind KindOf(Optimizer o) {
   return o == Optimizer::kSgd ? model::OptimizerKind::kSgd : model::OptimizerKind::kAdagrad;
+}
+
+// The checkpoint at `path` if there is one, checked against the model's
+// dense shape; nullopt when the file does not exist (a first start).
+absl::StatusOr<std::optional<DenseCheckpoint>> LoadResumeCheckpoint(
+    const std::string& path, int64_t num_params, model::OptimizerKind optimizer) {
+  absl::StatusOr<DenseCheckpoint> c = LoadDenseCheckpoint(path);
+  if (absl::IsNotFound(c.status())) return std::nullopt;
+  if (!c.ok()) return c.status();
+  if (static_cast<int64_t>(c->params.size()) != num_params) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", c->params.size(), " dense params, the model has ", num_params));
+  }
+  const int64_t state = num_params * model::StateFloatsPerParam(optimizer);
+  if (static_cast<int64_t>(c->dense_state.size()) != state) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", c->dense_state.size(), " dense optimizer state floats, the model's ",
+        std::string(model::OptimizerName(optimizer)), " optimizer has ", state));
+  }
+  return std::optional<DenseCheckpoint>(std::move(*c));
 }
 
 }  // namespace
@@ -47,6 +69,22 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   for (const TableSpec& t : spec.model.tables) {
     tables.push_back({t.name, static_cast<uint64_t>(t.hash_buckets)});
   }
+  const model::OptimizerConfig optimizer{KindOf(spec.trainer.optimizer),
+                                         static_cast<float>(spec.trainer.learning_rate)};
+  const int64_t num_params = model::Dlrm(config).num_params();
+
+  // Before connecting anywhere: a bad checkpoint fails fast.
+  std::optional<DenseCheckpoint> resume;
+  if (!options.checkpoint_path.empty()) {
+    if (!(options.checkpoint_interval_seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint-interval-seconds: ", options.checkpoint_interval_seconds, " is negative"));
+    }
+    SS_ASSIGN_OR_RETURN(resume,
+                        LoadResumeCheckpoint(options.checkpoint_path, num_params, optimizer.kind));
+  }
+  // The checkpoint counts from the start of the share, like skip_examples.
+  const int64_t skip = std::max(options.skip_examples, resume ? resume->examples : 0);
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<MetricsHttpServer> http;
@@ -74,9 +112,6 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
 
   SS_ASSIGN_OR_RETURN(
       auto store, PsClient::Connect(options.ps_address, config.embedding_dim, config.num_tables));
-  const model::OptimizerConfig optimizer{KindOf(spec.trainer.optimizer),
-                                         static_cast<float>(spec.trainer.learning_rate)};
-  const int64_t num_params = model::Dlrm(config).num_params();
 
   std::unique_ptr<syncer::SyncerClient> syncer_client;
   SyncConfig sync_config = SyncConfigFromJob(spec);
@@ -100,7 +135,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   to.optimizer = optimizer;
   to.seed = 1;  // Every trainer starts from the same dense weights.
   to.max_examples = options.max_examples;
-  to.skip_examples = options.skip_examples;
+  to.skip_examples = skip;
   to.preload = options.preload;
   to.reader.shard_index = options.index;
   to.reader.num_shards = trainers;
@@ -111,12 +146,41 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   Trainer* trainer_ptr = nullptr;
   WorkerReport report;
   absl::Status curve_status;
+  std::vector<float> checkpoint_params, checkpoint_state;  // Reused by every save.
+  // `trained`: examples of this run whose updates are all in the replica.
+  auto save_checkpoint = [&](int64_t trained) -> absl::Status {
+    trainer_ptr->SnapshotDense(&checkpoint_params, &checkpoint_state);
+    SS_RETURN_IF_ERROR(SaveDenseCheckpoint(options.checkpoint_path,
+                                           {skip + trained, checkpoint_params, checkpoint_state}));
+    ++report.checkpoints_written;
+    return absl::OkStatus();
+  };
+  double last_checkpoint_seconds = 0;
   to.on_progress = [&](const Progress& p) {
     examples_total.Increment(static_cast<double>(p.examples - reported));
     reported = p.examples;
     examples_per_second.Set(p.examples_per_second);
     train_ne.Set(p.train_ne);
     if (options.on_progress) options.on_progress(p);
+    // The durability promise: p.examples counts finished batches, and the
+    // snapshot is copied after they were counted (while the Hogwild threads
+    // run on, which races benignly as EvaluateSnapshot does), so it holds
+    // all their updates. A restarted trainer therefore repeats at most the
+    // work since the last checkpoint: one checkpoint interval, rounded up to
+    // the next progress report. Hogwild fuzz: finished batches need not be a
+    // prefix of the share, so up to threads - 1 batches still in flight
+    // when the count was taken can be skipped on resume (and as many
+    // repeated) - noise next to Hogwild's own lost updates.
+    if (!options.checkpoint_path.empty() &&
+        p.seconds - last_checkpoint_seconds >= options.checkpoint_interval_seconds) {
+      last_checkpoint_seconds = p.seconds;
+      // A failed periodic save does not stop training; the next one retries
+      // and the final one must succeed.
+      if (absl::Status s = save_checkpoint(p.examples); !s.ok()) {
+        std::cerr << absl::StrFormat("trainer %d/%d: checkpoint not written: %s\n", options.index,
+                                     trainers, std::string(s.message()));
+      }
+    }
     const int64_t next = (static_cast<int64_t>(report.curve.size()) + 1) * options.eval_every;
     if (options.eval_every > 0 && !options.eval_data.empty() && p.examples >= next &&
         curve_status.ok()) {
@@ -139,9 +203,21 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
       "trainer %d/%d: %d threads, batch %d, sync %s, %d dense params, ps %s\n", options.index,
       trainers, to.threads, to.batch_size, std::string(EnumName(sync_config.algorithm)), num_params,
       options.ps_address);
+  if (resume.has_value()) {
+    // Sizes were checked against the model when the file was loaded.
+    std::copy(resume->params.begin(), resume->params.end(), trainer.params().begin());
+    std::copy(resume->dense_state.begin(), resume->dense_state.end(),
+              trainer.dense_state().begin());
+    report.resumed_from_examples = resume->examples;
+    std::cerr << absl::StrFormat("trainer %d/%d: resumed from %s at %d examples\n", options.index,
+                                 trainers, options.checkpoint_path, resume->examples);
+    resume.reset();  // The trainer holds the weights now.
+  }
 
   report.dense_params = num_params;
+  report.skipped_examples = skip;
   SS_ASSIGN_OR_RETURN(report.train, trainer.Train(options.data));
+  if (!options.checkpoint_path.empty()) SS_RETURN_IF_ERROR(save_checkpoint(report.train.examples));
   SS_RETURN_IF_ERROR(curve_status);
   if (options.eval_every > 0 && !options.eval_data.empty()) {
     SS_ASSIGN_OR_RETURN(QualityReport q,
@@ -165,7 +241,9 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"batch_size", options.spec.trainer.batch_size},
       {"dense_params", r.dense_params},
       {"examples", r.train.examples},
-      {"skipped_examples", options.skip_examples},
+      {"skipped_examples", r.skipped_examples},
+      {"resumed_from_examples", r.resumed_from_examples},
+      {"checkpoints_written", r.checkpoints_written},
       {"seconds", r.train.seconds},
       {"examples_per_second", r.train.examples_per_second},
       {"train_ne", r.train.train_ne},

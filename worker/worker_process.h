@@ -3,7 +3,8 @@
 // parameter servers and pushes their gradients, runs T Hogwild threads on
 // one dense replica, synchronizes it with the other trainers through the
 // job's strategy, serves /metrics and /healthz, and evaluates the replica on
-// the held-out data at the end.
+// the held-out data at the end. With a checkpoint path it saves its dense
+// replica periodically and resumes from it after a restart.
 //
 //   WorkerOptions o;
 //   o.spec = job.spec;  o.index = 1;  o.ps_address = "ps-0:7000";
@@ -37,6 +38,12 @@ struct WorkerOptions {
   std::vector<std::string> eval_data;           // Held-out files; empty = no evaluation.
   int64_t max_examples = -1;                    // Of this trainer; -1 = its whole share.
   int64_t skip_examples = 0;  // Of its share, already trained (a restarted trainer).
+  // Dense checkpoint (worker/checkpoint.h); "" = none. If the file exists at
+  // start, training resumes from its weights and skips
+  // max(skip_examples, its example count); while training it is rewritten
+  // atomically every `checkpoint_interval_seconds` and once at the end.
+  std::string checkpoint_path;
+  double checkpoint_interval_seconds = 30;  // Checked at each progress report.
   // Quality curve: every `eval_every` examples of this trainer, score the
   // first `eval_curve_examples` held-out examples with a snapshot of the
   // replica (one thread, alongside training). 0 = no curve.
@@ -62,6 +69,11 @@ struct WorkerReport {
   SyncStats sync;
   std::optional<QualityReport> eval;
   int64_t dense_params = 0;
+  // Examples of the share not trained in this run: max(skip_examples, the
+  // loaded checkpoint's count).
+  int64_t skipped_examples = 0;
+  int64_t resumed_from_examples = 0;  // The loaded checkpoint's count; 0 = none loaded.
+  int64_t checkpoints_written = 0;
 };
 
 absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options);

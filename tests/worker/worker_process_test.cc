@@ -2,17 +2,21 @@
 // real parameter server and syncer on loopback.
 #include "worker/worker_process.h"
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/ps_server.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "worker/checkpoint.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -84,6 +88,21 @@ class WorkerProcessTest : public ::testing::Test {
     return reports;
   }
 
+  // Trainer 0 of spec_ alone (no sync: its replica changes only by its own
+  // training), checkpointing to `checkpoint`.
+  WorkerOptions Solo(const std::string& checkpoint) {
+    spec_.sync.algorithm = SyncAlgorithm::kNone;
+    WorkerOptions o;
+    o.spec = spec_;
+    o.index = 0;
+    o.ps_address = ps_->address();
+    o.metrics_address = "";
+    o.data = {dir_ + "/train.tsv"};
+    o.progress_interval_seconds = 0.01;
+    o.checkpoint_path = checkpoint;
+    return o;
+  }
+
   testing::ScratchDir scratch_;
   std::string dir_;
   JobSpec spec_;
@@ -116,7 +135,9 @@ TEST_F(WorkerProcessTest, EveryAlgorithmTrainsToTheEnd) {
     const std::vector<WorkerReport> reports = RunAll(a);
     ASSERT_EQ(reports.size(), 2u);
     EXPECT_EQ(reports[0].train.examples + reports[1].train.examples, kExamples);
-    if (a != SyncAlgorithm::kNone) EXPECT_GT(reports[0].sync.rounds, 0);
+    if (a != SyncAlgorithm::kNone) {
+      EXPECT_GT(reports[0].sync.rounds, 0);
+    }
   }
 }
 
@@ -132,6 +153,171 @@ TEST_F(WorkerProcessTest, BadIndexAndMissingSyncerAreNamed) {
   o.spec.sync.algorithm = SyncAlgorithm::kShadowMa;
   EXPECT_THAT(RunWorker(o).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "--syncer"));
+}
+
+TEST_F(WorkerProcessTest, CheckpointFileRoundTripsAndChecksItsFormat) {
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);  // The CRC-32C check value.
+  const std::string path = dir_ + "/c.ckpt";
+  EXPECT_THAT(LoadDenseCheckpoint(path), testing::StatusIs(absl::StatusCode::kNotFound, path));
+  const std::vector<float> params = {1.5f, -2, 3e-7f}, state = {0.25f, 4, 8};
+  SS_ASSERT_OK(SaveDenseCheckpoint(path, {42, params, state}));
+  auto loaded = LoadDenseCheckpoint(path);
+  SS_ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->examples, 42);
+  EXPECT_EQ(loaded->params, params);
+  EXPECT_EQ(loaded->dense_state, state);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  // A future version, with a valid checksum: refused, not misread.
+  std::string bytes = testing::ReadFile(path);
+  bytes[8] = 2;
+  const uint32_t crc = Crc32c(std::string_view(bytes).substr(0, bytes.size() - 4));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  testing::WriteFile(path, bytes);
+  EXPECT_THAT(LoadDenseCheckpoint(path),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, path + ": checkpoint format "
+                                                                           "version 2"));
+  testing::WriteFile(path, "SSMODEL1 and then some more bytes than a header");
+  EXPECT_THAT(LoadDenseCheckpoint(path),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not a ShadowSync dense"));
+  testing::WriteFile(path, "SSCKPT01");
+  EXPECT_THAT(LoadDenseCheckpoint(path),
+              testing::StatusIs(absl::StatusCode::kDataLoss, path + ": truncated"));
+
+  // An unwritable place fails naming the file and leaves nothing behind.
+  const std::string nowhere = dir_ + "/missing-dir/c.ckpt";
+  EXPECT_THAT(SaveDenseCheckpoint(nowhere, {1, params, state}),
+              testing::StatusIs(absl::StatusCode::kUnavailable, nowhere + ".tmp"));
+}
+
+// A trainer stopped part-way resumes from its own checkpoint: it skips what
+// the checkpoint covers and starts from the saved weights, not fresh ones.
+TEST_F(WorkerProcessTest, CheckpointResumesTheRemainderFromTheSavedWeights) {
+  const std::string ckpt = dir_ + "/trainer-0.ckpt";
+  const int64_t share = kExamples / 2;  // Trainer 0 of 2 reads the even lines.
+  WorkerOptions o = Solo(ckpt);
+  o.max_examples = 1000;
+  auto first = RunWorker(o);
+  SS_ASSERT_OK(first);
+  EXPECT_EQ(first->train.examples, 1000);
+  EXPECT_EQ(first->resumed_from_examples, 0);
+  EXPECT_EQ(first->skipped_examples, 0);
+  EXPECT_GE(first->checkpoints_written, 1);
+  auto saved = LoadDenseCheckpoint(ckpt);
+  SS_ASSERT_OK(saved);
+  EXPECT_EQ(saved->examples, 1000);
+  EXPECT_EQ(static_cast<int64_t>(saved->params.size()), first->dense_params);
+  EXPECT_EQ(static_cast<int64_t>(saved->dense_state.size()), first->dense_params);  // Adagrad.
+
+  // The weights a fresh trainer starts from (it skips its whole share, so
+  // its final checkpoint holds the initialisation): not the trained ones.
+  WorkerOptions fresh_options = Solo(dir_ + "/fresh.ckpt");
+  fresh_options.skip_examples = share;
+  auto fresh_run = RunWorker(fresh_options);
+  SS_ASSERT_OK(fresh_run);
+  EXPECT_EQ(fresh_run->train.examples, 0);
+  auto fresh = LoadDenseCheckpoint(fresh_options.checkpoint_path);
+  SS_ASSERT_OK(fresh);
+  EXPECT_NE(fresh->params, saved->params);
+
+  // Nothing left below max_examples: the resumed trainer trains nothing and
+  // saves again exactly the weights it loaded.
+  auto idle = RunWorker(o);
+  SS_ASSERT_OK(idle);
+  EXPECT_EQ(idle->train.examples, 0);
+  EXPECT_EQ(idle->resumed_from_examples, 1000);
+  auto resaved = LoadDenseCheckpoint(ckpt);
+  SS_ASSERT_OK(resaved);
+  EXPECT_EQ(resaved->examples, 1000);
+  EXPECT_EQ(resaved->params, saved->params);
+  EXPECT_EQ(resaved->dense_state, saved->dense_state);
+
+  // The whole share: only the remainder is trained.
+  o.max_examples = -1;
+  auto rest = RunWorker(o);
+  SS_ASSERT_OK(rest);
+  EXPECT_EQ(rest->resumed_from_examples, first->train.examples);
+  EXPECT_EQ(rest->skipped_examples, first->train.examples);
+  EXPECT_EQ(rest->train.examples, share - first->train.examples);
+  auto last = LoadDenseCheckpoint(ckpt);
+  SS_ASSERT_OK(last);
+  EXPECT_EQ(last->examples, share);
+  const nlohmann::json j = WorkerReportToJson(o, *rest);
+  EXPECT_EQ(j["resumed_from_examples"], 1000);
+  EXPECT_EQ(j["skipped_examples"], 1000);
+  EXPECT_EQ(j["examples"], share - 1000);
+  EXPECT_EQ(j["checkpoints_written"], rest->checkpoints_written);
+}
+
+TEST_F(WorkerProcessTest, CorruptOrMismatchedCheckpointFailsNamingTheFile) {
+  const std::string ckpt = dir_ + "/trainer-0.ckpt";
+  WorkerOptions o = Solo(ckpt);
+  o.max_examples = 200;
+  auto first = RunWorker(o);
+  SS_ASSERT_OK(first);
+  const std::string good = testing::ReadFile(ckpt);
+
+  // One flipped bit in the weights.
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x10;
+  testing::WriteFile(ckpt, bad);
+  EXPECT_THAT(RunWorker(o), testing::StatusIs(absl::StatusCode::kDataLoss, ckpt + ": checkpoint "
+                                                                                  "checksum"));
+  EXPECT_EQ(testing::ReadFile(ckpt), bad);  // Refused, not overwritten.
+
+  // Cut short.
+  testing::WriteFile(ckpt, good.substr(0, good.size() - 100));
+  EXPECT_THAT(RunWorker(o), testing::StatusIs(absl::StatusCode::kDataLoss, ckpt));
+
+  // Another model's parameter count.
+  const std::vector<float> small(7, 0.5f);
+  SS_ASSERT_OK(SaveDenseCheckpoint(ckpt, {100, small, small}));
+  EXPECT_THAT(RunWorker(o), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                              absl::StrCat(ckpt, ": 7 dense params, the model has ",
+                                                           first->dense_params)));
+
+  // The right parameter count, but SGD's (empty) optimizer state.
+  const std::vector<float> params(first->dense_params, 0.5f);
+  SS_ASSERT_OK(SaveDenseCheckpoint(ckpt, {100, params, {}}));
+  EXPECT_THAT(RunWorker(o),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                absl::StrCat(ckpt, ": 0 dense optimizer state floats")));
+}
+
+// Periodic saves go through a temporary file and a rename: every version a
+// reader sees mid-run is complete, and no .tmp is left behind.
+TEST_F(WorkerProcessTest, CheckpointsAreWrittenAtomicallyWhileTraining) {
+  const std::string ckpt = dir_ + "/trainer-0.ckpt";
+  WorkerOptions o = Solo(ckpt);
+  o.checkpoint_interval_seconds = 0;  // At every progress report.
+  int seen = 0;
+  absl::Status mid_run_status;
+  o.on_progress = [&](const Progress& p) {
+    if (!std::filesystem::exists(ckpt)) return;
+    auto c = LoadDenseCheckpoint(ckpt);
+    if (!c.ok()) {
+      mid_run_status = c.status();
+      return;
+    }
+    EXPECT_LE(c->examples, p.examples);
+    ++seen;
+  };
+  auto report = RunWorker(o);
+  SS_ASSERT_OK(report);
+  SS_EXPECT_OK(mid_run_status);
+  EXPECT_EQ(report->train.examples, kExamples / 2);
+  EXPECT_GE(report->checkpoints_written, 2);  // Periodic ones, then the final one.
+  EXPECT_GE(seen, 1);
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    if (entry.path().extension() == ".ckpt" || entry.path().extension() == ".tmp") {
+      files.push_back(entry.path().filename().string());
+    }
+  }
+  EXPECT_THAT(files, ::testing::ElementsAre("trainer-0.ckpt"));
+  auto last = LoadDenseCheckpoint(ckpt);
+  SS_ASSERT_OK(last);
+  EXPECT_EQ(last->examples, kExamples / 2);
 }
 
 }  // namespace
