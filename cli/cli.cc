@@ -12,7 +12,7 @@ int RunCli(int argc, char** argv) {
   app.set_version_flag("--version", "shadowsync 0.1.0");
   std::vector<Action> actions = {AddTrainCommand(app),  AddEvalCommand(app), AddGenDataCommand(app),
                                  AddBenchCommand(app),  AddPsCommand(app),   AddSyncerCommand(app),
-                                 AddWorkerCommand(app), AddRunCommand(app)};
+                                 AddWorkerCommand(app), AddRunCommand(app),  AddScaleCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

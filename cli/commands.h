@@ -19,6 +19,7 @@ Action AddPsCommand(CLI::App& app);
 Action AddSyncerCommand(CLI::App& app);
 Action AddWorkerCommand(CLI::App& app);
 Action AddRunCommand(CLI::App& app);
+Action AddScaleCommand(CLI::App& app);
 
 }  // namespace shadowsync::cli
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -27,6 +28,8 @@
 #include "common/job_spec.h"
 #include "common/model/optimizer.h"
 #include "common/status_macros.h"
+#include "ps/resharder.h"
+#include "worker/checkpoint.h"
 
 extern char** environ;
 
@@ -93,6 +96,16 @@ class Launch {
   // Reaps exited children; restarts crashed ones. Error when out of restarts.
   absl::Status Reap();
   void StopAll();
+  // Stops one child (SIGTERM, then SIGKILL after 20 s) and reaps it.
+  void Stop(Child& c);
+  // ps-i at `address`; `join`: owning nothing until a reshard gives it slots.
+  Child PsChild(int i, const std::string& address, bool join) const;
+  // Serves a pending `shadowsync scale` request, if any. Only a reshard that
+  // lost data is an error: the job must not go on.
+  absl::Status PollControl();
+  absl::StatusOr<nlohmann::json> ScaleTo(int n, bool pause);
+  // What a resume needs to know beyond the job: the parameter servers now.
+  void WriteLaunchState() const;
   void ShowProgress(bool final);
   nlohmann::json Report(double seconds);
   void WritePlot(const std::string& path) const;
@@ -101,6 +114,9 @@ class Launch {
   ShadowSyncJob job_;
   std::string run_dir_;
   std::vector<Child> children_;
+  std::vector<std::string> ps_addresses_;  // ps-i at [i]; changes with scale
+  nlohmann::json reshards_ = nlohmann::json::array();
+  nlohmann::json retired_peak_rss_ = nlohmann::json::object();  // Servers scaled away.
   int restarts_ = 0;
   int64_t total_examples_ = -1;
   Clock::time_point start_;
@@ -216,6 +232,24 @@ absl::Status Launch::Reap() {
   }
 }
 
+void Launch::Stop(Child& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (c.pid > 0) {
+    int status = 0;
+    rusage usage{};
+    const pid_t pid = wait4(c.pid, &status, WNOHANG, &usage);
+    if (pid == c.pid || pid < 0) {
+      c.peak_rss_kb = std::max<int64_t>(c.peak_rss_kb, usage.ru_maxrss);
+      c.pid = -1;
+      break;
+    }
+    if (Clock::now() > deadline) kill(c.pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void Launch::StopAll() {
   for (Child& c : children_) {
     if (c.pid > 0) kill(c.pid, SIGTERM);
@@ -311,13 +345,14 @@ nlohmann::json Launch::Report(double seconds) {
   }
   nlohmann::json peak = nlohmann::json::object();
   for (const Child& c : children_) peak[c.name] = c.peak_rss_kb * 1024;
+  for (const auto& [name, bytes] : retired_peak_rss_.items()) peak[name] = bytes;
   nlohmann::json out = {
       {"job", job_.metadata.name},
       {"run_dir", run_dir_},
       {"algorithm", std::string(EnumName(job_.spec.sync.algorithm))},
       {"trainers", job_.spec.trainer.replicas},
       {"threads", job_.spec.trainer.threads},
-      {"parameter_servers", job_.spec.parameter_server.replicas},
+      {"parameter_servers", ps_addresses_.size()},
       {"syncers", job_.spec.syncer.replicas},
       {"examples", examples},
       {"seconds", seconds},
@@ -332,6 +367,8 @@ nlohmann::json Launch::Report(double seconds) {
         {"mean_round_seconds", n > 0 ? round_seconds / n : 0},
         {"mean_gap_steps", n > 0 ? gap / n : 0}}},
       {"restarts", restarts_},
+      {"resumed", options_.resume},
+      {"reshards", reshards_},
       {"peak_rss_bytes", peak},
       {"per_trainer", trainers},
   };
@@ -404,26 +441,238 @@ void Launch::WritePlot(const std::string& path) const {
   std::ofstream(path) << svg.str();
 }
 
+Child Launch::PsChild(int i, const std::string& address, bool join) const {
+  const JobSpec& spec = job_.spec;
+  Child c{.name = absl::StrCat("ps-", i), .role = Role::kPs};
+  const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
+                                        ? model::OptimizerKind::kSgd
+                                        : model::OptimizerKind::kAdagrad;
+  // --peers and --self-index matter only for a server's first start: after
+  // it, the shard map persisted in its directory is the truth.
+  c.argv = {options_.binary,
+            "ps",
+            "--listen",
+            address,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--peers",
+            absl::StrJoin(ps_addresses_, ","),
+            "--self-index",
+            std::to_string(i),
+            "--db",
+            absl::StrCat(run_dir_, "/ps-", i),
+            "--dim",
+            std::to_string(spec.model.embedding_dim),
+            "--tables",
+            std::to_string(spec.model.tables.size()),
+            "--hash-buckets",
+            std::to_string(spec.model.tables.front().hash_buckets),
+            "--optimizer",
+            std::string(model::OptimizerName(kind)),
+            "--lr",
+            absl::StrCat(EffectivePsLearningRate(spec)),
+            "--slots",
+            std::to_string(spec.parameter_server.slots),
+            "--cache-bytes",
+            std::to_string(spec.parameter_server.cache_bytes.value),
+            "--admission-min-count",
+            std::to_string(spec.parameter_server.admission.min_count),
+            "--admission-probability",
+            absl::StrCat(spec.parameter_server.admission.probability),
+            "--ttl-seconds",
+            std::to_string(spec.parameter_server.eviction.ttl_seconds),
+            "--max-rows",
+            std::to_string(spec.parameter_server.eviction.max_rows)};
+  if (join) c.argv.push_back("--join");
+  c.log = absl::StrCat(run_dir_, "/", c.name, ".log");
+  c.ready = absl::StrCat(run_dir_, "/", c.name, ".ready");
+  c.argv.insert(c.argv.end(), {"--ready-file", c.ready});
+  return c;
+}
+
+void Launch::WriteLaunchState() const {
+  const nlohmann::json state = {{"parameter_servers", ps_addresses_.size()},
+                                {"ps_addresses", ps_addresses_}};
+  const std::string path = run_dir_ + "/launch.json";
+  std::ofstream(path + ".tmp") << state.dump(2) << "\n";
+  fs::rename(path + ".tmp", path);
+}
+
+absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
+  const int current = static_cast<int>(ps_addresses_.size());
+  if (n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ps: must be >= 1, got ", n));
+  }
+  if (n == current) {
+    return nlohmann::json{{"servers_before", n}, {"servers_after", n}, {"unchanged", true}};
+  }
+  std::vector<pid_t> paused;
+  auto resume_trainers = [&] {
+    for (pid_t pid : paused) kill(pid, SIGCONT);
+    paused.clear();
+  };
+  if (pause) {
+    for (const Child& c : children_) {
+      if (c.role == Role::kTrainer && c.pid > 0 && kill(c.pid, SIGSTOP) == 0) {
+        paused.push_back(c.pid);
+      }
+    }
+    // Requests already sent still land: wait until the cluster stops changing.
+    std::optional<ps::RowSetChecksum> last;
+    for (int i = 0; i < 50; ++i) {
+      absl::StatusOr<ps::RowSetChecksum> now = ps::ClusterChecksum(ps_addresses_);
+      if (now.ok() && last.has_value() && *now == *last) break;
+      if (now.ok()) last = *now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  const std::vector<std::string> before = ps_addresses_;
+  std::vector<std::string> after = before;
+  after.resize(std::min(n, current));
+  for (int i = current; i < n; ++i) {
+    absl::StatusOr<int> port = FreePort();
+    if (!port.ok()) {
+      resume_trainers();
+      return port.status();
+    }
+    after.push_back(absl::StrCat("127.0.0.1:", *port));
+    fs::remove_all(absl::StrCat(run_dir_, "/ps-", i));  // A server scaled away earlier.
+    Child c = PsChild(i, after.back(), /*join=*/true);
+    absl::Status started = Spawn(c);
+    children_.push_back(std::move(c));
+    if (started.ok()) started = AwaitReady(children_.back());
+    if (!started.ok()) {
+      resume_trainers();
+      return started;
+    }
+    std::cerr << "  " << children_.back().name
+              << " metrics: http://127.0.0.1:" << children_.back().metrics_port
+              << "/metrics  log: " << children_.back().log << "\n";
+  }
+  std::cerr << (options_.tty ? "\n" : "") << "resharding " << current << " -> " << n
+            << " parameter server(s)" << (pause ? " with training paused" : "") << "\n";
+  ps::ReshardOptions o;
+  o.log = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
+  absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
+  resume_trainers();
+
+  // Servers from index `first` on leave the job.
+  auto stop_from = [&](int first) {
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (it->role == Role::kPs && std::stoi(it->name.substr(3)) >= first) {
+        Stop(*it);
+        retired_peak_rss_[it->name] = it->peak_rss_kb * 1024;
+        it = children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  if (!report.ok()) {
+    // Completed steps stand (a failed one was rolled back): the servers'
+    // map says which of them are in the job now.
+    absl::StatusOr<ShardMap> map = ps::FetchShardMap(ps_addresses_.front());
+    if (map.ok()) {
+      ps_addresses_ = map->addresses();
+      stop_from(map->num_servers());
+      WriteLaunchState();
+    }
+    return report.status();
+  }
+  ps_addresses_ = after;
+  if (n < current) {
+    stop_from(n);
+    for (int i = n; i < current; ++i) fs::remove_all(absl::StrCat(run_dir_, "/ps-", i));
+  }
+  WriteLaunchState();
+  nlohmann::json r = ps::ReshardReportToJson(*report);
+  r["paused"] = pause;
+  reshards_.push_back(r);
+  if (pause && !(report->cluster_before == report->cluster_after)) {
+    return absl::DataLossError(
+        absl::StrCat("with training paused, the cluster's rows changed in the reshard: before ",
+                     r["cluster_before"].dump(), ", after ", r["cluster_after"].dump()));
+  }
+  return r;
+}
+
+absl::Status Launch::PollControl() {
+  const std::string request_path = run_dir_ + "/control/scale.json";
+  std::ifstream in(request_path);
+  if (!in) return absl::OkStatus();
+  const nlohmann::json request = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  in.close();
+  fs::remove(request_path);
+  nlohmann::json result;
+  absl::Status fatal;
+  if (!request.is_object() || !request.contains("id") || !request["id"].is_string() ||
+      !request.contains("ps") || !request["ps"].is_number_integer()) {
+    result = {{"ok", false}, {"error", "malformed scale request: " + request.dump()}};
+  } else {
+    absl::StatusOr<nlohmann::json> r =
+        ScaleTo(request["ps"].get<int>(), request.value("pause", false));
+    if (r.ok()) {
+      result = {{"ok", true}, {"report", *r}};
+    } else {
+      result = {{"ok", false}, {"error", std::string(r.status().message())}};
+      std::cerr << "reshard failed: " << r.status().message() << "\n";
+      if (r.status().code() == absl::StatusCode::kDataLoss) fatal = r.status();
+    }
+  }
+  if (request.is_object() && request.contains("id") && request["id"].is_string()) {
+    const std::string path =
+        absl::StrCat(run_dir_, "/control/scale-", request["id"].get<std::string>(), ".result.json");
+    std::ofstream(path + ".tmp") << result.dump(2) << "\n";
+    fs::rename(path + ".tmp", path);
+  }
+  return fatal;
+}
+
 absl::StatusOr<nlohmann::json> Launch::Run() {
   SS_ASSIGN_OR_RETURN(job_, LoadJobFile(options_.job_path));
   const JobSpec& spec = job_.spec;
   run_dir_ =
       options_.run_dir.empty() ? absl::StrCat("runs/", job_.metadata.name) : options_.run_dir;
   fs::create_directories(run_dir_);
-  // A run starts fresh: a previous run's servers would reopen their state
-  // with the shard map of its ports. Generated data (data/) is kept.
-  int removed = 0;
-  for (const auto& entry : fs::directory_iterator(run_dir_)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "data") continue;
-    if (name.starts_with("ps-") || name.starts_with("syncer-") || name.starts_with("trainer-") ||
-        name.starts_with("report.") || name == "job.json") {
-      removed += static_cast<int>(fs::remove_all(entry.path()) > 0);
+  int num_ps = spec.parameter_server.replicas;
+  if (options_.resume) {
+    std::ifstream in(run_dir_ + "/launch.json");
+    const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!state.is_object()) {
+      return absl::FailedPreconditionError(absl::StrCat("--resume: nothing to resume in ", run_dir_,
+                                                        " (no launch.json: no job started there)"));
+    }
+    if (fs::exists(run_dir_ + "/report.json")) {
+      return absl::FailedPreconditionError(absl::StrCat("--resume: the job in ", run_dir_,
+                                                        " finished (", run_dir_, "/report.json)"));
+    }
+    num_ps = static_cast<int>(Int(state, "parameter_servers"));
+    if (num_ps < 1) {
+      return absl::DataLossError(
+          absl::StrCat(run_dir_, "/launch.json: parameter_servers = ", num_ps, ", want >= 1"));
+    }
+    std::cerr << "resuming the job in " << run_dir_ << " with " << num_ps
+              << " parameter server(s) and the trainers' checkpoints\n";
+  } else {
+    // A run starts fresh: a previous run's servers would reopen their state
+    // with the shard map of its ports. Generated data (data/) is kept.
+    int removed = 0;
+    for (const auto& entry : fs::directory_iterator(run_dir_)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "data") continue;
+      if (name.starts_with("ps-") || name.starts_with("syncer-") || name.starts_with("trainer-") ||
+          name.starts_with("report.") || name == "job.json" || name == "launch.json" ||
+          name == "control") {
+        removed += static_cast<int>(fs::remove_all(entry.path()) > 0);
+      }
+    }
+    if (removed > 0) {
+      std::cerr << "starting fresh in " << run_dir_ << ": removed the previous run's state\n";
     }
   }
-  if (removed > 0) {
-    std::cerr << "starting fresh in " << run_dir_ << ": removed the previous run's state\n";
-  }
+  fs::remove_all(run_dir_ + "/control");  // Requests for a launcher that is gone.
+  fs::create_directories(run_dir_ + "/control");
+  std::ofstream(run_dir_ + "/control/launcher.pid") << getpid() << "\n";
   // The children read the job as the launcher validated it.
   std::ofstream(run_dir_ + "/job.json") << JobToJson(job_).dump(2) << "\n";
   SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, run_dir_ + "/data"));
@@ -432,52 +681,15 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 
   const std::string& bin = options_.binary;
   std::vector<std::string> ps_addresses;
-  for (int i = 0; i < spec.parameter_server.replicas; ++i) {
+  for (int i = 0; i < num_ps; ++i) {
     SS_ASSIGN_OR_RETURN(int port, FreePort());
     ps_addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }
-  const std::string peers = absl::StrJoin(ps_addresses, ",");
-  for (int i = 0; i < spec.parameter_server.replicas; ++i) {
-    Child c{.name = absl::StrCat("ps-", i), .role = Role::kPs};
-    const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
-                                          ? model::OptimizerKind::kSgd
-                                          : model::OptimizerKind::kAdagrad;
-    c.argv = {bin,
-              "ps",
-              "--listen",
-              ps_addresses[i],
-              "--metrics-listen",
-              "127.0.0.1:0",
-              "--peers",
-              peers,
-              "--self-index",
-              std::to_string(i),
-              "--db",
-              absl::StrCat(run_dir_, "/ps-", i),
-              "--dim",
-              std::to_string(spec.model.embedding_dim),
-              "--tables",
-              std::to_string(spec.model.tables.size()),
-              "--hash-buckets",
-              std::to_string(spec.model.tables.front().hash_buckets),
-              "--optimizer",
-              std::string(model::OptimizerName(kind)),
-              "--lr",
-              absl::StrCat(EffectivePsLearningRate(spec)),
-              "--slots",
-              std::to_string(spec.parameter_server.slots),
-              "--cache-bytes",
-              std::to_string(spec.parameter_server.cache_bytes.value),
-              "--admission-min-count",
-              std::to_string(spec.parameter_server.admission.min_count),
-              "--admission-probability",
-              absl::StrCat(spec.parameter_server.admission.probability),
-              "--ttl-seconds",
-              std::to_string(spec.parameter_server.eviction.ttl_seconds),
-              "--max-rows",
-              std::to_string(spec.parameter_server.eviction.max_rows)};
-    children_.push_back(std::move(c));
-  }
+  ps_addresses_ = ps_addresses;
+  for (int i = 0; i < num_ps; ++i) children_.push_back(PsChild(i, ps_addresses[i], false));
+  // Dense checkpoints: a restarted or resumed trainer continues from its own.
+  const std::string checkpoint_dir = spec.checkpoint.path.empty() ? run_dir_ : spec.checkpoint.path;
+  fs::create_directories(checkpoint_dir);
   std::vector<std::string> syncer_addresses;
   for (int i = 0; i < spec.syncer.replicas; ++i) {
     SS_ASSIGN_OR_RETURN(int port, FreePort());
@@ -504,15 +716,26 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
               "--report-json",
               absl::StrCat(run_dir_, "/trainer-", i, ".json"),
               "--progress-file",
-              absl::StrCat(run_dir_, "/trainer-", i, ".progress.json")};
+              absl::StrCat(run_dir_, "/trainer-", i, ".progress.json"),
+              "--checkpoint",
+              absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"),
+              "--checkpoint-interval-seconds",
+              std::to_string(spec.checkpoint.interval_seconds)};
     if (!syncer_addresses.empty()) {
       c.argv.insert(c.argv.end(), {"--syncer", absl::StrJoin(syncer_addresses, ",")});
     }
     if (!data.eval.empty())
       c.argv.insert(c.argv.end(), {"--eval-data", absl::StrJoin(data.eval, ",")});
+    if (options_.resume) {
+      // Counted as done from the start, like a restarted trainer's share.
+      absl::StatusOr<worker::DenseCheckpoint> checkpoint =
+          worker::LoadDenseCheckpoint(absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"));
+      if (checkpoint.ok()) c.skip_examples = checkpoint->examples;
+    }
     children_.push_back(std::move(c));
   }
   for (Child& c : children_) {
+    if (c.role == Role::kPs) continue;  // PsChild did it.
     c.log = absl::StrCat(run_dir_, "/", c.name, ".log");
     c.ready = absl::StrCat(run_dir_, "/", c.name, ".ready");
     c.argv.insert(c.argv.end(), {"--ready-file", c.ready});
@@ -522,15 +745,19 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   std::cerr << absl::StrFormat(
       "job %s: %d trainer(s) x %d threads, %d parameter server(s), %d syncer(s), sync %s; run dir "
       "%s\n",
-      job_.metadata.name, spec.trainer.replicas, spec.trainer.threads,
-      spec.parameter_server.replicas, spec.syncer.replicas, EnumName(spec.sync.algorithm),
-      run_dir_);
+      job_.metadata.name, spec.trainer.replicas, spec.trainer.threads, num_ps, spec.syncer.replicas,
+      EnumName(spec.sync.algorithm), run_dir_);
   // Servers first, each ready before the trainers start.
   for (Child& c : children_) {
     if (c.role == Role::kTrainer) continue;
     SS_RETURN_IF_ERROR(Spawn(c));
     SS_RETURN_IF_ERROR(AwaitReady(c));
   }
+  if (options_.resume) {
+    // The servers came back on new ports, each knowing only its own.
+    SS_RETURN_IF_ERROR(ps::Readdress(ps_addresses_).status());
+  }
+  WriteLaunchState();
   start_ = Clock::now();
   for (Child& c : children_) {
     if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(Spawn(c));
@@ -550,6 +777,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       return absl::CancelledError("stopped: every child was sent SIGTERM");
     }
     SS_RETURN_IF_ERROR(Reap());
+    SS_RETURN_IF_ERROR(PollControl());
     const bool done = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
       return c.role != Role::kTrainer || c.finished;
     });
@@ -570,6 +798,53 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 }
 
 }  // namespace
+
+absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
+  const std::string control = request.run_dir + "/control";
+  std::ifstream pid_file(control + "/launcher.pid");
+  pid_t pid = 0;
+  if (!(pid_file >> pid) || pid <= 0 || kill(pid, 0) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no `shadowsync run` is running in ", request.run_dir, " (", control, "/launcher.pid)"));
+  }
+  if (request.parameter_servers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps: must be >= 1, got ", request.parameter_servers));
+  }
+  std::random_device random;
+  const std::string id = absl::StrFormat("%d-%08x", getpid(), random());
+  const nlohmann::json body = {
+      {"id", id}, {"ps", request.parameter_servers}, {"pause", request.pause}};
+  const std::string path = control + "/scale.json";
+  if (fs::exists(path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another scale request is pending (", path, "); wait for it to finish"));
+  }
+  // Through a rename: the launcher never reads half a request.
+  std::ofstream(path + "." + id) << body.dump() << "\n";
+  fs::rename(path + "." + id, path);
+  const std::string result_path = absl::StrCat(control, "/scale-", id, ".result.json");
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(request.timeout_seconds * 1e3));
+  while (Clock::now() < deadline) {
+    std::ifstream in(result_path);
+    if (in) {
+      const nlohmann::json result = nlohmann::json::parse(in, nullptr, false);
+      fs::remove(result_path);
+      if (!result.is_object()) return absl::InternalError("unreadable answer " + result_path);
+      if (!result.value("ok", false)) {
+        return absl::AbortedError(result.value("error", std::string("reshard failed")));
+      }
+      return result["report"];
+    }
+    if (kill(pid, 0) != 0) {
+      return absl::AbortedError(absl::StrCat("the launcher (pid ", pid, ") exited"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("no answer from the launcher after ", request.timeout_seconds, " s"));
+}
 
 absl::StatusOr<nlohmann::json> RunJob(const LaunchOptions& options) {
   Launch launch(options);

@@ -6,6 +6,12 @@
 // shows one progress display, restarts a crashed child up to
 // runPolicy.backoffLimit times, and finally writes report.json and
 // report.svg into the run directory.
+//
+// While it runs, `shadowsync scale RUN_DIR --ps N` (RequestScale) asks it to
+// reshard the parameter servers live (ps/resharder.h): it starts the new
+// servers or, after draining, stops the removed ones. A launcher that was
+// killed resumes with LaunchOptions::resume: the servers reopen their
+// RocksDB directories, the trainers their dense checkpoints.
 #ifndef SHADOWSYNC_CLI_LAUNCHER_H_
 #define SHADOWSYNC_CLI_LAUNCHER_H_
 
@@ -25,7 +31,25 @@ struct LaunchOptions {
   bool tty = false;  // Redraw one progress line instead of printing one per interval.
   // Set (e.g. by a signal handler) to stop the job: every child gets SIGTERM.
   const std::atomic<bool>* stop = nullptr;
+  // Continue the job in run_dir from its servers' state and the trainers'
+  // checkpoints instead of starting fresh.
+  bool resume = false;
 };
+
+struct ScaleRequest {
+  std::string run_dir;
+  int parameter_servers = 0;
+  // Stop the trainers (SIGSTOP) while the slots move, so that the cluster's
+  // row and value checksums must be equal before and after.
+  bool pause = false;
+  double timeout_seconds = 600;
+};
+
+// Asks the launcher running in request.run_dir to reshard, and waits for
+// its answer: the resharding report (ps/resharder.h's ReshardReportToJson).
+// FailedPrecondition if no launcher runs there; the launcher's error if the
+// reshard failed (a failed step is rolled back; training goes on).
+absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request);
 
 // Runs the job to its end. InvalidArgument (before anything starts) for an
 // invalid job; Cancelled when stopped; Aborted when a child crashed more

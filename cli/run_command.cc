@@ -71,6 +71,9 @@ Action AddRunCommand(CLI::App& app) {
   cmd->add_option("--progress-interval", options->progress_interval_seconds,
                   "seconds between progress updates")
       ->capture_default_str();
+  cmd->add_flag("--resume", options->resume,
+                "continue the job in the run directory (after the launcher was killed) from its "
+                "servers' state and the trainers' checkpoints");
   return [options] {
     options->binary = SelfPath();
     options->tty = isatty(STDERR_FILENO);
@@ -85,6 +88,7 @@ Action AddRunCommand(CLI::App& app) {
       std::cerr << "shadowsync run: " << report.status().message() << "\n";
       switch (report.status().code()) {
         case absl::StatusCode::kInvalidArgument:
+        case absl::StatusCode::kFailedPrecondition:
           return 2;
         case absl::StatusCode::kCancelled:
           return 130;

@@ -358,6 +358,11 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
   return report;
 }
 
+absl::StatusOr<ShardMap> FetchShardMap(const std::string& address, absl::Duration rpc_deadline) {
+  Cluster cluster({address}, rpc_deadline);
+  return cluster.GetMap(0);
+}
+
 absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
                                    absl::Duration rpc_deadline) {
   Cluster cluster(addresses, rpc_deadline);

@@ -92,6 +92,10 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
                                       const std::vector<std::string>& after,
                                       const ReshardOptions& options);
 
+// The shard map of the server at `address`.
+absl::StatusOr<ShardMap> FetchShardMap(const std::string& address,
+                                       absl::Duration rpc_deadline = absl::Seconds(30));
+
 // Installs the servers' newest shard map with `addresses` as the server
 // list (same ownership, next epoch) on every one of them: servers that came
 // back on new ports (a resumed job) learn each other's addresses.

@@ -40,6 +40,7 @@ spec:
   parameterServer: {replicas: 2, cacheBytes: 16Mi}
   syncer: {replicas: 1}
   sync: {algorithm: shadow-easgd, dutyCycle: 1}
+  checkpoint: {intervalSeconds: 1}
   runPolicy: {backoffLimit: 2}
 )";
 
@@ -234,6 +235,100 @@ TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
   EXPECT_EQ(r["restarts"], 1);
   EXPECT_EQ(r["examples"], 100000);
   EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+}
+
+// `shadowsync scale` reshards 2 -> 3 -> 2 parameter servers while training
+// runs, then again with training paused. Every move's rows arrive intact
+// (key and value checksums of the moved rows equal before and after), the
+// paused reshards keep every row of the cluster, no trainer fails, and the
+// job completes on 2 servers.
+TEST_F(RunTest, ReshardsLiveAndPausedWhileTheJobRuns) {
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(600000), run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  struct Step {
+    int ps;
+    bool pause;
+  };
+  for (const Step& step : {Step{3, false}, Step{2, false}, Step{3, true}, Step{2, true}}) {
+    std::string out;
+    const std::string cmd = Bin() + " scale " + run + " --ps " + std::to_string(step.ps) +
+                            (step.pause ? " --pause" : "");
+    ASSERT_EQ(RunShell(cmd, &out), 0) << cmd << "\n" << out << testing::ReadFile(run + ".log");
+    EXPECT_NE(out.find(step.pause ? "(training paused: equal)" : "(training ran meanwhile)"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(run + "/ps-2"));  // drained, stopped, removed
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_EQ(r["restarts"], 0) << testing::ReadFile(run + ".log");
+  EXPECT_EQ(r["examples"], 600000);
+  EXPECT_EQ(r["parameter_servers"], 2);
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+  EXPECT_GT(r["peak_rss_bytes"]["ps-2"].get<int64_t>(), 0);
+  ASSERT_EQ(r["reshards"].size(), 4u);
+  for (const auto& reshard : r["reshards"]) {
+    EXPECT_GT(reshard["slots_moved"].get<int64_t>(), 1000) << reshard;
+    EXPECT_GT(reshard["moved_before"]["rows"].get<int64_t>(), 0) << reshard;
+    EXPECT_EQ(reshard["moved_before"], reshard["moved_after"]) << reshard;
+    if (reshard["paused"].get<bool>()) {
+      EXPECT_EQ(reshard["cluster_before"], reshard["cluster_after"]) << reshard;
+    }
+  }
+}
+
+TEST_F(RunTest, ScaleWithoutARunningJobFailsClearly) {
+  std::string out;
+  EXPECT_EQ(RunShell(Bin() + " scale " + dir_.File("nothing") + " --ps 3", &out), 1);
+  EXPECT_NE(out.find("no `shadowsync run` is running in"), std::string::npos) << out;
+}
+
+// A launcher killed with SIGKILL takes its children with it; `run --resume`
+// brings the job back: the servers reopen their RocksDB directories on new
+// ports, the trainers continue from their dense checkpoints, and every
+// example of the data is counted once.
+TEST_F(RunTest, ResumesAfterTheLauncherWasKilled) {
+  const std::string run = dir_.File("run");
+  const std::string job = WriteJob(200000);
+  const pid_t launcher = StartLauncher(Bin(), job, run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  for (int i = 0; i < 500 && !(std::filesystem::exists(run + "/trainer-0.ckpt") &&
+                               std::filesystem::exists(run + "/trainer-1.ckpt"));
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ckpt"));
+  ASSERT_EQ(kill(launcher, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  for (int i = 0; i < 200 && !ProcessesMentioning(run + "/").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(ProcessesMentioning(run + "/").empty());
+  ASSERT_FALSE(std::filesystem::exists(run + "/report.json"));
+
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " run " + job + " --out " + run + " --resume", &out), 0) << out;
+  EXPECT_NE(out.find("resuming the job in"), std::string::npos) << out;
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_TRUE(r["resumed"].get<bool>());
+  EXPECT_EQ(r["examples"], 200000);
+  int64_t resumed = 0;
+  for (const auto& t : r["per_trainer"]) resumed += t["resumed_from_examples"].get<int64_t>();
+  EXPECT_GT(resumed, 0);
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+
+  // A finished job, and a directory without one, have nothing to resume.
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " run " + job + " --out " + run + " --resume", &out), 2);
+  EXPECT_NE(out.find("finished"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " run " + job + " --out " + dir_.File("empty") + " --resume", &out),
+            2);
+  EXPECT_NE(out.find("nothing to resume"), std::string::npos) << out;
 }
 
 }  // namespace
