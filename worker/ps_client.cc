@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -81,6 +82,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// gRPC's words for a call that found no connection to go out on: a server
+// that is gone, whose channel still looked ready when the call started.
+bool NeverSent(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         status.error_message().starts_with("failed to connect to all addresses");
 }
 
 bool LookupRetryable(grpc::StatusCode code) {
@@ -286,9 +294,11 @@ absl::Status PsClient::Run(Kind kind, std::span<model::TableRows> lookup_rows,
 
   absl::Status last_error;
   bool retry_now = false;  // The map just changed: resend without waiting.
+  int counted = 0;         // Retries that count toward max_retries.
+  std::optional<absl::Time> redirected_since;
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) {
-      if (attempt > options_.max_retries) {
+      if (counted > options_.max_retries) {
         return absl::Status(
             last_error.code(),
             absl::StrCat(last_error.message(), " (gave up after ", attempt, " attempts)"));
@@ -357,6 +367,8 @@ absl::Status PsClient::Run(Kind kind, std::span<model::TableRows> lookup_rows,
 
     // Answers: copy out what succeeded, requeue what may be retried.
     bool refresh = false;
+    bool other_failure = false;  // Anything but WRONG_OWNER.
+    bool unreachable = false;    // A server did not answer: maybe it left the job.
     uint64_t min_epoch = 0;
     for (Unit& unit : units) {
       if (unit.status.ok()) {
@@ -391,9 +403,14 @@ absl::Status PsClient::Run(Kind kind, std::span<model::TableRows> lookup_rows,
         min_epoch = std::max(min_epoch, ShardEpochFromTrailers(unit.context).value_or(0));
         retry = true;
       } else if (lookup) {
+        other_failure = true;
         retry = LookupRetryable(code);
+        unreachable |= code == grpc::StatusCode::UNAVAILABLE;
       } else {
-        retry = !unit.sent;  // Never reached the server: cannot have been applied.
+        other_failure = true;
+        // Never reached the server: cannot have been applied.
+        retry = !unit.sent || NeverSent(unit.status);
+        unreachable |= retry;
       }
       const absl::Status s = FromGrpcStatus(unit.status);
       last_error =
@@ -409,12 +426,30 @@ absl::Status PsClient::Run(Kind kind, std::span<model::TableRows> lookup_rows,
     if (std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p.empty(); })) {
       return absl::OkStatus();
     }
+    if (other_failure) {
+      ++counted;
+    } else {
+      // Only redirects: a reshard step is moving slots, which takes as long
+      // as it takes; wait for it up to reshard_wait.
+      if (!redirected_since.has_value()) redirected_since = absl::Now();
+      if (absl::Now() - *redirected_since > options_.reshard_wait) {
+        return absl::Status(last_error.code(),
+                            absl::StrCat(last_error.message(), " (still redirected after ",
+                                         absl::FormatDuration(options_.reshard_wait), ")"));
+      }
+    }
     if (refresh) {
       const uint64_t before = routing->map.epoch();
       const absl::Status refreshed = RefreshShardMap(std::max(min_epoch, before + 1));
       // A newer map makes an immediate retry worthwhile; otherwise back off.
       retry_now = refreshed.ok() && this->routing()->map.epoch() > before;
       if (!refreshed.ok()) last_error = refreshed;
+    } else if (unreachable) {
+      // A drained server is stopped after a scale-in: a client that slept
+      // through the reshard learns the new map from the others.
+      const uint64_t before = routing->map.epoch();
+      (void)RefreshShardMap();
+      retry_now = this->routing()->map.epoch() > before;
     }
   }
 }

@@ -9,7 +9,8 @@
 // WRONG_OWNER (FAILED_PRECONDITION, "shadowsync-shard-epoch" trailer). The
 // client then fetches the shard map from every server it knows, adopts the
 // newest epoch, and resends only the failed part. Every RPC carries a
-// deadline of rpc_deadline; a call gives up after max_retries retries, with
+// deadline of rpc_deadline; a call gives up after max_retries retries (not
+// counting redirects while slots move, up to reshard_wait), with
 // exponential backoff between them (backoff_base doubling up to backoff_max,
 // jittered), except that the first retry after a map refresh is immediate.
 //
@@ -19,7 +20,8 @@
 //   Push: each server applies its part all-or-nothing. A part is retried only
 //     if it certainly was not applied: WRONG_OWNER (the server rejects before
 //     applying anything), or the server's channel did not become connected
-//     within the deadline, in which case the request was never sent. Any
+//     within the deadline, or gRPC failed the call with "failed to connect to
+//     all addresses", in which cases the request was never sent. Any
 //     other failure after the request was sent (UNAVAILABLE, DEADLINE_EXCEEDED,
 //     CANCELLED, ...) is returned without retry because the server may have
 //     applied it; the client never applies a push twice. Parts sent to other
@@ -27,6 +29,9 @@
 //     error (there is no cross-server atomicity).
 //   Any other error (INVALID_ARGUMENT, ...) is returned at once, prefixed with
 //     the server's index and address.
+//   A server that cannot be reached (a lookup's UNAVAILABLE, a push's
+//     unconnected channel) also makes the client refresh its map: the server
+//     may have been drained and stopped while this client was idle.
 //
 //   SS_ASSIGN_OR_RETURN(auto store, PsClient::Connect("ps-0:7000", 16, 26));
 //   std::vector<model::TableRows> rows(26);
@@ -60,6 +65,10 @@ struct PsClientOptions {
   absl::Duration rpc_deadline = absl::Seconds(10);
   // Retries of a Lookup or Push after its first attempt. Default: 8.
   int max_retries = 8;
+  // Retries answered only by WRONG_OWNER do not count toward max_retries:
+  // they mean slots are moving (ps/resharder.h), and the client waits for the
+  // move up to this long. Default: 60s.
+  absl::Duration reshard_wait = absl::Seconds(60);
   // Backoff before retry k is min(backoff_base * 2^(k-1), backoff_max),
   // scaled by a random factor in [0.5, 1]. Defaults: 10ms, 1s.
   absl::Duration backoff_base = absl::Milliseconds(10);

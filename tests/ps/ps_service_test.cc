@@ -640,6 +640,60 @@ TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
   EXPECT_EQ(total->rows, static_cast<int64_t>(touched_.size()));
 }
 
+// A client idle through a scale-in still routes to the drained server, which
+// is gone: it refreshes its map from the others instead of failing.
+TEST_F(PsServiceTest, ClientIdleThroughAScaleInFindsTheNewMap) {
+  StartCluster(2);
+  Load(3, 40);
+  ps::PsServerOptions o = Options("ps2");
+  o.join = true;
+  nodes_.push_back(Start(std::move(o)));
+  ASSERT_TRUE(ps::Reshard(Addresses(2), Addresses(3), {}).ok());
+  auto three = ps::FetchShardMap(nodes_[0].address);
+  ASSERT_TRUE(three.ok());
+  worker::PsClientOptions options;
+  options.rpc_deadline = absl::Seconds(1);
+  options.backoff_base = absl::Milliseconds(1);
+  auto client = worker::PsClient::Create(*three, kDim, kTables, options);
+  ASSERT_TRUE(client.ok());
+  ExpectMatchesOracle(**client, Touched());  // Routes by the 3-server map.
+
+  ASSERT_TRUE(ps::Reshard(Addresses(3), Addresses(2), {}).ok());
+  nodes_[2].server->Shutdown();
+  auto grads = RandomGrads(RandomIds(30, kBuckets));
+  Remember(grads);
+  Push(**client, grads);
+  ExpectMatchesOracle(**client, Touched());
+  EXPECT_EQ((*client)->shard_map()->num_servers(), 2);
+  EXPECT_GE((*client)->counters().map_refreshes, 1);
+}
+
+// A move that never completes (the target never gets the map) is waited for
+// up to reshard_wait, not forever, and not just max_retries quick attempts.
+TEST_F(PsServiceTest, ClientWaitsForAStuckMoveOnlyUpToReshardWait) {
+  StartCluster(2);
+  Load(2, 30);
+  std::vector<SlotMove> moves;
+  for (uint32_t slot : map_->SlotsOwnedBy(0)) moves.push_back({.slot = slot, .from = 0, .to = 1});
+  auto next = map_->WithMoves(moves, map_->addresses());
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(SetMap(0, *next, 0).ok());  // Server 0 lets go; server 1 never takes over.
+  worker::PsClientOptions options;
+  options.max_retries = 2;
+  options.backoff_base = absl::Milliseconds(5);
+  options.backoff_max = absl::Milliseconds(20);
+  options.reshard_wait = absl::Milliseconds(600);
+  auto client = worker::PsClient::Create(*map_, kDim, kTables, options);
+  ASSERT_TRUE(client.ok());
+  const absl::Time start = absl::Now();
+  std::vector<model::TableRows> rows = Touched();
+  const absl::Status s = (*client)->Lookup(rows);
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition, "still redirected after"));
+  EXPECT_GE(waited, absl::Milliseconds(600));  // More than 2 retries' worth.
+  EXPECT_LT(waited, absl::Seconds(5));
+}
+
 TEST_F(PsServiceTest, ReshardRefusesWhatWouldLoseOrMixData) {
   StartCluster(2);
   Load(2, 30);
