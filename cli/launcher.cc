@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -506,10 +507,12 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   if (n == current) {
     return nlohmann::json{{"servers_before", n}, {"servers_after", n}, {"unchanged", true}};
   }
+  // Paused trainers continue when this returns: after a drained server was
+  // stopped, so that they find it gone (and refresh their map) instead of
+  // sending it a request it may cancel while shutting down.
   std::vector<pid_t> paused;
-  auto resume_trainers = [&] {
+  absl::Cleanup resume_trainers = [&paused] {
     for (pid_t pid : paused) kill(pid, SIGCONT);
-    paused.clear();
   };
   if (pause) {
     for (const Child& c : children_) {
@@ -531,20 +534,14 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   after.resize(std::min(n, current));
   for (int i = current; i < n; ++i) {
     absl::StatusOr<int> port = FreePort();
-    if (!port.ok()) {
-      resume_trainers();
-      return port.status();
-    }
+    if (!port.ok()) return port.status();
     after.push_back(absl::StrCat("127.0.0.1:", *port));
     fs::remove_all(absl::StrCat(run_dir_, "/ps-", i));  // A server scaled away earlier.
     Child c = PsChild(i, after.back(), /*join=*/true);
     absl::Status started = Spawn(c);
     children_.push_back(std::move(c));
     if (started.ok()) started = AwaitReady(children_.back());
-    if (!started.ok()) {
-      resume_trainers();
-      return started;
-    }
+    if (!started.ok()) return started;
     std::cerr << "  " << children_.back().name
               << " metrics: http://127.0.0.1:" << children_.back().metrics_port
               << "/metrics  log: " << children_.back().log << "\n";
@@ -554,7 +551,6 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   ps::ReshardOptions o;
   o.log = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
-  resume_trainers();
 
   // Servers from index `first` on leave the job.
   auto stop_from = [&](int first) {
