@@ -93,16 +93,49 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
             12000);
 }
 
-TEST_F(RunTest, InvalidSpecFailsBeforeAnythingStartsWithTheFieldPath) {
-  std::string text = kJob;
-  text.replace(text.find("replicas: 2, threads"), 11, "replicas: 0");
-  text.replace(text.find("EXAMPLES"), 8, "1000");
-  testing::WriteFile(dir_.File("bad.yaml"), text);
-  std::string out;
-  EXPECT_EQ(RunShell(Bin() + " run " + dir_.File("bad.yaml") + " --out " + dir_.File("run"), &out),
-            2);
-  EXPECT_NE(out.find("spec.trainer.replicas"), std::string::npos) << out;
-  EXPECT_FALSE(std::filesystem::exists(dir_.File("run")));
+// Every class of invalid spec fails before anything starts (no run
+// directory), with exit code 2, the file:line and the field path.
+TEST_F(RunTest, EveryInvalidSpecClassFailsBeforeAnythingStarts) {
+  constexpr char kHead[] =
+      "apiVersion: shadowsync.io/v1alpha1\nkind: ShadowSyncJob\nmetadata: {name: bad}\nspec:\n";
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"range", std::string(kHead) + "  trainer: {replicas: 0}\n",
+       "bad.yaml:5: spec.trainer.replicas: must be >= 1, got 0"},
+      {"unknown field", std::string(kHead) + "  trainer: {replica: 2}\n",
+       "bad.yaml:5: spec.trainer.replica: unknown field (did you mean \"replicas\"?)"},
+      {"type", std::string(kHead) + "  trainer: {replicas: two}\n",
+       "bad.yaml:5: spec.trainer.replicas: expected an integer, got \"two\""},
+      {"enum", std::string(kHead) + "  sync: {algorithm: gossip}\n",
+       "bad.yaml:5: spec.sync.algorithm: unknown value \"gossip\"; expected one of"},
+      {"quantity", std::string(kHead) + "  parameterServer: {cacheBytes: 16Zi}\n",
+       "bad.yaml:5: spec.parameterServer.cacheBytes: expected a Kubernetes quantity"},
+      {"list element", std::string(kHead) + "  model: {bottomMlp: [32, -4]}\n",
+       "bad.yaml:5: spec.model.bottomMlp[1]: must be >= 1, got -4"},
+      {"cross-field",
+       std::string(kHead) + "  sync: {algorithm: shadow-easgd}\n  syncer: {replicas: 0}\n",
+       "bad.yaml:6: spec.syncer.replicas: must be >= 1 for algorithm shadow-easgd"},
+      {"yaml syntax", std::string(kHead) + "  trainer: [1, 2\n", "bad.yaml:6:1: YAML syntax error"},
+      {"kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+       "bad.yaml:1: apiVersion: expected \"shadowsync.io/v1alpha1\", got \"v1\""},
+  };
+  for (const Case& c : cases) {
+    testing::WriteFile(dir_.File("bad.yaml"), c.text);
+    std::string out;
+    EXPECT_EQ(
+        RunShell(Bin() + " run " + dir_.File("bad.yaml") + " --out " + dir_.File("run"), &out), 2)
+        << c.what << ": " << out;
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.what << ": " << out;
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("run"))) << c.what;
+  }
+  std::string out;  // Not an invalid spec but no spec at all: an I/O error.
+  EXPECT_EQ(RunShell(Bin() + " run " + dir_.File("missing.yaml"), &out), 1) << out;
+  EXPECT_NE(out.find("cannot read job file " + dir_.File("missing.yaml")), std::string::npos)
+      << out;
 }
 
 // Pids of live processes whose command line contains `text` (not this one's).
