@@ -415,8 +415,9 @@ void Fields(V& v, S& s) {
 
 template <typename V, Is<CheckpointSpec> S>
 void Fields(V& v, S& s) {
-  v(s.path,
-    {.name = "path", .doc = "Directory checkpoints are written under; empty = no checkpoints."});
+  v(s.path, {.name = "path",
+             .doc = "Directory the trainers write their dense checkpoints under; empty = the run "
+                    "directory of `shadowsync run` (docs/resharding.md)."});
   v(s.interval_seconds,
     {.name = "intervalSeconds", .doc = "Seconds between two checkpoints.", .min = 1});
 }

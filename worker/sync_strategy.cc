@@ -557,6 +557,11 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.bmuf.block_momentum = static_cast<float>(EffectiveBlockMomentum(spec));
   c.bmuf.block_lr = static_cast<float>(EffectiveBlockLearningRate(spec));
   c.bmuf.nesterov = spec.sync.bmuf.nesterov;
+  c.num_trainers = spec.trainer.replicas;
+  c.ssp = spec.sync.ssp;
+  c.ds_sync = spec.sync.ds_sync;
+  c.sync_switch = spec.sync.sync_switch;
+  c.ps_plus = spec.sync.ps_plus;
   return c;
 }
 

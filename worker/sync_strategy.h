@@ -56,6 +56,14 @@ struct SyncConfig {
   float easgd_alpha = 0.45f;
   BmufParams bmuf;
   std::string group;  // All-reduce group on the syncer ("" = every trainer).
+  // This trainer and the job's trainer count (ds-sync groups, ssp clocks,
+  // sync-switch medians).
+  int trainer_index = 0;
+  int num_trainers = 1;
+  SspSpec ssp;
+  DsSyncSpec ds_sync;
+  SyncSwitchSpec sync_switch;
+  PsPlusSpec ps_plus;
 };
 
 // SyncConfig from a job, for a job of spec.trainer.replicas trainers.

@@ -115,6 +115,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
 
   std::unique_ptr<syncer::SyncerClient> syncer_client;
   SyncConfig sync_config = SyncConfigFromJob(spec);
+  sync_config.trainer_index = options.index;
   if (sync_config.algorithm != SyncAlgorithm::kNone) {
     if (options.syncer_addresses.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--syncer: sync.algorithm ",
