@@ -103,7 +103,8 @@ class Cluster:
         return _wait_ready(ready, proc, name)
 
     def run_workers(self, job_path, trainers, data, eval_data=None, max_examples=-1,
-                    preload=True, algorithm=None, timeout=3600, extra=None):
+                    preload=True, algorithm=None, timeout=3600, extra=None,
+                    per_worker_extra=None):
         procs = []
         for i in range(trainers):
             report = os.path.join(self.workdir, f"worker{i}.json")
@@ -120,6 +121,7 @@ class Cluster:
             if algorithm:
                 argv += ["--algorithm", algorithm]
             argv += extra or []
+            argv += (per_worker_extra or {}).get(i, [])
             log = open(os.path.join(self.workdir, f"worker{i}.log"), "w")
             procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), report))
         reports = []

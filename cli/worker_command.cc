@@ -33,6 +33,9 @@ struct WorkerFlags {
   int64_t eval_every = 0;
   int64_t eval_curve_examples = 20'000;
   bool preload = false;
+  double straggle_delay_ms = 0;
+  double straggle_jitter_ms = 0;
+  double straggle_factor = 1;
   std::string report_json;
   std::string progress_file;
   std::string ready_file;
@@ -72,6 +75,9 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.eval_every = f.eval_every;
   o.eval_curve_examples = f.eval_curve_examples;
   o.preload = f.preload;
+  o.step_delay = absl::Microseconds(static_cast<int64_t>(f.straggle_delay_ms * 1000));
+  o.step_jitter = absl::Microseconds(static_cast<int64_t>(f.straggle_jitter_ms * 1000));
+  o.slowdown = f.straggle_factor;
   o.on_progress = [&f](const worker::Progress& p) {
     std::cerr << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f\n",
                                  f.index, p.examples, p.examples_per_second, p.loss, p.train_ne);
@@ -136,6 +142,16 @@ Action AddWorkerCommand(CLI::App& app) {
                   "held-out examples scored per curve point")
       ->capture_default_str();
   cmd->add_flag("--preload", flags->preload, "parse this trainer's share before timing");
+  // Straggler injection for tests and benchmarks.
+  cmd->add_option("--straggle-delay-ms", flags->straggle_delay_ms,
+                  "sleep this long in every step (a straggler)")
+      ->capture_default_str();
+  cmd->add_option("--straggle-jitter-ms", flags->straggle_jitter_ms,
+                  "plus a uniform random [0, this) in every step")
+      ->capture_default_str();
+  cmd->add_option("--straggle-factor", flags->straggle_factor,
+                  "make every step's computation this many times as slow (>= 1)")
+      ->capture_default_str();
   cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
   cmd->add_option("--progress-file", flags->progress_file,
                   "rewrite progress (examples, examples/s, train NE) as JSON here");

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <future>
 #include <iterator>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -130,7 +132,8 @@ struct Trainer::ThreadState {
         probs(batch_size),
         batches{Batch(num_tables), Batch(num_tables)},
         row_grads(num_tables),
-        sparse(num_tables) {}
+        sparse(num_tables),
+        straggle_rng(0x5eed + index) {}
 
   const int index;  // Of the thread, in [0, threads).
   std::unique_ptr<model::Dlrm::Workspace> ws;
@@ -141,6 +144,8 @@ struct Trainer::ThreadState {
   std::vector<model::TableRows> row_grads;  // Summed gradients of the current batch's rows.
   std::vector<model::SparseInput> sparse;
   model::BatchView batch;
+  std::mt19937_64 straggle_rng;
+  std::optional<std::chrono::steady_clock::time_point> last_step_end;
 };
 
 Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConfig> tables,
@@ -194,7 +199,24 @@ void Trainer::BindBatch(Batch& batch, ThreadState& ts) const {
                               block.labels.data() + batch.begin, ts.sparse};
 }
 
+void Trainer::Straggle(std::chrono::steady_clock::time_point step_start, ThreadState& ts) const {
+  absl::Duration pause = options_.step_delay;
+  if (options_.step_jitter > absl::ZeroDuration()) {
+    pause += options_.step_jitter * std::uniform_real_distribution<double>(0, 1)(ts.straggle_rng);
+  }
+  // The whole iteration since the last one ended: reading, lookups,
+  // compute, push and the previous step's sync.
+  const auto now = std::chrono::steady_clock::now();
+  const auto since = ts.last_step_end.has_value() ? *ts.last_step_end : step_start;
+  if (options_.slowdown > 1) {
+    pause += absl::FromChrono(now - since) * (options_.slowdown - 1);
+  }
+  if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
+  ts.last_step_end = std::chrono::steady_clock::now();
+}
+
 absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
+  const auto step_start = std::chrono::steady_clock::now();
   BindBatch(batch, ts);
   const int num_tables = model_.config().num_tables;
   model::Gradients grads;
@@ -227,6 +249,7 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
     }
   }
   SS_RETURN_IF_ERROR(store_->Push(ts.row_grads));
+  Straggle(step_start, ts);
   return sync != nullptr ? sync->AfterStep(ts.index) : absl::OkStatus();
 }
 

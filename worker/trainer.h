@@ -9,6 +9,7 @@
 #ifndef SHADOWSYNC_WORKER_TRAINER_H_
 #define SHADOWSYNC_WORKER_TRAINER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/criteo_reader.h"
 #include "common/eval_metrics.h"
 #include "common/model/dlrm.h"
@@ -57,6 +59,15 @@ struct TrainerOptions {
   // Dense synchronization with other trainers (sync_strategy.h); null = none.
   // Must outlive Train; Train calls its Start and Finish.
   SyncStrategy* sync = nullptr;
+  // Straggler injection (tests, benchmarks): each step, after its updates
+  // (before the sync strategy's AfterStep), the thread sleeps step_delay,
+  // plus a uniform random [0, step_jitter), plus (slowdown - 1) times the
+  // whole iteration since the thread's previous step ended (reading,
+  // lookups, compute, updates, push, sync), so slowdown = 4 makes this
+  // trainer's iterations 4x as long.
+  absl::Duration step_delay = absl::ZeroDuration();
+  absl::Duration step_jitter = absl::ZeroDuration();
+  double slowdown = 1.0;
 };
 
 struct TrainReport {
@@ -114,6 +125,9 @@ class Trainer {
                                                int64_t max_examples, int threads) const;
   // One Hogwild step on `batch`, whose rows are looked up.
   absl::Status TrainStep(Batch& batch, ThreadState& ts);
+  // Sleeps as TrainerOptions' straggler settings say, for the step that
+  // started at `step_start`.
+  void Straggle(std::chrono::steady_clock::time_point step_start, ThreadState& ts) const;
   // Collects the batch's unique rows per table (examples [begin, end) of `block`).
   void CollectRows(std::shared_ptr<const ExampleBlock> block, int64_t begin, int64_t end,
                    Batch& batch) const;

@@ -73,6 +73,13 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
                                          static_cast<float>(spec.trainer.learning_rate)};
   const int64_t num_params = model::Dlrm(config).num_params();
 
+  if (options.step_delay < absl::ZeroDuration() || options.step_jitter < absl::ZeroDuration() ||
+      !(options.slowdown >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "straggler settings: delay and jitter must be >= 0 and slowdown >= 1, got delay ",
+        absl::FormatDuration(options.step_delay), ", jitter ",
+        absl::FormatDuration(options.step_jitter), ", slowdown ", options.slowdown));
+  }
   // Before connecting anywhere: a bad checkpoint fails fast.
   std::optional<DenseCheckpoint> resume;
   if (!options.checkpoint_path.empty()) {
@@ -138,6 +145,9 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   to.max_examples = options.max_examples;
   to.skip_examples = skip;
   to.preload = options.preload;
+  to.step_delay = options.step_delay;
+  to.step_jitter = options.step_jitter;
+  to.slowdown = options.slowdown;
   to.reader.shard_index = options.index;
   to.reader.num_shards = trainers;
   to.reader.parse_threads = 1;

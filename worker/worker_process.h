@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/eval_metrics.h"
 #include "common/job_spec.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +52,11 @@ struct WorkerOptions {
   int64_t eval_curve_examples = 20'000;
   double progress_interval_seconds = 1.0;  // Between on_progress calls and curve checks.
   bool preload = false;                    // Parse the share before the clock starts.
+  // Straggler injection, as TrainerOptions::step_delay, step_jitter and
+  // slowdown describe.
+  absl::Duration step_delay = absl::ZeroDuration();
+  absl::Duration step_jitter = absl::ZeroDuration();
+  double slowdown = 1.0;
   std::function<void(const Progress&)> on_progress;
   // Called once the metrics endpoint is up, with its port (tests, launchers).
   std::function<void(int metrics_port)> on_ready;

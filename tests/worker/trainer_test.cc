@@ -81,6 +81,34 @@ TEST_F(TrainerTest, PreloadAndStreamingSeeTheSameExamples) {
   }
 }
 
+// Straggler injection: a fixed delay costs at least steps x delay, and a
+// slowdown factor of 4 makes the same run several times as slow as without.
+TEST_F(TrainerTest, StragglerSettingsSlowEveryStep) {
+  auto run = [&](absl::Duration delay, double slowdown) {
+    model::LocalEmbeddingStore store(StoreOptions());
+    TrainerOptions options;
+    options.threads = 1;
+    options.batch_size = 100;
+    options.preload = true;
+    options.max_examples = 3000;  // 30 steps
+    options.step_delay = delay;
+    options.slowdown = slowdown;
+    Trainer trainer(SmallModel(), store.options().tables, options, &store);
+    auto report = trainer.Train({dir_->File("train.tsv")});
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? report->seconds : 0.0;
+  };
+  EXPECT_GE(run(absl::Milliseconds(10), 1), 30 * 0.010);
+  // The best of a few, as the machine is shared: the ratio holds, times drift.
+  double plain = 1e9, slowed = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    plain = std::min(plain, run(absl::ZeroDuration(), 1));
+    slowed = std::min(slowed, run(absl::ZeroDuration(), 4));
+  }
+  RecordProperty("ratio", std::to_string(slowed / plain));
+  EXPECT_GT(slowed, 2.5 * plain) << "plain " << plain << " s, slowdown 4: " << slowed << " s";
+}
+
 TEST_F(TrainerTest, MissingInputIsAnErrorNamingThePath) {
   model::LocalEmbeddingStore store(StoreOptions());
   Trainer trainer(SmallModel(), store.options().tables, TrainerOptions{}, &store);
