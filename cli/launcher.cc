@@ -275,6 +275,7 @@ void Launch::StopAll() {
 void Launch::ShowProgress(bool final) {
   int64_t examples = 0;
   double ne_weighted = 0;
+  std::string mode;  // The sync strategy's, when it has one (e.g. sync-switch).
   for (const Child& c : children_) {
     if (c.role != Role::kTrainer) continue;
     examples += c.skip_examples;
@@ -284,6 +285,10 @@ void Launch::ShowProgress(bool final) {
     if (!p.is_object()) continue;
     const int64_t n = Int(p, "examples");
     examples += n;
+    if (mode.empty() && p.contains("sync") && p["sync"].is_object() && p["sync"].contains("mode") &&
+        p["sync"]["mode"].is_string()) {
+      mode = p["sync"]["mode"].get<std::string>();
+    }
     ne_weighted += Num(p, "train_ne") * static_cast<double>(n);
   }
   const double seconds = Since(start_);
@@ -306,7 +311,8 @@ void Launch::ShowProgress(bool final) {
     bar = absl::StrFormat("%d examples  ", examples);
   }
   const std::string line =
-      absl::StrFormat("%s%.0f ex/s  train NE %.4f  %.0fs", bar, eps, ne, seconds);
+      absl::StrFormat("%s%.0f ex/s  train NE %.4f  %.0fs%s", bar, eps, ne, seconds,
+                      mode.empty() ? "" : absl::StrCat("  sync ", mode));
   if (options_.tty) {
     std::cerr << "\r" << line << "\033[K" << (final ? "\n" : "") << std::flush;
   } else {

@@ -86,7 +86,8 @@ int RunWorkerCommand(const WorkerFlags& f) {
     const nlohmann::json j = {{"examples", p.examples},
                               {"examples_per_second", p.examples_per_second},
                               {"train_ne", p.train_ne},
-                              {"seconds", p.seconds}};
+                              {"seconds", p.seconds},
+                              {"sync", p.sync_details}};
     std::ofstream(f.progress_file + ".tmp") << j.dump() << "\n";
     std::rename((f.progress_file + ".tmp").c_str(), f.progress_file.c_str());
   };

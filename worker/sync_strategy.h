@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/model/optimizer.h"
+#include "nlohmann/json.hpp"
 #include "worker/sync_math.h"
 
 namespace prometheus {
@@ -109,6 +110,11 @@ class SyncStrategy {
   // Whether the strategy writes the replica from a thread of its own while
   // training threads run (then even a lone training thread must snapshot).
   virtual bool WritesConcurrently() const { return false; }
+  // What is particular to the algorithm, for progress files and reports
+  // (e.g. sync-switch's current mode and switches, ps-plus's mean
+  // staleness). A "mode" string, if present, is shown in the progress line.
+  // Thread-safe. Default: empty.
+  virtual nlohmann::json Details() const { return nlohmann::json::object(); }
 
   SyncStats stats() const;
   const SyncConfig& config() const { return config_; }

@@ -24,6 +24,7 @@
 #include "common/model/dlrm.h"
 #include "common/model/embedding_table.h"
 #include "common/model/optimizer.h"
+#include "nlohmann/json.hpp"
 
 namespace shadowsync::worker {
 
@@ -36,6 +37,7 @@ struct Progress {
   double examples_per_second = 0;  // Over the last interval.
   double loss = 0;                 // Mean training loss over the last interval.
   double train_ne = 0;             // Progressive NE since the start.
+  nlohmann::json sync_details;     // SyncStrategy::Details(), when there is one.
 };
 
 struct TrainerOptions {

@@ -172,7 +172,11 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     reported = p.examples;
     examples_per_second.Set(p.examples_per_second);
     train_ne.Set(p.train_ne);
-    if (options.on_progress) options.on_progress(p);
+    if (options.on_progress) {
+      Progress with_sync = p;
+      with_sync.sync_details = sync->Details();
+      options.on_progress(with_sync);
+    }
     // The durability promise: p.examples counts finished batches, and the
     // snapshot is copied after they were counted (while the Hogwild threads
     // run on, which races benignly as EvaluateSnapshot does), so it holds
@@ -237,6 +241,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   }
   examples_total.Increment(static_cast<double>(report.train.examples - reported));
   report.sync = sync->stats();
+  report.sync_details = sync->Details();
   if (!options.eval_data.empty()) {
     SS_ASSIGN_OR_RETURN(report.eval, trainer.Evaluate(options.eval_data));
   }
@@ -266,6 +271,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"sync_mean_round_seconds", r.sync.mean_round_seconds()},
       {"sync_mean_gap_steps", r.sync.mean_gap_steps()},
       {"sync_blocked_seconds", r.sync.blocked_seconds},
+      {"sync_details", r.sync_details.is_null() ? nlohmann::json::object() : r.sync_details},
   };
   nlohmann::json curve = nlohmann::json::array();
   for (const CurvePoint& c : r.curve) {

@@ -73,6 +73,7 @@ struct WorkerReport {
   TrainReport train;
   std::vector<CurvePoint> curve;
   SyncStats sync;
+  nlohmann::json sync_details;  // SyncStrategy::Details() at the end.
   std::optional<QualityReport> eval;
   int64_t dense_params = 0;
   // Examples of the share not trained in this run: max(skip_examples, the
