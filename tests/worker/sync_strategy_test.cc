@@ -272,7 +272,11 @@ TEST_F(SyncStrategyTest, ShadowMaAveragesInTheBackground) {
 
 // Delta apply: local progress made while rounds run is kept. EASGD moves
 // mass between the replica and the centre, so replica + centre equals the
-// sum of the local updates however rounds and updates interleave.
+// sum of the local updates however rounds and updates interleave, up to
+// Hogwild's own lost updates: the training thread's and the shadow thread's
+// relaxed read-modify-writes of the replica can collide (about one run in
+// a hundred loses one). Overwriting instead of applying the delta loses
+// nearly all of them (applyMode: overwrite ends near 1 here, not 200).
 TEST_F(SyncStrategyTest, ShadowEasgdKeepsLocalProgressMadeDuringRounds) {
   SyncConfig c = Config(SyncAlgorithm::kShadowEasgd);
   c.easgd_alpha = 0.5f;
@@ -286,7 +290,7 @@ TEST_F(SyncStrategyTest, ShadowEasgdKeepsLocalProgressMadeDuringRounds) {
   std::vector<float> centre(1);
   SS_ASSERT_OK(a.client->PullCentre(centre));
   EXPECT_GT(a.strategy->stats().rounds, 1);
-  EXPECT_NEAR(a.params[0] + centre[0], 200.0, 1e-3);
+  EXPECT_NEAR(a.params[0] + centre[0], 200.0, 3.0);
   EXPECT_GT(centre[0], 0);  // The centre followed.
   EXPECT_GT(a.strategy->stats().mean_gap_steps(), 0);
 }
