@@ -285,9 +285,11 @@ void Launch::ShowProgress(bool final) {
     if (!p.is_object()) continue;
     const int64_t n = Int(p, "examples");
     examples += n;
-    if (mode.empty() && p.contains("sync") && p["sync"].is_object() && p["sync"].contains("mode") &&
-        p["sync"]["mode"].is_string()) {
-      mode = p["sync"]["mode"].get<std::string>();
+    // Progress files carry the strategy's details as "sync", reports as "sync_details".
+    const char* key = final ? "sync_details" : "sync";
+    if (mode.empty() && p.contains(key) && p[key].is_object() && p[key].contains("mode") &&
+        p[key]["mode"].is_string()) {
+      mode = p[key]["mode"].get<std::string>();
     }
     ne_weighted += Num(p, "train_ne") * static_cast<double>(n);
   }
@@ -722,7 +724,9 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
               "--checkpoint",
               absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"),
               "--checkpoint-interval-seconds",
-              std::to_string(spec.checkpoint.interval_seconds)};
+              std::to_string(spec.checkpoint.interval_seconds),
+              "--job-examples",
+              std::to_string(total_examples_)};
     if (!syncer_addresses.empty()) {
       c.argv.insert(c.argv.end(), {"--syncer", absl::StrJoin(syncer_addresses, ",")});
     }

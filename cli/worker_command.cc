@@ -27,6 +27,7 @@ struct WorkerFlags {
   std::vector<std::string> eval_data;
   std::string algorithm;
   int64_t max_examples = -1;
+  int64_t job_examples = -1;
   int64_t skip_examples = 0;
   std::string checkpoint;
   double checkpoint_interval_seconds = 30;
@@ -69,6 +70,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
     if (o.eval_data.empty()) o.eval_data = o.spec.data.eval_paths;
   }
   o.max_examples = f.max_examples;
+  o.job_examples = f.job_examples;
   o.skip_examples = f.skip_examples;
   o.checkpoint_path = f.checkpoint;
   o.checkpoint_interval_seconds = f.checkpoint_interval_seconds;
@@ -129,6 +131,9 @@ Action AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--eval-data", flags->eval_data, "held-out files scored at the end");
   cmd->add_option("--algorithm", flags->algorithm, "override spec.sync.algorithm");
   cmd->add_option("--max-examples", flags->max_examples, "stop after N examples of this trainer");
+  cmd->add_option("--job-examples", flags->job_examples,
+                  "training examples of the whole job (sync-switch's switch point; default: "
+                  "--max-examples x trainers)");
   cmd->add_option("--skip-examples", flags->skip_examples,
                   "skip the first N examples of this trainer's share (resuming after a restart)");
   cmd->add_option("--checkpoint", flags->checkpoint,

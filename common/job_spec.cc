@@ -334,9 +334,11 @@ void Fields(V& v, S& s) {
                    .min = 2});
   v(s.schedule, {.name = "schedule",
                  .doc = "Regrouping each round: `random` draws groups from a permutation every "
-                        "trainer derives from the shared seed; `butterfly` pairs i with "
-                        "i XOR 2^(round mod log2 N) (groupSize 2, power-of-two trainers), which "
-                        "gives the exact global average every log2 N rounds."});
+                        "trainer derives from the shared seed (repeating after 16 rounds); "
+                        "`butterfly` groups the trainers that differ in one base-g digit of "
+                        "their index, digit (round mod m), m = ceil(log_g N), which gives every "
+                        "replica the exact global average every m rounds (N = g x r_1 x ... x "
+                        "r_{m-1} with every r <= g; e.g. g = 2 needs a power of two)."});
   v(s.seed, {.name = "seed", .doc = "Shared seed of the random schedule.", .min = 0});
 }
 
@@ -358,6 +360,23 @@ void Fields(V& v, S& s) {
                          .exclusive_min = true});
   v(s.window_steps,
     {.name = "windowSteps", .doc = "Online policy: steps per step-time measurement.", .min = 1});
+  v(s.switch_step, {.name = "switchStep",
+                    .doc = "BSP rounds (steps of each trainer thread) trained before switching "
+                           "to ASP; overrides switchFraction.",
+                    .min = 0,
+                    .default_doc = "`switchFraction` of the run's steps"});
+  v(s.asp_learning_rate_scale,
+    {.name = "aspLearningRateScale",
+     .doc = "The ASP phases' dense learning rate is spec.trainer.learningRate times this: BSP "
+            "averages N trainers' gradients, ASP applies each one (the paper rescales 0.8 -> "
+            "0.1 on 8 workers).",
+     .min = 0,
+     .exclusive_min = true,
+     .default_doc = "`1 / spec.trainer.replicas`"});
+  v(s.asp_batch_size, {.name = "aspBatchSize",
+                       .doc = "Examples per thread step in the ASP phases.",
+                       .min = 1,
+                       .default_doc = "`spec.trainer.batchSize`"});
 }
 
 template <typename V, Is<PsPlusSpec> S>
@@ -1714,15 +1733,13 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
       p.push_back({"spec.sync.dsSync.groupSize", absl::StrCat("must divide spec.trainer.replicas (",
                                                               n, ") into equal groups, got ", g)});
     }
-    if (sync.ds_sync.schedule == DsSyncSchedule::kButterfly) {
-      if (g != 2) {
-        p.push_back({"spec.sync.dsSync.schedule",
-                     absl::StrCat("butterfly needs spec.sync.dsSync.groupSize 2, got ", g)});
-      }
-      if ((n & (n - 1)) != 0) {
-        p.push_back(
-            {"spec.sync.dsSync.schedule",
-             absl::StrCat("butterfly needs a power-of-two spec.trainer.replicas, got ", n)});
+    if (sync.ds_sync.schedule == DsSyncSchedule::kButterfly && g >= 2 && g <= n && n % g == 0) {
+      if (absl::Status s = DsSyncButterflyRadices(n, g).status(); !s.ok()) {
+        // The message starts with the field path; keep only the reason.
+        std::string reason(s.message());
+        const std::string prefix = "sync.dsSync.schedule: ";
+        if (reason.starts_with(prefix)) reason = reason.substr(prefix.size());
+        p.push_back({"spec.sync.dsSync.schedule", reason});
       }
     }
   }
@@ -1867,6 +1884,15 @@ double EffectivePsLearningRate(const JobSpec& spec) {
   return spec.parameter_server.learning_rate.value_or(spec.trainer.learning_rate);
 }
 
+double EffectiveAspLearningRateScale(const JobSpec& spec) {
+  return spec.sync.sync_switch.asp_learning_rate_scale.value_or(1.0 /
+                                                                std::max(1, spec.trainer.replicas));
+}
+
+int EffectiveAspBatchSize(const JobSpec& spec) {
+  return spec.sync.sync_switch.asp_batch_size.value_or(spec.trainer.batch_size);
+}
+
 absl::StatusOr<ShadowSyncJob> ParseJobYaml(std::string_view text, std::string_view source_name) {
   LineMap lines;
   Problems problems;
@@ -1968,7 +1994,12 @@ std::string JobSummary(const ShadowSyncJob& job) {
       break;
     case SyncAlgorithm::kSyncSwitch:
       add("policy", EnumName(sync.sync_switch.policy));
-      add("switch_fraction", sync.sync_switch.switch_fraction);
+      if (sync.sync_switch.switch_step.has_value()) {
+        add("switch_step", *sync.sync_switch.switch_step);
+      } else {
+        add("switch_fraction", sync.sync_switch.switch_fraction);
+      }
+      add("asp_lr_scale", EffectiveAspLearningRateScale(s));
       if (sync.sync_switch.policy == SyncSwitchPolicy::kOnline) {
         add("straggler_factor", sync.sync_switch.straggler_factor);
         add("window_steps", sync.sync_switch.window_steps);
@@ -2089,6 +2120,49 @@ std::vector<std::string> JobFieldPaths() {
     paths.push_back(row.path);
   }
   return paths;
+}
+
+namespace {
+
+// q as `slots` factors, non-increasing, each <= cap (1s pad), if possible.
+std::optional<std::vector<int>> FactorInto(int q, int slots, int cap) {
+  if (q == 1) return std::vector<int>(slots, 1);
+  if (slots == 0) return std::nullopt;
+  for (int d = std::min(cap, q); d >= 2; --d) {
+    if (q % d != 0) continue;
+    std::optional<std::vector<int>> rest = FactorInto(q / d, slots - 1, d);
+    if (!rest.has_value()) continue;
+    rest->insert(rest->begin(), d);
+    return rest;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int DsSyncButterflyRounds(int n, int g) {
+  int m = 0;
+  for (int64_t reach = 1; reach < n; reach *= g) ++m;
+  return m;
+}
+
+absl::StatusOr<std::vector<int>> DsSyncButterflyRadices(int n, int g) {
+  if (g < 2 || n < g || n % g != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.dsSync.groupSize: butterfly needs groups of >= 2 dividing the ", n,
+                     " trainers, got ", g));
+  }
+  const int m = DsSyncButterflyRounds(n, g);
+  std::optional<std::vector<int>> rest = FactorInto(n / g, m - 1, g);
+  if (!rest.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.dsSync.schedule: butterfly cannot give every one of ", n,
+        " trainers the exact mean in groups of ", g, " within ceil(log_", g, " ", n, ") = ", m,
+        " rounds: it needs ", n, " / ", g, " = ", n / g, " to be a product of ", m - 1,
+        " factors of at most ", g, " (use the random schedule or another trainer count)"));
+  }
+  rest->insert(rest->begin(), g);
+  return *std::move(rest);
 }
 
 }  // namespace shadowsync

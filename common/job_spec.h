@@ -300,6 +300,18 @@ struct SyncSwitchSpec {
   double switch_fraction = 0.125;  // "switchFraction". Share of the run trained under BSP.
   double straggler_factor = 2.0;   // "stragglerFactor". Online: slow = step time > factor * median.
   int window_steps = 20;           // "windowSteps". Online: steps per step-time measurement.
+  // "switchStep". BSP rounds (steps of each trainer thread) before the
+  // switch. Absent: switchFraction of the run's steps, which the trainer
+  // passes to the strategy (SyncSwitchStrategy::SetTotalSteps).
+  std::optional<int64_t> switch_step;
+  // "aspLearningRateScale". The ASP phases' dense learning rate is
+  // trainer.learningRate times this (the paper's linear rescaling, 0.8 ->
+  // 0.1 on 8 workers). Default: 1 / trainer.replicas
+  // (EffectiveAspLearningRateScale).
+  std::optional<double> asp_learning_rate_scale;
+  // "aspBatchSize". Examples per thread step in the ASP phases. Default:
+  // trainer.batchSize (EffectiveAspBatchSize).
+  std::optional<int> asp_batch_size;
   bool operator==(const SyncSwitchSpec&) const = default;
 };
 
@@ -374,6 +386,8 @@ double EffectiveEasgdAlpha(const JobSpec& spec);
 double EffectiveBlockMomentum(const JobSpec& spec);
 double EffectiveBlockLearningRate(const JobSpec& spec);
 double EffectivePsLearningRate(const JobSpec& spec);
+double EffectiveAspLearningRateScale(const JobSpec& spec);
+int EffectiveAspBatchSize(const JobSpec& spec);
 
 // ---------------------------------------------------------------------------
 // Decoding. Every decoder rejects: wrong apiVersion or kind; unknown fields
@@ -438,6 +452,17 @@ std::string JobSpecReferenceMarkdown();
 // Every documented field path, e.g. "spec.trainer.replicas",
 // "spec.model.tables[].hashBuckets", in table order.
 std::vector<std::string> JobFieldPaths();
+
+// DS-Sync's butterfly shape rule (worker/ds_sync.h), shared with job
+// validation.
+
+// The smallest m with g^m >= n. REQUIRES: g >= 2, n >= 1.
+int DsSyncButterflyRounds(int n, int g);
+
+// The butterfly's digit radices r_0 = g, r_1, ..., r_{m-1} (non-increasing
+// after r_0; 1s pad when fewer factors suffice), or INVALID_ARGUMENT naming
+// sync.dsSync.schedule.
+absl::StatusOr<std::vector<int>> DsSyncButterflyRadices(int n, int g);
 
 }  // namespace shadowsync
 

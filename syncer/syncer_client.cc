@@ -49,6 +49,18 @@ class Latch {
   int count_ ABSL_GUARDED_BY(mu_);
 };
 
+// Runs an asynchronous call and waits for its callback.
+absl::Status Await(const std::function<void(SyncerClient::DoneCallback)>& call) {
+  auto latch = std::make_shared<Latch>(1);
+  auto status = std::make_shared<absl::Status>();
+  call([latch, status](absl::Status s) {
+    *status = std::move(s);
+    latch->CountDown();
+  });
+  latch->Wait();
+  return *status;
+}
+
 template <typename Request, typename Response>
 struct Call {
   grpc::ClientContext context;
@@ -102,39 +114,63 @@ absl::StatusOr<std::unique_ptr<SyncerClient>> SyncerClient::Connect(SyncerClient
 }
 
 template <typename Request, typename Response, typename Build, typename Start, typename Consume>
-absl::Status SyncerClient::CallAll(Build build, Start start, Consume consume) {
-  const int n = num_replicas();
-  std::vector<Call<Request, Response>> calls(n);
-  auto latch = std::make_shared<Latch>(n);
+void SyncerClient::CallAllAsync(int count, Build build, Start start, Consume consume,
+                                DoneCallback done) {
+  // Owned by the calls' callbacks: the last one to answer consumes every
+  // response and frees it.
+  struct State {
+    State(int n, Consume c, DoneCallback d)
+        : calls(n), remaining(n), consume(std::move(c)), done(std::move(d)) {}
+    std::vector<Call<Request, Response>> calls;
+    std::atomic<int> remaining;
+    Consume consume;
+    DoneCallback done;
+  };
+  auto state = std::make_shared<State>(count, std::move(consume), std::move(done));
   const auto deadline = DeadlineFromNow(options_.rpc_deadline);
-  for (int i = 0; i < n; ++i) {
-    Call<Request, Response>& call = calls[i];
+  for (int i = 0; i < count; ++i) {
+    Call<Request, Response>& call = state->calls[i];
     build(i, call.request);
     bytes_sent_.fetch_add(static_cast<int64_t>(call.request.ByteSizeLong()),
                           std::memory_order_relaxed);
     call.context.set_deadline(deadline);
+  }
+  // Started only once every request is built: an early answer must not
+  // finish the state while later calls are still being filled in.
+  for (int i = 0; i < count; ++i) {
+    Call<Request, Response>& call = state->calls[i];
     start(*replicas_[i].stub->async(), &call.context, &call.request, &call.response,
-          [&call, latch](grpc::Status status) {
+          [this, state, &call](grpc::Status status) {
             call.status = std::move(status);
-            latch->CountDown();
+            // acq_rel: the last caller sees every other call's answer.
+            if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+            absl::Status first;
+            for (int r = 0; r < static_cast<int>(state->calls.size()); ++r) {
+              const Call<Request, Response>& c = state->calls[r];
+              absl::Status s = FromGrpcStatus(c.status);
+              if (s.ok()) {
+                bytes_received_.fetch_add(static_cast<int64_t>(c.response.ByteSizeLong()),
+                                          std::memory_order_relaxed);
+                s = state->consume(r, c.response);
+              }
+              if (!s.ok() && first.ok()) first = FirstError(r, s);
+            }
+            state->done(std::move(first));
           });
   }
-  latch->Wait();
-  absl::Status first;
-  for (int i = 0; i < n; ++i) {
-    const Call<Request, Response>& call = calls[i];
-    absl::Status s = FromGrpcStatus(call.status);
-    if (s.ok()) {
-      bytes_received_.fetch_add(static_cast<int64_t>(call.response.ByteSizeLong()),
-                                std::memory_order_relaxed);
-      s = consume(i, call.response);
-    }
-    if (!s.ok() && first.ok()) {
-      first = absl::Status(s.code(), absl::StrCat("syncer replica ", i, " (", replicas_[i].address,
-                                                  "): ", s.message()));
-    }
-  }
-  return first;
+}
+
+template <typename Request, typename Response, typename Build, typename Start, typename Consume>
+absl::Status SyncerClient::CallAll(Build build, Start start, Consume consume) {
+  return Await([&](DoneCallback done) {
+    CallAllAsync<Request, Response>(num_replicas(), std::move(build), std::move(start),
+                                    std::move(consume), std::move(done));
+  });
+}
+
+absl::Status SyncerClient::FirstError(int replica, const absl::Status& s) const {
+  return absl::Status(s.code(), absl::StrCat("syncer replica ", replica, " (",
+                                             replicas_[replica].address, "): ", s.message()));
 }
 
 absl::Status SyncerClient::CheckLength(const char* what, size_t got) const {
@@ -174,8 +210,13 @@ absl::Status SyncerClient::InitCentre(std::span<const float> init, std::span<flo
 }
 
 absl::Status SyncerClient::PullCentre(std::span<float> centre, uint64_t* version) {
-  if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return s;
-  return CallAll<v1::PullCentreRequest, v1::CentreResponse>(
+  return Await([&](DoneCallback done) { PullCentreAsync(centre, version, std::move(done)); });
+}
+
+void SyncerClient::PullCentreAsync(std::span<float> centre, uint64_t* version, DoneCallback done) {
+  if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return done(std::move(s));
+  CallAllAsync<v1::PullCentreRequest, v1::CentreResponse>(
+      num_replicas(),
       [&](int i, v1::PullCentreRequest& request) {
         const DenseRange& range = replicas_[i].range;
         request.set_offset(static_cast<uint64_t>(range.offset));
@@ -185,25 +226,37 @@ absl::Status SyncerClient::PullCentre(std::span<float> centre, uint64_t* version
       [](auto& stub, auto* context, auto* request, auto* response, auto done) {
         stub.PullCentre(context, request, response, std::move(done));
       },
-      [&](int i, const v1::CentreResponse& response) {
+      [this, centre, version](int i, const v1::CentreResponse& response) {
         if (i == 0 && version != nullptr) *version = response.version();
         return CopyOut(i, response.values(), centre);
-      });
+      },
+      std::move(done));
 }
 
 absl::Status SyncerClient::AddToCentre(std::span<const float> delta) {
   return AddAndPull(delta, {}, nullptr);
 }
 
+void SyncerClient::AddToCentreAsync(std::span<const float> delta, DoneCallback done) {
+  AddAndPullAsync(delta, {}, nullptr, std::move(done));
+}
+
 absl::Status SyncerClient::AddAndPull(std::span<const float> delta, std::span<float> centre,
                                       uint64_t* version) {
-  if (absl::Status s = CheckLength("delta", delta.size()); !s.ok()) return s;
+  return Await(
+      [&](DoneCallback done) { AddAndPullAsync(delta, centre, version, std::move(done)); });
+}
+
+void SyncerClient::AddAndPullAsync(std::span<const float> delta, std::span<float> centre,
+                                   uint64_t* version, DoneCallback done) {
+  if (absl::Status s = CheckLength("delta", delta.size()); !s.ok()) return done(std::move(s));
   // An empty `centre` only from AddToCentre (n >= 1).
   const bool pull = !centre.empty();
   if (pull) {
-    if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return s;
+    if (absl::Status s = CheckLength("centre", centre.size()); !s.ok()) return done(std::move(s));
   }
-  return CallAll<v1::AddToCentreRequest, v1::CentreResponse>(
+  CallAllAsync<v1::AddToCentreRequest, v1::CentreResponse>(
+      num_replicas(),
       [&](int i, v1::AddToCentreRequest& request) {
         const DenseRange& range = replicas_[i].range;
         request.set_offset(static_cast<uint64_t>(range.offset));
@@ -214,9 +267,57 @@ absl::Status SyncerClient::AddAndPull(std::span<const float> delta, std::span<fl
       [](auto& stub, auto* context, auto* request, auto* response, auto done) {
         stub.AddToCentre(context, request, response, std::move(done));
       },
-      [&](int i, const v1::CentreResponse& response) {
+      [this, pull, centre, version](int i, const v1::CentreResponse& response) {
         if (i == 0 && version != nullptr) *version = response.version();
         return pull ? CopyOut(i, response.values(), centre) : absl::OkStatus();
+      },
+      std::move(done));
+}
+
+absl::StatusOr<ClockResult> SyncerClient::Clock(int64_t clock, int64_t staleness,
+                                                absl::Duration max_wait) {
+  absl::StatusOr<ClockResult> result;
+  const absl::Status s = Await([&](DoneCallback done) {
+    ClockAsync(clock, staleness, max_wait,
+               [&result, done = std::move(done)](absl::StatusOr<ClockResult> r) {
+                 const absl::Status status = r.status();
+                 result = std::move(r);
+                 done(status);
+               });
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+void SyncerClient::ClockAsync(int64_t clock, int64_t staleness, absl::Duration max_wait,
+                              ClockCallback done) {
+  if (options_.member.empty()) return done(absl::InvalidArgumentError("member: empty"));
+  if (max_wait <= absl::ZeroDuration()) max_wait = options_.rpc_deadline / 2;
+  auto result = std::make_shared<ClockResult>();
+  // Replica 0 only: the clock is a few integers, not a range of the vector.
+  CallAllAsync<v1::ClockRequest, v1::ClockResponse>(
+      1,
+      [&](int i, v1::ClockRequest& request) {
+        request.set_member(options_.member);
+        request.set_clock(clock);
+        request.set_staleness(staleness);
+        request.set_max_wait_seconds(absl::ToDoubleSeconds(max_wait));
+      },
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.Clock(context, request, response, std::move(done));
+      },
+      [result](int i, const v1::ClockResponse& response) {
+        *result = ClockResult{.released = response.released(),
+                              .min_clock = response.min_clock(),
+                              .member_clock = response.member_clock(),
+                              .joined = response.joined(),
+                              .live_members = static_cast<int>(response.live_members()),
+                              .waited = absl::Seconds(response.waited_seconds())};
+        return absl::OkStatus();
+      },
+      [result, done = std::move(done)](absl::Status s) {
+        if (!s.ok()) return done(std::move(s));
+        done(*result);
       });
 }
 

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,8 +61,21 @@ struct RoundResult {
   absl::Duration waited = absl::InfiniteDuration();
 };
 
+// One answer of the SSP clock (ClockResponse in syncer.proto).
+struct ClockResult {
+  bool released = false;     // clock <= min_clock + staleness
+  int64_t min_clock = 0;     // over the live members
+  int64_t member_clock = 0;  // this member's recorded clock (>= the reported one)
+  bool joined = false;       // this call made the member live; member_clock is its start
+  int live_members = 0;
+  absl::Duration waited;  // time the call waited on the syncer
+};
+
 class SyncerClient {
  public:
+  using DoneCallback = std::function<void(absl::Status)>;
+  using ClockCallback = std::function<void(absl::StatusOr<ClockResult>)>;
+
   // num_params = n, the full dense vector length. Creates one channel per
   // replica (connections are made lazily). INVALID_ARGUMENT if there is no
   // address, an address is not host:port, or n < the number of replicas
@@ -81,6 +95,26 @@ class SyncerClient {
   // `delta`), in one RPC per replica.
   absl::Status AddAndPull(std::span<const float> delta, std::span<float> centre,
                           uint64_t* version = nullptr);
+  // Asynchronous forms, for overlapping sync with computation: they return at
+  // once and run `done` exactly once, on a gRPC thread (it must not block),
+  // when every replica has answered. The request is built before returning,
+  // so `delta` may be reused at once; `centre` and `version` must stay valid
+  // until `done` runs, and so must this client. An invalid argument runs
+  // `done` at once, on the caller's thread.
+  void PullCentreAsync(std::span<float> centre, uint64_t* version, DoneCallback done);
+  void AddToCentreAsync(std::span<const float> delta, DoneCallback done);
+  void AddAndPullAsync(std::span<const float> delta, std::span<float> centre, uint64_t* version,
+                       DoneCallback done);
+
+  // SSP clock (syncer replica 0 only): records this member's `clock` and
+  // answers once it is within `staleness` of the slowest live member, or
+  // after `max_wait` with released = false (the caller asks again). Default
+  // max_wait: half the RPC deadline, so a long wait never hits the deadline.
+  absl::StatusOr<ClockResult> Clock(int64_t clock, int64_t staleness,
+                                    absl::Duration max_wait = absl::ZeroDuration());
+  // Clock, answered through `done` on a gRPC thread (it must not block).
+  void ClockAsync(int64_t clock, int64_t staleness, absl::Duration max_wait, ClockCallback done);
+
   // Mean over the group's members of their `in` (n floats each) into `out`
   // (may alias `in`). Blocks until the round completes on every replica (or
   // the deadline). Group "" is the whole job.
@@ -114,6 +148,12 @@ class SyncerClient {
   // `consume(i, response)` reads an OK response. Returns the first error.
   template <typename Request, typename Response, typename Build, typename Start, typename Consume>
   absl::Status CallAll(Build build, Start start, Consume consume);
+  // CallAll without waiting, to replicas [0, count): `build` runs before
+  // returning; `consume`, then `done` with the first error, run on the gRPC
+  // thread of the last answer.
+  template <typename Request, typename Response, typename Build, typename Start, typename Consume>
+  void CallAllAsync(int count, Build build, Start start, Consume consume, DoneCallback done);
+  absl::Status FirstError(int replica, const absl::Status& s) const;
   absl::Status CheckLength(const char* what, size_t got) const;
   // Copies a response's slice into `out` at replica i's range.
   absl::Status CopyOut(int replica, const google::protobuf::RepeatedField<float>& values,

@@ -46,7 +46,7 @@ constexpr const MetricDef* kAllMetrics[] = {&kRounds,       &kMembers,       &kD
 
 // Keep in step with enum class Method.
 constexpr const char* kMethodNames[kNumMethods] = {
-    "InitCentre", "PullCentre", "AddToCentre", "AllReduce", "Join", "Leave", "Stats"};
+    "InitCentre", "PullCentre", "AddToCentre", "AllReduce", "Join", "Leave", "Stats", "Clock"};
 
 // 100us .. 60s, roughly 2.5x apart: rounds wait for the slowest member.
 prometheus::Histogram::BucketBoundaries Buckets() {
@@ -158,11 +158,21 @@ std::vector<std::string> SyncerMetrics::MetricNames() {
 SyncerService::SyncerService(SyncerMetrics* metrics, SyncerServiceOptions options)
     : metrics_(metrics),
       options_(std::move(options)),
-      rounds_(AllReduceOptions{.member_timeout = options_.member_timeout, .observer = metrics}) {}
+      rounds_(AllReduceOptions{.member_timeout = options_.member_timeout, .observer = metrics}),
+      clocks_(SspClockOptions{.member_timeout = options_.member_timeout,
+                              .on_dropped = [](const std::string& member, int64_t clock) {
+                                Log(absl::StrFormat(
+                                    "syncer dropped SSP clock member %s at clock %d: silent for "
+                                    "the member timeout",
+                                    member, clock));
+                              }}) {}
 
 SyncerService::~SyncerService() { Close(); }
 
-void SyncerService::Close() { rounds_.Close(); }
+void SyncerService::Close() {
+  rounds_.Close();
+  clocks_.Close();
+}
 
 absl::Status SyncerService::CheckName(const char* field, const std::string& name) const {
   if (name.size() > options_.max_name_bytes) {
@@ -173,16 +183,17 @@ absl::Status SyncerService::CheckName(const char* field, const std::string& name
 }
 
 void SyncerService::Finish(grpc::ServerUnaryReactor* reactor, Method method,
-                           Clock::time_point start, const absl::Status& status, int64_t bytes_in,
-                           int64_t bytes_out) {
-  metrics_->RecordRequest(method, Clock::now() - start, bytes_in, status.ok() ? bytes_out : 0);
+                           SteadyClock::time_point start, const absl::Status& status,
+                           int64_t bytes_in, int64_t bytes_out) {
+  metrics_->RecordRequest(method, SteadyClock::now() - start, bytes_in,
+                          status.ok() ? bytes_out : 0);
   reactor->Finish(ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* SyncerService::InitCentre(grpc::CallbackServerContext* context,
                                                     const v1::InitCentreRequest* request,
                                                     v1::CentreResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = request->values_size();
@@ -201,7 +212,7 @@ grpc::ServerUnaryReactor* SyncerService::InitCentre(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* SyncerService::PullCentre(grpc::CallbackServerContext* context,
                                                     const v1::PullCentreRequest* request,
                                                     v1::CentreResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = static_cast<int64_t>(std::min<uint64_t>(request->length(), INT64_MAX));
@@ -224,7 +235,7 @@ grpc::ServerUnaryReactor* SyncerService::PullCentre(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* SyncerService::AddToCentre(grpc::CallbackServerContext* context,
                                                      const v1::AddToCentreRequest* request,
                                                      v1::CentreResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = request->delta_size();
@@ -249,7 +260,7 @@ grpc::ServerUnaryReactor* SyncerService::AddToCentre(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* context,
                                                    const v1::AllReduceRequest* request,
                                                    v1::AllReduceResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
   const int64_t n = request->values_size();
@@ -274,7 +285,8 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
         response->mutable_values()->Add(outcome->mean->begin(), outcome->mean->end());
         response->set_round(outcome->round);
         response->set_members(static_cast<uint32_t>(outcome->members));
-        response->set_waited_seconds(std::chrono::duration<double>(Clock::now() - start).count());
+        response->set_waited_seconds(
+            std::chrono::duration<double>(SteadyClock::now() - start).count());
         Finish(reactor, Method::kAllReduce, start, absl::OkStatus(), bytes_in,
                static_cast<int64_t>(response->ByteSizeLong()));
       });
@@ -284,7 +296,7 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* SyncerService::Join(grpc::CallbackServerContext* context,
                                               const v1::JoinRequest* request,
                                               v1::JoinResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
@@ -304,7 +316,7 @@ grpc::ServerUnaryReactor* SyncerService::Join(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* SyncerService::Leave(grpc::CallbackServerContext* context,
                                                const v1::LeaveRequest* request,
                                                v1::LeaveResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
@@ -316,6 +328,8 @@ grpc::ServerUnaryReactor* SyncerService::Leave(grpc::CallbackServerContext* cont
     }
     const int groups = rounds_.Leave(request->member(), group);
     response->set_groups(static_cast<uint32_t>(groups));
+    // A clean exit also stops the member's SSP clock holding others back.
+    if (!group.has_value()) clocks_.Leave(request->member());
     // Not logged per group: DS-Sync moves members between groups every round.
     if (groups > 0 && !group.has_value()) {
       Log(absl::StrFormat("syncer member %s left %d group(s)", request->member(), groups));
@@ -327,10 +341,58 @@ grpc::ServerUnaryReactor* SyncerService::Leave(grpc::CallbackServerContext* cont
   return reactor;
 }
 
+grpc::ServerUnaryReactor* SyncerService::Clock(grpc::CallbackServerContext* context,
+                                               const v1::ClockRequest* request,
+                                               v1::ClockResponse* response) {
+  const SteadyClock::time_point start = SteadyClock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+  const absl::Status status = [&]() -> absl::Status {
+    if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
+    SS_RETURN_IF_ERROR(CheckName("member", request->member()));
+    if (request->clock() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("clock: must be >= 0, got ", request->clock()));
+    }
+    if (request->staleness() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("staleness: must be >= 0, got ", request->staleness()));
+    }
+    if (!(request->max_wait_seconds() >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_wait_seconds: must be >= 0, got ", request->max_wait_seconds()));
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    Finish(reactor, Method::kClock, start, status, bytes_in, 0);
+    return reactor;
+  }
+  const absl::Duration max_wait = request->max_wait_seconds() > 0
+                                      ? absl::Seconds(request->max_wait_seconds())
+                                      : absl::InfiniteDuration();
+  clocks_.Report(request->member(), request->clock(), request->staleness(), max_wait,
+                 [this, reactor, response, start, bytes_in](absl::StatusOr<ClockOutcome> outcome) {
+                   if (!outcome.ok()) {
+                     Finish(reactor, Method::kClock, start, outcome.status(), bytes_in, 0);
+                     return;
+                   }
+                   response->set_released(outcome->released);
+                   response->set_min_clock(outcome->min_clock);
+                   response->set_member_clock(outcome->member_clock);
+                   response->set_joined(outcome->joined);
+                   response->set_live_members(static_cast<uint32_t>(outcome->live_members));
+                   response->set_waited_seconds(absl::ToDoubleSeconds(outcome->waited));
+                   Finish(reactor, Method::kClock, start, absl::OkStatus(), bytes_in,
+                          static_cast<int64_t>(response->ByteSizeLong()));
+                 });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* SyncerService::Stats(grpc::CallbackServerContext* context,
                                                const v1::SyncerStatsRequest* request,
                                                v1::SyncerStatsResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (const std::optional<DenseRange> range = range_.range(); range.has_value()) {
     response->set_has_range(true);
@@ -340,6 +402,8 @@ grpc::ServerUnaryReactor* SyncerService::Stats(grpc::CallbackServerContext* cont
   }
   response->set_has_centre(centre_.initialised());
   response->set_centre_version(centre_.version());
+  for (const auto& [member, clock] : clocks_.Snapshot())
+    (*response->mutable_clocks())[member] = clock;
   for (GroupSnapshot& g : rounds_.Snapshot()) {
     v1::SyncerGroupStats* out = response->add_groups();
     out->set_group(std::move(g.group));

@@ -4,9 +4,9 @@
 // Thread-safe; gRPC calls it from any number of threads.
 //
 // Threading. Every RPC is handled inline in its gRPC callback (a copy or an
-// add of one range under a lock), except AllReduce, whose reactor stays open
-// without a thread until its round completes; the round's mean is computed
-// and answered on the thread that completes it.
+// add of one range under a lock), except AllReduce and Clock, whose reactors
+// stay open without a thread until their round completes or the clock
+// releases them; the answer is written on the thread that completes it.
 #ifndef SHADOWSYNC_SYNCER_SYNCER_SERVICE_H_
 #define SHADOWSYNC_SYNCER_SYNCER_SERVICE_H_
 
@@ -30,12 +30,22 @@
 #include "syncer/all_reduce.h"
 #include "syncer/centre.h"
 #include "syncer/dense_range.h"
+#include "syncer/ssp_clock.h"
 
 namespace shadowsync::syncer {
 
 // The RPCs, for per-method metrics. Keep kMethodNames (syncer_service.cc) in step.
-enum class Method { kInitCentre, kPullCentre, kAddToCentre, kAllReduce, kJoin, kLeave, kStats };
-inline constexpr int kNumMethods = 7;
+enum class Method {
+  kInitCentre,
+  kPullCentre,
+  kAddToCentre,
+  kAllReduce,
+  kJoin,
+  kLeave,
+  kStats,
+  kClock
+};
+inline constexpr int kNumMethods = 8;
 
 // The shadowsync_syncer_* metrics, declared once in the table in
 // syncer_service.cc; handles are cached here (per group on the group's first
@@ -80,7 +90,8 @@ class SyncerMetrics final : public AllReduceObserver {
 };
 
 struct SyncerServiceOptions {
-  // See AllReduceOptions::member_timeout. Default: 10s.
+  // See AllReduceOptions::member_timeout; also how long an SSP clock member
+  // may stay silent (SspClockOptions). Default: 10s.
   absl::Duration member_timeout = absl::Seconds(10);
   // Longest group and member names, in bytes. Default: 256.
   size_t max_name_bytes = 256;
@@ -96,8 +107,8 @@ class SyncerService final : public v1::Syncer::CallbackService {
   SyncerService(const SyncerService&) = delete;
   SyncerService& operator=(const SyncerService&) = delete;
 
-  // Answers every waiting AllReduce, and every later one, with UNAVAILABLE,
-  // so that the server's Shutdown() need not wait for rounds to complete.
+  // Answers every waiting AllReduce and Clock, and every later one, with
+  // UNAVAILABLE, so that the server's Shutdown() need not wait for them.
   void Close();
 
   grpc::ServerUnaryReactor* InitCentre(grpc::CallbackServerContext* context,
@@ -118,14 +129,17 @@ class SyncerService final : public v1::Syncer::CallbackService {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Clock(grpc::CallbackServerContext* context,
+                                  const v1::ClockRequest* request,
+                                  v1::ClockResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::SyncerStatsRequest* request,
                                   v1::SyncerStatsResponse* response) override;
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using SteadyClock = std::chrono::steady_clock;
   absl::Status CheckName(const char* field, const std::string& name) const;
-  void Finish(grpc::ServerUnaryReactor* reactor, Method method, Clock::time_point start,
+  void Finish(grpc::ServerUnaryReactor* reactor, Method method, SteadyClock::time_point start,
               const absl::Status& status, int64_t bytes_in, int64_t bytes_out);
 
   SyncerMetrics* const metrics_;
@@ -133,6 +147,7 @@ class SyncerService final : public v1::Syncer::CallbackService {
   RangeBinding range_;
   Centre centre_;
   AllReduceRounds rounds_;
+  SspClocks clocks_;
 };
 
 }  // namespace shadowsync::syncer

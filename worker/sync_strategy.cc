@@ -17,6 +17,9 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "syncer/syncer_client.h"
+#include "worker/ds_sync.h"
+#include "worker/staleness_strategies.h"
+#include "worker/sync_switch.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -605,6 +608,14 @@ absl::StatusOr<std::unique_ptr<SyncStrategy>> MakeSyncStrategy(const SyncConfig&
       return std::unique_ptr<SyncStrategy>(new BspStrategy(config, client, registry));
     case SyncAlgorithm::kAsp:
       return std::unique_ptr<SyncStrategy>(new AspStrategy(config, client, registry));
+    case SyncAlgorithm::kSyncSwitch:
+      return SyncSwitchStrategy::Create(config, client, registry);
+    case SyncAlgorithm::kSsp:
+      return SspStrategy::Create(config, client, registry);
+    case SyncAlgorithm::kPsPlus:
+      return PsPlusStrategy::Create(config, client, registry);
+    case SyncAlgorithm::kDsSync:
+      return MakeDsSyncStrategy(config, client, registry);
     default:
       return absl::UnimplementedError(absl::StrCat(
           "sync.algorithm ", std::string(EnumName(config.algorithm)), " is not implemented yet"));

@@ -16,6 +16,7 @@
 #include "syncer/syncer_client.h"
 #include "worker/checkpoint.h"
 #include "worker/ps_client.h"
+#include "worker/sync_switch.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -136,6 +137,16 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   }
   SS_ASSIGN_OR_RETURN(auto sync,
                       MakeSyncStrategy(sync_config, syncer_client.get(), registry.get()));
+  if (auto* sw = dynamic_cast<SyncSwitchStrategy*>(sync.get()); sw != nullptr) {
+    // The switch round must be the same on every trainer: from job-wide numbers.
+    const int64_t job_examples = options.job_examples > 0   ? options.job_examples
+                                 : options.max_examples > 0 ? options.max_examples * trainers
+                                                            : -1;
+    if (job_examples > 0) {
+      const int64_t per_step = int64_t{trainers} * spec.trainer.threads * spec.trainer.batch_size;
+      sw->SetTotalSteps((job_examples + per_step - 1) / per_step);
+    }
+  }
 
   TrainerOptions to;
   to.threads = spec.trainer.threads;

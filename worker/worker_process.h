@@ -38,6 +38,9 @@ struct WorkerOptions {
   std::vector<std::string> data;                // Training files (this trainer reads its share).
   std::vector<std::string> eval_data;           // Held-out files; empty = no evaluation.
   int64_t max_examples = -1;                    // Of this trainer; -1 = its whole share.
+  // Training examples of the whole job (all trainers), when known: sync-switch
+  // places its switch by it. -1 = max_examples x trainers if that is set.
+  int64_t job_examples = -1;
   int64_t skip_examples = 0;  // Of its share, already trained (a restarted trainer).
   // Dense checkpoint (worker/checkpoint.h); "" = none. If the file exists at
   // start, training resumes from its weights and skips

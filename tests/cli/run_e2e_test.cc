@@ -93,6 +93,33 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
             12000);
 }
 
+// sync-switch through the launcher: every trainer switches from BSP to ASP
+// at the same round, the progress line shows the mode, and the report each
+// trainer's switches.
+TEST_F(RunTest, SyncSwitchShowsItsModeAndSwitchesInTheReport) {
+  std::string text = kJob;
+  text.replace(text.find("EXAMPLES"), 8, "40000");
+  text.replace(text.find("algorithm: shadow-easgd, dutyCycle: 1"), 37,
+               "algorithm: sync-switch, syncSwitch: {switchFraction: 0.5}");
+  testing::WriteFile(dir_.File("switch.yaml"), text);
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " run " + dir_.File("switch.yaml") + " --out " + dir_.File("run") +
+                         " --progress-interval 0.1",
+                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("sync asp"), std::string::npos) << out;
+  const auto r = nlohmann::json::parse(testing::ReadFile(dir_.File("run/report.json")));
+  ASSERT_EQ(r["per_trainer"].size(), 2u);
+  // 40000 examples / (2 trainers x 1 thread x 64) = 313 BSP steps; half of them.
+  for (const auto& t : r["per_trainer"]) {
+    EXPECT_EQ(t["sync_details"]["mode"], "asp") << t;
+    EXPECT_EQ(t["sync_details"]["bsp_to_asp"], 1) << t;
+    EXPECT_EQ(t["sync_details"]["bsp_rounds"], 157) << t;
+  }
+  EXPECT_EQ(r["examples"], 40000);
+}
+
 // Every class of invalid spec fails before anything starts (no run
 // directory), with exit code 2, the file:line and the field path.
 TEST_F(RunTest, EveryInvalidSpecClassFailsBeforeAnythingStarts) {

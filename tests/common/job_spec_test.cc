@@ -240,6 +240,34 @@ TEST_F(JobSpecTest, DerivedDefaultsFollowTheTrainerCount) {
   EXPECT_DOUBLE_EQ(EffectivePsLearningRate(job.spec), 0.2);
 }
 
+// sync-switch's phase settings (sync-algorithms.md §5.3: BSP at lr 0.8 with
+// global batch 8 x 128, then ASP at lr 0.1 with batch 128).
+TEST_F(JobSpecTest, SyncSwitchPhaseSettingsDecodeAndDefault) {
+  absl::StatusOr<ShadowSyncJob> job = ParseSpec(
+      "spec:\n  trainer: {replicas: 8, batchSize: 128, learningRate: 0.8}\n  sync:\n"
+      "    algorithm: sync-switch\n"
+      "    syncSwitch: {switchStep: 400, aspLearningRateScale: 0.25, aspBatchSize: 64}\n");
+  SS_ASSERT_OK(job);
+  EXPECT_EQ(job->spec.sync.sync_switch.switch_step, 400);
+  EXPECT_DOUBLE_EQ(EffectiveAspLearningRateScale(job->spec), 0.25);
+  EXPECT_EQ(EffectiveAspBatchSize(job->spec), 64);
+  EXPECT_THAT(JobSummary(*job),
+              HasSubstr("algorithm=sync-switch policy=offline switch_step=400 asp_lr_scale=0.25"));
+
+  ShadowSyncJob d = DefaultJob();
+  d.spec.trainer.replicas = 8;
+  d.spec.trainer.batch_size = 128;
+  EXPECT_DOUBLE_EQ(0.8 * EffectiveAspLearningRateScale(d.spec), 0.1);
+  EXPECT_EQ(EffectiveAspBatchSize(d.spec), 128);
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) { j.spec.sync.sync_switch.asp_batch_size = 0; }),
+              HasSubstr("spec.sync.syncSwitch.aspBatchSize: must be >= 1, got 0"));
+  EXPECT_THAT(ValidationError(
+                  [](ShadowSyncJob& j) { j.spec.sync.sync_switch.asp_learning_rate_scale = 0; }),
+              HasSubstr("spec.sync.syncSwitch.aspLearningRateScale: must be > 0, got 0"));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) { j.spec.sync.sync_switch.switch_step = -1; }),
+              HasSubstr("spec.sync.syncSwitch.switchStep: must be >= 0, got -1"));
+}
+
 // --- One decoding path, YAML and JSON ------------------------------------------
 
 TEST_F(JobSpecTest, YamlAndJsonGiveEqualJobs) {
@@ -627,7 +655,9 @@ TEST_F(JobSpecTest, ValidationMessagesAreExact) {
          j.spec.trainer.replicas = 6;
          j.spec.sync.ds_sync.schedule = DsSyncSchedule::kButterfly;
        },
-       "spec.sync.dsSync.schedule: butterfly needs a power-of-two spec.trainer.replicas, got 6"},
+       "spec.sync.dsSync.schedule: butterfly cannot give every one of 6 trainers the exact mean "
+       "in groups of 2 within ceil(log_2 6) = 3 rounds: it needs 6 / 2 = 3 to be a product of 2 "
+       "factors of at most 2 (use the random schedule or another trainer count)"},
       {[](ShadowSyncJob& j) { j.spec.data.format = DataFormat::kCriteoTsv; },
        "spec.data.paths: must list at least one file when spec.data.format is criteo-tsv"},
       {[](ShadowSyncJob& j) {
@@ -677,6 +707,13 @@ TEST_F(JobSpecTest, ValidCornerCasesPass) {
       [](ShadowSyncJob& j) {
         j.spec.sync.algorithm = SyncAlgorithm::kDsSync;
         j.spec.trainer.replicas = 8;
+        j.spec.sync.ds_sync.schedule = DsSyncSchedule::kButterfly;
+      },
+      [](ShadowSyncJob& j) {
+        // Not a power of the group size, but 6 = 3 x 2: mixed-radix butterfly.
+        j.spec.sync.algorithm = SyncAlgorithm::kDsSync;
+        j.spec.trainer.replicas = 6;
+        j.spec.sync.ds_sync.group_size = 3;
         j.spec.sync.ds_sync.schedule = DsSyncSchedule::kButterfly;
       },
       [](ShadowSyncJob& j) {

@@ -1,0 +1,365 @@
+// ssp and ps-plus (worker/staleness_strategies.h): the staleness learning
+// rates by hand, and both strategies with 2-3 trainer replicas against a
+// real syncer on loopback.
+#include "worker/staleness_strategies.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "syncer/syncer_client.h"
+#include "syncer/syncer_server.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync::worker {
+namespace {
+
+using ::shadowsync::testing::StatusIs;
+using ::testing::FloatEq;
+
+TEST(StalenessLearningRateTest, None) {
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kNone, 0.1f, 0, 0.9), FloatEq(0.1f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kNone, 0.1f, 7, 0.9), FloatEq(0.1f));
+}
+
+TEST(StalenessLearningRateTest, InverseKeepsTheRateForFreshAndOnceStaleUpdates) {
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 0, 0.9), FloatEq(0.8f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 1, 0.9), FloatEq(0.8f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 4, 0.9), FloatEq(0.2f));
+}
+
+TEST(StalenessLearningRateTest, InversePlusOne) {
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 0, 0.9), FloatEq(0.8f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 1, 0.9), FloatEq(0.4f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 3, 0.9), FloatEq(0.2f));
+}
+
+TEST(StalenessLearningRateTest, ExponentialIsGammaToTheTau) {
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 0.8f, 0, 0.5), FloatEq(0.8f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 0.8f, 3, 0.5), FloatEq(0.1f));
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 1.0f, 2, 0.9), FloatEq(0.81f));
+}
+
+TEST(StalenessLearningRateTest, NegativeTauCountsAsFresh) {
+  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, -2, 0.9),
+              FloatEq(0.8f));
+}
+
+// Settings are checked when the strategy is made, before any call (the
+// client connects lazily to a port nobody serves).
+TEST(StalenessStrategiesConfigTest, RejectsBadSettings) {
+  SyncConfig c;
+  c.algorithm = SyncAlgorithm::kSsp;
+  c.ssp.staleness = -1;
+  auto client = syncer::SyncerClient::Connect({.addresses = {"127.0.0.1:1"}, .member = "a"}, 1);
+  SS_ASSERT_OK(client);
+  syncer::SyncerClient* fake_client = client->get();
+  EXPECT_THAT(
+      MakeSyncStrategy(c, fake_client, nullptr).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, "sync.ssp.staleness: must be >= 0, got -1"));
+  c.algorithm = SyncAlgorithm::kPsPlus;
+  c.ps_plus.gamma = 0;
+  EXPECT_THAT(MakeSyncStrategy(c, fake_client, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "sync.psPlus.gamma: must be in (0, 1]"));
+  c.ps_plus.gamma = 1.5;
+  EXPECT_THAT(MakeSyncStrategy(c, fake_client, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "got 1.5"));
+}
+
+struct Member {
+  std::vector<float> params, state;
+  std::unique_ptr<syncer::SyncerClient> client;
+  std::unique_ptr<SyncStrategy> strategy;
+  SspStrategy* ssp() { return dynamic_cast<SspStrategy*>(strategy.get()); }
+  PsPlusStrategy* ps_plus() { return dynamic_cast<PsPlusStrategy*>(strategy.get()); }
+};
+
+class StalenessStrategiesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    syncer::SyncerServerOptions o;
+    o.metrics_address = "";
+    o.service.member_timeout = absl::Seconds(30);
+    auto server = syncer::SyncerServer::Start(o);
+    SS_ASSERT_OK(server);
+    server_ = std::move(*server);
+  }
+
+  Member Make(const std::string& name, SyncConfig config, std::vector<float> init,
+              model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
+              int threads = 1) {
+    Member m;
+    m.params = std::move(init);
+    m.state.assign(m.params.size(), 0.0f);
+    syncer::SyncerClientOptions co;
+    co.addresses = {server_->address()};
+    co.member = name;
+    auto client = syncer::SyncerClient::Connect(co, static_cast<int64_t>(m.params.size()));
+    EXPECT_TRUE(client.ok()) << client.status();
+    m.client = std::move(*client);
+    auto strategy = MakeSyncStrategy(config, m.client.get(), nullptr);
+    EXPECT_TRUE(strategy.ok()) << strategy.status();
+    m.strategy = std::move(*strategy);
+    absl::Status started = m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads});
+    EXPECT_TRUE(started.ok()) << started;
+    return m;
+  }
+
+  std::vector<float> Centre(Member& m) {
+    std::vector<float> centre(m.params.size());
+    EXPECT_TRUE(m.client->PullCentre(centre).ok());
+    return centre;
+  }
+
+  std::unique_ptr<syncer::SyncerServer> server_;
+};
+
+SyncConfig Ssp(int staleness) {
+  SyncConfig c;
+  c.algorithm = SyncAlgorithm::kSsp;
+  c.ssp.staleness = staleness;
+  return c;
+}
+
+// Runs `steps` steps of one-thread trainers, each in its own thread, and
+// returns each trainer's largest lead over the slowest, observed when it
+// starts a step. A trainer counts a step as done before AfterStep reports it,
+// so the counts are never behind what the syncer knows, and a lead seen here
+// is at least the lead the clock allowed. `pause(i)`: trainer i's compute time.
+template <typename Pause>
+std::vector<int64_t> RunLockedTrainers(std::vector<Member*> members, int steps, Pause pause) {
+  const int n = static_cast<int>(members.size());
+  std::vector<std::atomic<int64_t>> done(n);
+  std::vector<int64_t> max_lead(n, INT64_MIN);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Member& m = *members[i];
+      for (int k = 0; k < steps; ++k) {
+        int64_t slowest = INT64_MAX;
+        for (int j = 0; j < n; ++j) slowest = std::min(slowest, done[j].load());
+        max_lead[i] = std::max(max_lead[i], done[i].load() - slowest);
+        std::this_thread::sleep_for(pause(i));  // the step's computation
+        EXPECT_TRUE(m.strategy->ApplyGradient(0, std::vector<float>{1.0f}).ok());
+        done[i].fetch_add(1);
+        EXPECT_TRUE(m.strategy->AfterStep(0).ok());
+      }
+      // Leaving releases the others; they have at most s more steps to go.
+      EXPECT_TRUE(m.strategy->Finish().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return max_lead;
+}
+
+// s = 0 is lock-step: no trainer starts step k+1 before every trainer has
+// completed step k, however different their speeds.
+TEST_F(StalenessStrategiesTest, SspZeroStalenessIsLockStep) {
+  const model::OptimizerConfig sgd{model::OptimizerKind::kSgd, 0.125f};
+  Member a = Make("a", Ssp(0), {0}, sgd), b = Make("b", Ssp(0), {0}, sgd),
+         c = Make("c", Ssp(0), {0}, sgd);
+  const std::vector<int64_t> lead = RunLockedTrainers(
+      {&a, &b, &c}, 25, [](int i) { return std::chrono::microseconds(i == 2 ? 2000 : 0); });
+  for (int i = 0; i < 3; ++i) EXPECT_LE(lead[i], 0) << "trainer " << i;
+  // The fast trainers did wait for the slow one.
+  EXPECT_GT(a.ssp()->waits() + b.ssp()->waits(), 0);
+  EXPECT_GT(a.ssp()->wait_time(), absl::ZeroDuration());
+  EXPECT_EQ(a.ssp()->clock(), 25);
+  // asp's bookkeeping underneath: every update reached the global weights once.
+  EXPECT_THAT(Centre(a)[0], FloatEq(-0.125f * 75));
+  EXPECT_EQ(a.strategy->stats().rounds, 25);
+}
+
+// s = 2: the fast trainer runs ahead, but never by more than 2 clocks.
+TEST_F(StalenessStrategiesTest, SspStalenessTwoBoundsTheLead) {
+  Member a = Make("a", Ssp(2), {0}), b = Make("b", Ssp(2), {0});
+  const std::vector<int64_t> lead = RunLockedTrainers(
+      {&a, &b}, 20, [](int i) { return std::chrono::microseconds(i == 1 ? 2000 : 0); });
+  EXPECT_LE(lead[0], 2);
+  EXPECT_LE(lead[1], 2);
+  EXPECT_GE(lead[0], 1);  // Not lock-step: the fast one did run ahead.
+  EXPECT_GT(a.ssp()->waits(), 0);
+}
+
+// A huge s is ASP: with its partner stalled (started, never stepping), a
+// trainer never waits.
+TEST_F(StalenessStrategiesTest, SspHugeStalenessNeverWaitsForAStalledPartner) {
+  Member a = Make("a", Ssp(1000000000), {0});
+  Member stalled = Make("stalled", Ssp(1000000000), {0});
+  for (int k = 0; k < 50; ++k) {
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+    SS_ASSERT_OK(a.strategy->AfterStep(0));
+  }
+  EXPECT_EQ(a.ssp()->waits(), 0);
+  EXPECT_EQ(a.ssp()->clock(), 50);
+  SS_ASSERT_OK(a.strategy->Finish());
+  SS_ASSERT_OK(stalled.strategy->Finish());
+}
+
+// s = 0 with a partner that stalls and then leaves: the wait ends with the
+// leave, not with the member timeout (30 s here).
+TEST_F(StalenessStrategiesTest, SspLeavingPartnerReleasesTheWaiter) {
+  Member a = Make("a", Ssp(0), {0});
+  Member b = Make("b", Ssp(0), {0});
+  std::thread leaver([&] {
+    // Leaves once a is waiting for it (a's first step needs b's clock 1).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (a.strategy->stats().rounds < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(b.strategy->Finish().ok());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < 5; ++k) {
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+    SS_ASSERT_OK(a.strategy->AfterStep(0));
+  }
+  leaver.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(a.ssp()->waits(), 1);
+  SS_ASSERT_OK(a.strategy->Finish());
+}
+
+// Two threads per trainer: the clock is steps / 2, and the documented slack
+// (one more step per thread past the check) bounds the lead by s + 1.
+TEST_F(StalenessStrategiesTest, SspClockIsStepsPerThread) {
+  Member a = Make("a", Ssp(0), {0}, {model::OptimizerKind::kSgd, 1.0f}, 2);
+  Member b = Make("b", Ssp(0), {0}, {model::OptimizerKind::kSgd, 1.0f}, 2);
+  std::atomic<int64_t> max_lead{INT64_MIN};
+  std::vector<std::thread> threads;
+  for (Member* m : {&a, &b}) {
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, m, t] {
+        Member* other = m == &a ? &b : &a;
+        for (int k = 0; k < 15; ++k) {
+          const int64_t lead = m->ssp()->clock() - other->ssp()->clock();
+          int64_t prev = max_lead.load();
+          while (lead > prev && !max_lead.compare_exchange_weak(prev, lead)) {
+          }
+          if (m == &b) std::this_thread::sleep_for(std::chrono::microseconds(1500));
+          EXPECT_TRUE(m->strategy->ApplyGradient(t, std::vector<float>{1.0f}).ok());
+          EXPECT_TRUE(m->strategy->AfterStep(t).ok());
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(a.ssp()->clock(), 15);
+  EXPECT_LE(max_lead.load(), 1);
+  SS_ASSERT_OK(a.strategy->Finish());
+  SS_ASSERT_OK(b.strategy->Finish());
+}
+
+SyncConfig PsPlus(StalenessLrRule rule, double gamma = 0.9) {
+  SyncConfig c;
+  c.algorithm = SyncAlgorithm::kPsPlus;
+  c.ps_plus.lr_modulation = rule;
+  c.ps_plus.gamma = gamma;
+  return c;
+}
+
+// Without modulation every thread's update lands on the global weights
+// exactly once: 2 trainers x 2 threads x 20 steps of -lr * 1.
+TEST_F(StalenessStrategiesTest, PsPlusEveryUpdateLandsOnce) {
+  const model::OptimizerConfig sgd{model::OptimizerKind::kSgd, 0.125f};
+  Member a = Make("a", PsPlus(StalenessLrRule::kNone), {4, 4}, sgd, 2);
+  Member b = Make("b", PsPlus(StalenessLrRule::kNone), {9, 9}, sgd, 2);
+  EXPECT_THAT(b.params, ::testing::ElementsAre(4.0f, 4.0f));  // adopts the first init
+  std::vector<std::thread> threads;
+  for (Member* m : {&a, &b}) {
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([m, t] {
+        for (int k = 0; k < 20; ++k) {
+          EXPECT_TRUE(m->strategy->ApplyGradient(t, std::vector<float>{1.0f, 2.0f}).ok());
+          EXPECT_TRUE(m->strategy->AfterStep(t).ok());
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  SS_ASSERT_OK(a.strategy->Finish());
+  SS_ASSERT_OK(b.strategy->Finish());
+  const std::vector<float> centre = Centre(a);
+  EXPECT_THAT(centre[0], FloatEq(4.0f - 0.125f * 80));
+  EXPECT_THAT(centre[1], FloatEq(4.0f - 0.25f * 80));
+  EXPECT_EQ(a.ps_plus()->pushes(), 40);
+  EXPECT_EQ(a.strategy->stats().rounds, 40);
+  EXPECT_GE(a.ps_plus()->mean_staleness(), 0.0);
+}
+
+// Staleness and modulation by hand. a's step 2 starts on weights of version
+// <= 1 and b's 8 pushes land while it computes; the eager pull a issues when
+// it pushes step 2 sees them, and a's step 3, computed on those old weights,
+// has tau >= 8 (step 2 does instead if its own pull was answered after b's
+// pushes). Under lr / max(1, tau) that push moves the global weights by
+// 1/tau only; the centre is the sum of every push's modulated update.
+TEST_F(StalenessStrategiesTest, PsPlusStalenessCountsTheAddsMissedAndScalesTheUpdate) {
+  const SyncConfig c = PsPlus(StalenessLrRule::kInverse);
+  Member a = Make("a", c, {0});
+  Member b = Make("b", c, {0});
+  std::vector<int64_t> taus;
+  // a's step 1: its eager first pull (version 0) lands; fresh.
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+  EXPECT_EQ(a.ps_plus()->last_staleness(0), 0);
+  taus.push_back(0);
+  // a's step 2 starts at once, on the weights of version 0 (its pull for
+  // step 2 is still in flight).
+  SS_ASSERT_OK(a.strategy->AfterStep(0));
+  // b's 8 steps land meanwhile.
+  for (int k = 0; k < 8; ++k) {
+    SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+    taus.push_back(b.ps_plus()->last_staleness(0));
+    SS_ASSERT_OK(b.strategy->AfterStep(0));
+  }
+  SS_ASSERT_OK(b.strategy->Finish());
+  for (int k = 0; k < 2; ++k) {
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+    taus.push_back(a.ps_plus()->last_staleness(0));
+    SS_ASSERT_OK(a.strategy->AfterStep(0));
+  }
+  SS_ASSERT_OK(a.strategy->Finish());
+  EXPECT_GE(std::max(taus[9], taus[10]), 8) << "a's staleness after b's 8 adds";
+  double expected = 0;
+  for (int64_t tau : taus) {
+    expected -= StalenessLearningRate(StalenessLrRule::kInverse, 1.0f, tau, 0.9);
+  }
+  EXPECT_NEAR(Centre(a)[0], expected, 1e-5);
+  EXPECT_GT(Centre(a)[0], -10.5f);  // 11 pushes of lr 1, one scaled to <= 1/8
+}
+
+// The point of the eager pull: with a slow syncer call (a 4 MB vector each
+// way per step) and 10 ms of computation per step, ps-plus's thread hardly
+// waits, while asp's blocks on every AddAndPull.
+TEST_F(StalenessStrategiesTest, PsPlusBlocksLessPerStepThanAspOnASlowSyncer) {
+  constexpr int kFloats = 1 << 20;
+  constexpr int kSteps = 10;
+  const std::vector<float> grad(kFloats, 1e-3f);
+  auto blocked_per_step = [&](SyncConfig config, const std::string& name) {
+    Member m =
+        Make(name, config, std::vector<float>(kFloats, 0.0f), {model::OptimizerKind::kSgd, 0.1f});
+    for (int k = 0; k < kSteps; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the step's computation
+      EXPECT_TRUE(m.strategy->ApplyGradient(0, grad).ok());
+      EXPECT_TRUE(m.strategy->AfterStep(0).ok());
+    }
+    EXPECT_TRUE(m.strategy->Finish().ok());
+    return m.strategy->stats().blocked_seconds / kSteps;
+  };
+  SyncConfig asp;
+  asp.algorithm = SyncAlgorithm::kAsp;
+  const double asp_blocked = blocked_per_step(asp, "asp");
+  const double ps_plus_blocked = blocked_per_step(PsPlus(StalenessLrRule::kInverse), "ps-plus");
+  std::cerr << "blocked per step: asp " << asp_blocked * 1e3 << " ms, ps-plus "
+            << ps_plus_blocked * 1e3 << " ms\n";
+  EXPECT_LT(ps_plus_blocked, asp_blocked);
+}
+
+}  // namespace
+}  // namespace shadowsync::worker
