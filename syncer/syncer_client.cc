@@ -365,6 +365,37 @@ absl::Status SyncerClient::Join(std::string_view group) {
       [](int i, const v1::JoinResponse& response) { return absl::OkStatus(); });
 }
 
+absl::Status SyncerClient::AwaitMembers(std::string_view group, int members,
+                                        absl::Duration timeout) {
+  if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    // Join is idempotent and answers the live count: it is the poll too.
+    std::vector<int> live(num_replicas(), 0);
+    const absl::Status joined = CallAll<v1::JoinRequest, v1::JoinResponse>(
+        [&](int i, v1::JoinRequest& request) {
+          request.set_group(std::string(group));
+          request.set_member(options_.member);
+        },
+        [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+          stub.Join(context, request, response, std::move(done));
+        },
+        [&live](int i, const v1::JoinResponse& response) {
+          live[i] = static_cast<int>(response.live_members());
+          return absl::OkStatus();
+        });
+    if (!joined.ok()) return joined;
+    const int fewest = *std::min_element(live.begin(), live.end());
+    if (fewest >= members) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("only ", fewest, " of ", members,
+                                                      " members joined group '", std::string(group),
+                                                      "' within ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 absl::Status SyncerClient::LeaveGroup(std::string_view group) {
   if (options_.member.empty()) return absl::InvalidArgumentError("member: empty");
   return CallAll<v1::LeaveRequest, v1::LeaveResponse>(

@@ -125,6 +125,12 @@ class SyncerClient {
   // its contribution, up to the syncer's member timeout from the round's
   // first contribution. Idempotent.
   absl::Status Join(std::string_view group);
+  // Join(), then waits until `members` members (this one included) are live
+  // in `group` on every replica: a start barrier for strategies whose rounds
+  // must include every trainer (a round otherwise completes with whoever has
+  // joined, and a late trainer falls rounds behind). DeadlineExceeded naming
+  // how many had joined after `timeout`.
+  absl::Status AwaitMembers(std::string_view group, int members, absl::Duration timeout);
   // Removes this member from `group` on every replica; rounds there that
   // wait only for it complete. Its other groups are untouched.
   absl::Status LeaveGroup(std::string_view group);

@@ -26,6 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a strategy whose rounds need every trainer waits at its start
+// for the others (they may still be loading their data).
+constexpr absl::Duration kStartBarrierTimeout = absl::Minutes(10);
+
 absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
 
 // A barrier for a trainer's Hogwild threads whose party shrinks as threads
@@ -361,7 +365,9 @@ class BspStrategy final : public SyncStrategy {
 
   absl::Status Start(const DenseReplica& replica) override {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-    SS_RETURN_IF_ERROR(client_->Join(config_.group));
+    // Every step is one round of all trainers: none may start without the others.
+    SS_RETURN_IF_ERROR(
+        client_->AwaitMembers(config_.group, config_.num_trainers, kStartBarrierTimeout));
     rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
     MutexLock l(&mu_);
     sum_.assign(replica.params.size(), 0.0f);

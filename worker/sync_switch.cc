@@ -217,8 +217,9 @@ absl::Status SyncSwitchStrategy::Start(const DenseReplica& replica) {
   gate_ = std::make_unique<Gate>(replica.threads);
   threads_.assign(replica.threads, ThreadState{});
   scratch_.assign(n, 0.0f);
-  // The first barrier or step-time round must wait for every trainer.
-  SS_RETURN_IF_ERROR(client_->Join(kGroup));
+  // The first barrier or step-time round must wait for every trainer, and
+  // the round counts that place the switch must agree: nobody starts alone.
+  SS_RETURN_IF_ERROR(client_->AwaitMembers(kGroup, config_.num_trainers, absl::Minutes(10)));
   SS_RETURN_IF_ERROR(bsp_->Start(replica));
   if (s.policy == SyncSwitchPolicy::kOnline) {
     ex_buffer_.assign(n, 0.0f);

@@ -491,6 +491,23 @@ TEST_F(SyncerTest, JoinAnswersWhetherTheMemberIsNewAndTheLiveCount) {
   EXPECT_EQ(join("h", "a"), std::make_pair(true, 1u));
 }
 
+// The start barrier of bsp and sync-switch: nobody starts rounds alone.
+TEST_F(SyncerTest, AwaitMembersWaitsUntilEveryMemberJoinedOnEveryReplica) {
+  StartSyncers(2);
+  auto a = Client("a", 4);
+  auto b = Client("b", 4);
+  EXPECT_THAT(a->AwaitMembers("g", 2, absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "only 1 of 2 members joined group 'g' within 100ms"));
+  absl::Status waited;
+  std::thread waiter([&] { waited = a->AwaitMembers("g", 2, absl::Seconds(20)); });
+  absl::SleepFor(absl::Milliseconds(100));
+  SS_ASSERT_OK(b->Join("g"));
+  waiter.join();
+  SS_EXPECT_OK(waited);
+  SS_EXPECT_OK(b->AwaitMembers("g", 2, absl::Milliseconds(1)));  // Already there: at once.
+}
+
 TEST_F(SyncerTest, JoinedMemberThatNeverContributesIsDroppedAfterTheTimeout) {
   StartSyncers(2, /*member_timeout=*/absl::Milliseconds(300));
   constexpr int64_t kN = 16;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -122,11 +123,24 @@ class SyncSwitchTest : public ::testing::Test {
     EXPECT_TRUE(strategy.ok()) << strategy.status();
     t->strategy = std::move(*strategy);
     if (total_steps > 0) t->strategy->SetTotalSteps(total_steps);
-    SS_EXPECT_OK(t->strategy->Start(
-        DenseReplica{t->params, t->state, {model::OptimizerKind::kSgd, lr}, threads}));
+    // Start waits for every trainer to join: all but the last start in the
+    // background, and the last one's Make returns once all have started.
+    Trainer* raw = t.get();
+    auto start = [raw, threads, lr] {
+      SS_EXPECT_OK(raw->strategy->Start(
+          DenseReplica{raw->params, raw->state, {model::OptimizerKind::kSgd, lr}, threads}));
+    };
+    if (index + 1 < config.num_trainers) {
+      starting_.push_back(std::async(std::launch::async, start));
+    } else {
+      start();
+      for (std::future<void>& f : starting_) f.get();
+      starting_.clear();
+    }
     return t;
   }
 
+  std::vector<std::future<void>> starting_;
   std::unique_ptr<syncer::SyncerServer> server_;
 };
 
