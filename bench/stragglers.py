@@ -1,0 +1,126 @@
+"""Every sync strategy with and without a straggler (bench/stragglers.sh).
+
+The same job runs under each strategy twice: with every trainer at full
+speed, and with the last trainer slowed (`shadowsync worker --straggle-factor
+F`: each of its steps lasts F times as long). Reports throughput (examples/s
+summed over trainers, each trainer's own rate over its own run), eval NE (mean
+over the trainers' replicas), MB sent and received, time per iteration
+(seconds per step of the trainers, mean), and the acceptance ratios.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+# (label, algorithm, extra sync settings)
+STRATEGIES = [
+    ("none", "none", {}),
+    ("shadow_easgd", "shadow-easgd", {}),
+    ("shadow_ma", "shadow-ma", {}),
+    ("shadow_bmuf", "shadow-bmuf", {}),
+    ("fg_easgd_k10", "fg-easgd", {"interval": 10}),
+    ("fg_ma_k10", "fg-ma", {"interval": 10}),
+    ("fg_bmuf_k10", "fg-bmuf", {"interval": 10}),
+    ("bsp", "bsp", {}),
+    ("asp", "asp", {}),
+    ("ssp_s4", "ssp", {"ssp": {"staleness": 4}}),
+    ("ds_sync", "ds-sync", {"interval": 1, "dsSync": {"groupSize": 2, "schedule": "butterfly"}}),
+    ("sync_switch_offline", "sync-switch", {"syncSwitch": {"policy": "offline"}}),
+    ("sync_switch_online", "sync-switch", {"syncSwitch": {"policy": "online"}}),
+    ("ps_plus", "ps-plus", {}),
+]
+
+
+def run(args, label, algorithm, extra_sync, straggler):
+    workdir = os.path.join(args.workdir, f"{label}{'-straggler' if straggler else ''}")
+    job = os.path.join(args.workdir, "job.json")
+    sync = {"dutyCycle": args.duty_cycle}
+    sync.update(extra_sync)
+    with cluster.Cluster(args.bin, workdir) as c:
+        cluster.write_job(job, algorithm=algorithm, trainers=args.trainers, threads=args.threads,
+                          batch_size=args.batch_size, lr=0.02, ps=2, syncers=1,
+                          hash_buckets=1_000_000, extra_sync=sync)
+        per_worker = {}
+        if straggler:
+            per_worker[args.trainers - 1] = ["--straggle-factor", str(args.factor)]
+        reports = c.run_workers(job, args.trainers, args.data, eval_data=args.eval_data,
+                                max_examples=args.examples, preload=True,
+                                per_worker_extra=per_worker)
+    eps = sum(r["examples_per_second"] for r in reports)
+    steps = [r["examples"] / args.batch_size / args.threads for r in reports]
+    iteration = statistics.mean(r["seconds"] / max(1, s) for r, s in zip(reports, steps))
+    return {
+        "examples_per_second": eps,
+        "eval_ne": statistics.mean(r["eval_ne"] for r in reports),
+        "mb": sum(r["sync_bytes_sent"] + r["sync_bytes_received"] for r in reports) / 1e6,
+        "iteration_seconds": iteration,
+        "blocked_seconds": sum(r["sync_blocked_seconds"] for r in reports),
+        "rounds": sum(r["sync_rounds"] for r in reports),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--eval-data", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--trainers", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--examples", type=int, default=40000, help="per trainer")
+    ap.add_argument("--factor", type=float, default=4.0, help="the straggler's slowdown")
+    ap.add_argument("--duty-cycle", type=float, default=0.03)
+    ap.add_argument("--only", default="", help="comma-separated labels (bsp, asp always run)")
+    ap.add_argument("--json", default="", help="write every figure here")
+    args = ap.parse_args()
+
+    wanted = set(args.only.split(",")) | {"bsp", "asp", "none"} if args.only else None
+    chosen = [s for s in STRATEGIES if wanted is None or s[0] in wanted]
+    print(f"stragglers benchmark: {args.trainers} trainers x {args.threads} threads, batch "
+          f"{args.batch_size}, {args.examples} examples per trainer, trainer {args.trainers - 1} "
+          f"slowed {args.factor:g}x in the straggler runs, 2 ps, 1 syncer, {os.cpu_count()} cores")
+    print(f"{'strategy':<22}{'straggler':>10}{'ex/s':>9}{'eval_NE':>9}{'MB':>9}{'iter_ms':>9}"
+          f"{'blocked_s':>10}{'rounds':>8}")
+    results = {}
+    for label, algorithm, extra in chosen:
+        for straggler in (False, True):
+            try:
+                r = run(args, label, algorithm, extra, straggler)
+            except cluster.ClusterError as e:
+                print(f"{label:<22}{'yes' if straggler else 'no':>10}  FAILED: {e}".splitlines()[0],
+                      flush=True)
+                continue
+            results[(label, straggler)] = r
+            print(f"{label:<22}{'yes' if straggler else 'no':>10}{r['examples_per_second']:>9.0f}"
+                  f"{r['eval_ne']:>9.4f}{r['mb']:>9.1f}{1000 * r['iteration_seconds']:>9.2f}"
+                  f"{r['blocked_seconds']:>10.2f}{r['rounds']:>8}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{k[0]}{'/straggler' if k[1] else ''}": v for k, v in results.items()}, f,
+                      indent=2)
+
+    def get(label, key):
+        r = results.get((label, True))
+        return r[key] if r else float("nan")
+
+    bsp_eps, bsp_ne = get("bsp", "examples_per_second"), get("bsp", "eval_ne")
+    fields = {
+        "syncswitch_vs_bsp": get("sync_switch_online", "examples_per_second") / bsp_eps,
+        "psplus_vs_asp_iter": get("ps_plus", "iteration_seconds") / get("asp", "iteration_seconds"),
+        "dssync_vs_bsp": get("ds_sync", "examples_per_second") / bsp_eps,
+        "ne_gap_syncswitch": get("sync_switch_online", "eval_ne") / bsp_ne - 1,
+    }
+    print()
+    print("with the straggler: sync-switch (online) / bsp throughput, ps-plus / asp time per "
+          "iteration, ds-sync / bsp throughput, sync-switch's eval NE relative to bsp's")
+    print("RESULT name=stragglers " + " ".join(f"{k}={v:.3f}" for k, v in fields.items()))
+
+
+if __name__ == "__main__":
+    main()
