@@ -41,7 +41,7 @@ def run(args, label, algorithm, extra_sync, straggler):
     job = os.path.join(args.workdir, "job.json")
     sync = {"dutyCycle": args.duty_cycle}
     sync.update(extra_sync)
-    with cluster.Cluster(args.bin, workdir) as c:
+    with cluster.Cluster(args.bin, workdir, syncer_delay_ms=args.syncer_delay_ms) as c:
         cluster.write_job(job, algorithm=algorithm, trainers=args.trainers, threads=args.threads,
                           batch_size=args.batch_size, lr=0.02, ps=2, syncers=1,
                           hash_buckets=1_000_000, extra_sync=sync)
@@ -64,6 +64,76 @@ def run(args, label, algorithm, extra_sync, straggler):
     }
 
 
+def write_report(results, prefix, title):
+    """A Markdown table and an SVG bar chart (throughput and eval NE, with and
+    without the straggler) of `results`: {(label, straggler): figures}."""
+    labels = [label for label, _, _ in STRATEGIES
+              if (label, False) in results or (label, True) in results]
+    rows = ["| strategy | ex/s | ex/s, straggler | eval NE | eval NE, straggler | MB | "
+            "MB, straggler | iteration ms, straggler |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(label, straggler, key, fmt):
+        r = results.get((label, straggler))
+        return fmt.format(r[key]) if r else "failed"
+
+    def ms(label):
+        r = results.get((label, True))
+        return f"{1000 * r['iteration_seconds']:.1f}" if r else "failed"
+
+    for label in labels:
+        rows.append(
+            f"| {label} | {cell(label, False, 'examples_per_second', '{:.0f}')} | "
+            f"{cell(label, True, 'examples_per_second', '{:.0f}')} | "
+            f"{cell(label, False, 'eval_ne', '{:.4f}')} | {cell(label, True, 'eval_ne', '{:.4f}')} | "
+            f"{cell(label, False, 'mb', '{:.0f}')} | {cell(label, True, 'mb', '{:.0f}')} | "
+            f"{ms(label)} |")
+    with open(prefix + ".md", "w") as f:
+        f.write(f"# {title}\n\n" + "\n".join(rows) + "\n\n![throughput and eval NE]("
+                + os.path.basename(prefix) + ".svg)\n")
+
+    # Two panels of grouped bars: examples/s and eval NE; grey = no straggler.
+    w, bar, gap, panel, top, left = 900, 12, 14, 220, 40, 60
+    step = 2 * bar + gap
+    height = top + 2 * panel + 150
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{w // 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
+    for p, (key, name) in enumerate([("examples_per_second", "examples/s (sum over trainers)"),
+                                     ("eval_ne", "eval NE (lower is better)")]):
+        y0 = top + p * (panel + 40)
+        values = [r[key] for r in results.values()]
+        hi = max(values) * 1.1 if values else 1
+        lo = 0 if key == "examples_per_second" else min(values) * 0.98
+        svg.append(f'<text x="{left}" y="{y0 + 12}">{name}</text>')
+        svg.append(f'<line x1="{left}" y1="{y0 + panel}" x2="{w - 10}" y2="{y0 + panel}" '
+                   'stroke="black"/>')
+        svg.append(f'<text x="{left - 4}" y="{y0 + 24}" text-anchor="end">{hi:.3g}</text>')
+        svg.append(f'<text x="{left - 4}" y="{y0 + panel}" text-anchor="end">{lo:.3g}</text>')
+        for i, label in enumerate(labels):
+            for k, straggler in enumerate((False, True)):
+                r = results.get((label, straggler))
+                if not r:
+                    continue
+                h = (r[key] - lo) / (hi - lo) * (panel - 20)
+                x = left + 10 + i * step + k * bar
+                color = "#999999" if not straggler else "#d62728"
+                svg.append(f'<rect x="{x}" y="{y0 + panel - h:.1f}" width="{bar - 1}" '
+                           f'height="{h:.1f}" fill="{color}"/>')
+            if p == 1:
+                x = left + 10 + i * step + bar
+                svg.append(f'<text x="{x}" y="{y0 + panel + 12}" text-anchor="end" '
+                           f'transform="rotate(-45 {x} {y0 + panel + 12})">{label}</text>')
+    svg.append(f'<rect x="{w - 260}" y="28" width="10" height="10" fill="#999999"/>'
+               f'<text x="{w - 245}" y="37">no straggler</text>'
+               f'<rect x="{w - 160}" y="28" width="10" height="10" fill="#d62728"/>'
+               f'<text x="{w - 145}" y="37">one trainer 4x slower</text>')
+    svg.append("</svg>")
+    with open(prefix + ".svg", "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", required=True)
@@ -76,9 +146,23 @@ def main():
     ap.add_argument("--examples", type=int, default=40000, help="per trainer")
     ap.add_argument("--factor", type=float, default=4.0, help="the straggler's slowdown")
     ap.add_argument("--duty-cycle", type=float, default=0.03)
+    ap.add_argument("--syncer-delay-ms", type=float, default=0,
+                    help="one-way delay between trainers and the syncer (bench/latency_proxy.py)")
     ap.add_argument("--only", default="", help="comma-separated labels (bsp, asp always run)")
     ap.add_argument("--json", default="", help="write every figure here")
+    ap.add_argument("--report", default="",
+                    help="write PREFIX.md (table) and PREFIX.svg (plot) of every figure")
+    ap.add_argument("--from-json", default="",
+                    help="only write --report from a --json file of an earlier run")
     args = ap.parse_args()
+    title = (f"{args.trainers} trainers, one slowed {args.factor:g}x: every sync strategy "
+             f"({args.examples} examples per trainer)")
+    if args.from_json:
+        with open(args.from_json) as f:
+            raw = json.load(f)
+        results = {(k.split("/")[0], k.endswith("/straggler")): v for k, v in raw.items()}
+        write_report(results, args.report, title)
+        return
 
     wanted = set(args.only.split(",")) | {"bsp", "asp", "none"} if args.only else None
     chosen = [s for s in STRATEGIES if wanted is None or s[0] in wanted]
@@ -100,6 +184,8 @@ def main():
             print(f"{label:<22}{'yes' if straggler else 'no':>10}{r['examples_per_second']:>9.0f}"
                   f"{r['eval_ne']:>9.4f}{r['mb']:>9.1f}{1000 * r['iteration_seconds']:>9.2f}"
                   f"{r['blocked_seconds']:>10.2f}{r['rounds']:>8}", flush=True)
+    if args.report:
+        write_report(results, args.report, title)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{k[0]}{'/straggler' if k[1] else ''}": v for k, v in results.items()}, f,

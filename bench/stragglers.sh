@@ -8,8 +8,9 @@
 # on 100k held-out examples.
 #
 #   bench/run.sh stragglers [--examples N] [--factor F] [--only label,label]
-#                           [--json FILE]
+#                           [--json FILE] [--syncer-delay-ms D]
 #
+# Writes bench/results/stragglers.md (the table) and stragglers.svg (the plot).
 # Prints one row per strategy and condition: examples/s summed over trainers,
 # eval NE, MB sent + received, time per iteration, seconds blocked on sync,
 # rounds. Last line:
@@ -39,4 +40,4 @@ if [[ ! -s "$OUT/eval.tsv" ]]; then
 fi
 check_load
 exec "$PY" "$ROOT/bench/stragglers.py" --bin "$SHADOWSYNC" --data "$OUT/train.tsv" \
-  --eval-data "$OUT/eval.tsv" --workdir "$OUT/runs" "$@"
+  --eval-data "$OUT/eval.tsv" --workdir "$OUT/runs" --report "$ROOT/bench/results/stragglers" "$@"

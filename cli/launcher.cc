@@ -99,6 +99,7 @@ class Launch {
   void StopAll();
   // Stops one child (SIGTERM, then SIGKILL after 20 s) and reaps it.
   void Stop(Child& c);
+  void AwaitExit(Child& c, Clock::time_point deadline);
   // ps-i at `address`; `join`: owning nothing until a reshard gives it slots.
   Child PsChild(int i, const std::string& address, bool join) const;
   // Serves a pending `shadowsync scale` request, if any. Only a reshard that
@@ -233,10 +234,8 @@ absl::Status Launch::Reap() {
   }
 }
 
-void Launch::Stop(Child& c) {
-  if (c.pid <= 0) return;
-  kill(c.pid, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
+// Waits for `c` (sent SIGTERM already), with SIGKILL after `deadline`.
+void Launch::AwaitExit(Child& c, Clock::time_point deadline) {
   while (c.pid > 0) {
     int status = 0;
     rusage usage{};
@@ -251,25 +250,19 @@ void Launch::Stop(Child& c) {
   }
 }
 
+void Launch::Stop(Child& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  AwaitExit(c, Clock::now() + std::chrono::seconds(20));
+}
+
 void Launch::StopAll() {
+  // Every child at once, then the waits: shutdowns overlap.
   for (Child& c : children_) {
     if (c.pid > 0) kill(c.pid, SIGTERM);
   }
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  for (Child& c : children_) {
-    while (c.pid > 0) {
-      int status = 0;
-      rusage usage{};
-      const pid_t pid = wait4(c.pid, &status, WNOHANG, &usage);
-      if (pid == c.pid || pid < 0) {
-        c.peak_rss_kb = std::max<int64_t>(c.peak_rss_kb, usage.ru_maxrss);
-        c.pid = -1;
-        break;
-      }
-      if (Clock::now() > deadline) kill(c.pid, SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  for (Child& c : children_) AwaitExit(c, deadline);
 }
 
 void Launch::ShowProgress(bool final) {

@@ -16,6 +16,7 @@
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
 #include "syncer/syncer_client.h"
+#include "worker/rendezvous.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -81,51 +82,6 @@ DsSyncPartition ButterflyPartition(int n, int g, const std::vector<int>& radices
   }
   return p;
 }
-
-// A barrier for a trainer's Hogwild threads whose party shrinks as threads
-// run out of data. The last thread to arrive runs `round` while the others
-// wait; everyone returns its status. (The same protocol as fg-*'s.)
-class Rendezvous {
- public:
-  explicit Rendezvous(int parties) : parties_(parties) {}
-
-  absl::Status Arrive(const std::function<absl::Status()>& round) {
-    MutexLock l(&mu_);
-    const uint64_t generation = generation_;
-    ++arrived_;
-    while (generation_ == generation) {
-      if (arrived_ >= parties_ && !running_) {
-        running_ = true;
-        mu_.Unlock();
-        absl::Status status = round();
-        mu_.Lock();
-        status_ = std::move(status);
-        running_ = false;
-        arrived_ = 0;
-        ++generation_;
-        break;
-      }
-      auto done_or_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return generation_ != generation || (arrived_ >= parties_ && !running_);
-      };
-      mu_.Await(done_or_ready);
-    }
-    return status_;
-  }
-
-  void Leave() {
-    MutexLock l(&mu_);
-    --parties_;
-  }
-
- private:
-  Mutex mu_;
-  int parties_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
 
 // This trainer's part in one phase of the schedule.
 struct Phase {

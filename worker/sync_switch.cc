@@ -55,51 +55,6 @@ StragglerVerdict FindStraggler(std::span<const float> step_seconds, double facto
   return v;
 }
 
-// A barrier for the trainer's Hogwild threads whose party shrinks as threads
-// run out of data; the last to arrive runs the checkpoint while the others
-// wait, and everyone returns its status (Rendezvous in sync_strategy.cc).
-class SyncSwitchStrategy::Gate {
- public:
-  explicit Gate(int parties) : parties_(parties) {}
-
-  absl::Status Arrive(const std::function<absl::Status()>& round) {
-    MutexLock l(&mu_);
-    const uint64_t generation = generation_;
-    ++arrived_;
-    while (generation_ == generation) {
-      if (arrived_ >= parties_ && !running_) {
-        running_ = true;
-        mu_.Unlock();
-        absl::Status status = round();
-        mu_.Lock();
-        status_ = std::move(status);
-        running_ = false;
-        arrived_ = 0;
-        ++generation_;
-        break;
-      }
-      auto done_or_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return generation_ != generation || (arrived_ >= parties_ && !running_);
-      };
-      mu_.Await(done_or_ready);
-    }
-    return status_;
-  }
-
-  void Leave() {
-    MutexLock l(&mu_);
-    --parties_;
-  }
-
- private:
-  Mutex mu_;
-  int parties_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
 struct SyncSwitchStrategy::Metrics {
   prometheus::Counter* to_asp = nullptr;
   prometheus::Counter* to_bsp = nullptr;
@@ -214,7 +169,7 @@ absl::Status SyncSwitchStrategy::Start(const DenseReplica& replica) {
   asp_replica_.optimizer.learning_rate =
       static_cast<float>(replica.optimizer.learning_rate * scale);
   switch_round_.store(switch_round, std::memory_order_relaxed);
-  gate_ = std::make_unique<Gate>(replica.threads);
+  gate_ = std::make_unique<Rendezvous>(replica.threads);
   threads_.assign(replica.threads, ThreadState{});
   scratch_.assign(n, 0.0f);
   // The first barrier or step-time round must wait for every trainer, and

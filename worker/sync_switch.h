@@ -52,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "worker/rendezvous.h"
 #include "worker/sync_strategy.h"
 
 namespace shadowsync::worker {
@@ -127,7 +128,6 @@ class SyncSwitchStrategy final : public SyncStrategy {
 
  private:
   struct Metrics;
-  class Gate;
   // Per Hogwild thread; written by its thread, and by the checkpoint runner
   // while the thread waits at the checkpoint.
   struct ThreadState {
@@ -168,7 +168,7 @@ class SyncSwitchStrategy final : public SyncStrategy {
   // Set by Start.
   std::atomic<int64_t> switch_round_{0};
   DenseReplica asp_replica_;  // The replica with the ASP learning rate.
-  std::unique_ptr<Gate> gate_;
+  std::unique_ptr<Rendezvous> gate_;
   std::vector<ThreadState> threads_;
   std::vector<float> scratch_;    // Checkpoint runner only.
   std::vector<float> ex_buffer_;  // Exchanger thread only.
