@@ -214,6 +214,10 @@ TEST_F(StalenessStrategiesTest, SspLeavingPartnerReleasesTheWaiter) {
     while (a.strategy->stats().rounds < 1 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // a's round is done; its AfterStep's clock call follows at once and
+    // blocks (b never steps). The syncer does not expose pending clock calls,
+    // so give it ample time to be in that wait (ThreadSanitizer is slow).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_TRUE(b.strategy->Finish().ok());
   });
   const auto start = std::chrono::steady_clock::now();
@@ -338,6 +342,11 @@ TEST_F(StalenessStrategiesTest, PsPlusStalenessCountsTheAddsMissedAndScalesTheUp
 // way per step) and 10 ms of computation per step, ps-plus's thread hardly
 // waits, while asp's blocks on every AddAndPull.
 TEST_F(StalenessStrategiesTest, PsPlusBlocksLessPerStepThanAspOnASlowSyncer) {
+#if defined(__SANITIZE_THREAD__)
+  // A timing comparison: ThreadSanitizer's slowdown of the 4 MB copies
+  // drowns the overlap it measures (and took minutes).
+  GTEST_SKIP() << "timing comparison; not meaningful under ThreadSanitizer";
+#endif
   constexpr int kFloats = 1 << 20;
   constexpr int kSteps = 10;
   const std::vector<float> grad(kFloats, 1e-3f);
