@@ -143,7 +143,7 @@ def main():
     ap.add_argument("--trainers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--examples", type=int, default=40000, help="per trainer")
+    ap.add_argument("--examples", type=int, default=100000, help="per trainer")
     ap.add_argument("--factor", type=float, default=4.0, help="the straggler's slowdown")
     ap.add_argument("--duty-cycle", type=float, default=0.03)
     ap.add_argument("--syncer-delay-ms", type=float, default=0,
