@@ -17,6 +17,7 @@
 #include "syncer/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "tests/worker/strategy_test_util.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -73,43 +74,18 @@ TEST(StalenessStrategiesConfigTest, RejectsBadSettings) {
               StatusIs(absl::StatusCode::kInvalidArgument, "got 1.5"));
 }
 
-struct Member {
-  std::vector<float> params, state;
-  std::unique_ptr<syncer::SyncerClient> client;
-  std::unique_ptr<SyncStrategy> strategy;
+struct Member : strategy_test::Member {
+  explicit Member(strategy_test::Member&& m) : strategy_test::Member(std::move(m)) {}
   SspStrategy* ssp() { return dynamic_cast<SspStrategy*>(strategy.get()); }
   PsPlusStrategy* ps_plus() { return dynamic_cast<PsPlusStrategy*>(strategy.get()); }
 };
 
-class StalenessStrategiesTest : public ::testing::Test {
+class StalenessStrategiesTest : public strategy_test::StrategyTest {
  protected:
-  void SetUp() override {
-    syncer::SyncerServerOptions o;
-    o.metrics_address = "";
-    o.service.member_timeout = absl::Seconds(30);
-    auto server = syncer::SyncerServer::Start(o);
-    SS_ASSERT_OK(server);
-    server_ = std::move(*server);
-  }
-
-  Member Make(const std::string& name, SyncConfig config, std::vector<float> init,
+  Member Make(const std::string& name, const SyncConfig& config, std::vector<float> init,
               model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
               int threads = 1) {
-    Member m;
-    m.params = std::move(init);
-    m.state.assign(m.params.size(), 0.0f);
-    syncer::SyncerClientOptions co;
-    co.addresses = {server_->address()};
-    co.member = name;
-    auto client = syncer::SyncerClient::Connect(co, static_cast<int64_t>(m.params.size()));
-    EXPECT_TRUE(client.ok()) << client.status();
-    m.client = std::move(*client);
-    auto strategy = MakeSyncStrategy(config, m.client.get(), nullptr);
-    EXPECT_TRUE(strategy.ok()) << strategy.status();
-    m.strategy = std::move(*strategy);
-    absl::Status started = m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads});
-    EXPECT_TRUE(started.ok()) << started;
-    return m;
+    return Member(StrategyTest::Make(name, config, std::move(init), optimizer, threads));
   }
 
   std::vector<float> Centre(Member& m) {
@@ -117,8 +93,6 @@ class StalenessStrategiesTest : public ::testing::Test {
     EXPECT_TRUE(m.client->PullCentre(centre).ok());
     return centre;
   }
-
-  std::unique_ptr<syncer::SyncerServer> server_;
 };
 
 SyncConfig Ssp(int staleness) {

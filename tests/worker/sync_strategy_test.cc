@@ -15,6 +15,7 @@
 #include "syncer/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "tests/worker/strategy_test_util.h"
 #include "worker/sync_math.h"
 
 namespace shadowsync::worker {
@@ -92,45 +93,8 @@ TEST(SyncMathTest, AddAndStoreRelaxed) {
   EXPECT_THAT(replica, ElementsAre(3.0f, 4.0f));
 }
 
-// One trainer's side of a strategy test: a replica, its strategy and client.
-struct Member {
-  std::vector<float> params, state;
-  std::unique_ptr<syncer::SyncerClient> client;
-  std::unique_ptr<SyncStrategy> strategy;
-};
-
-class SyncStrategyTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    syncer::SyncerServerOptions o;
-    o.metrics_address = "";
-    o.service.member_timeout = absl::Seconds(30);
-    auto server = syncer::SyncerServer::Start(o);
-    SS_ASSERT_OK(server);
-    server_ = std::move(*server);
-  }
-
-  Member Make(const std::string& name, SyncConfig config, std::vector<float> init,
-              model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
-              int threads = 1) {
-    Member m;
-    m.params = std::move(init);
-    m.state.assign(m.params.size(), 0.0f);
-    syncer::SyncerClientOptions co;
-    co.addresses = {server_->address()};
-    co.member = name;
-    auto client = syncer::SyncerClient::Connect(co, static_cast<int64_t>(m.params.size()));
-    EXPECT_TRUE(client.ok()) << client.status();
-    m.client = std::move(*client);
-    auto strategy = MakeSyncStrategy(config, m.client.get(), nullptr);
-    EXPECT_TRUE(strategy.ok()) << strategy.status();
-    m.strategy = std::move(*strategy);
-    EXPECT_TRUE(m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads}).ok());
-    return m;
-  }
-
-  std::unique_ptr<syncer::SyncerServer> server_;
-};
+using strategy_test::Member;
+using SyncStrategyTest = strategy_test::StrategyTest;
 
 SyncConfig Config(SyncAlgorithm algorithm) {
   SyncConfig c;
