@@ -799,16 +799,16 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 }  // namespace
 
 absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
+  if (request.parameter_servers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps: must be >= 1, got ", request.parameter_servers));
+  }
   const std::string control = request.run_dir + "/control";
   std::ifstream pid_file(control + "/launcher.pid");
   pid_t pid = 0;
   if (!(pid_file >> pid) || pid <= 0 || kill(pid, 0) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no `shadowsync run` is running in ", request.run_dir, " (", control, "/launcher.pid)"));
-  }
-  if (request.parameter_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps: must be >= 1, got ", request.parameter_servers));
   }
   std::random_device random;
   const std::string id = absl::StrFormat("%d-%08x", getpid(), random());

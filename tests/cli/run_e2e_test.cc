@@ -357,6 +357,9 @@ TEST_F(RunTest, ScaleWithoutARunningJobFailsClearly) {
   std::string out;
   EXPECT_EQ(RunShell(Bin() + " scale " + dir_.File("nothing") + " --ps 3", &out), 1);
   EXPECT_NE(out.find("no `shadowsync run` is running in"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " scale " + dir_.File("nothing") + " --ps 0", &out), 2);
+  EXPECT_NE(out.find("--ps: must be >= 1, got 0"), std::string::npos) << out;
 }
 
 // A launcher killed with SIGKILL takes its children with it; `run --resume`

@@ -141,7 +141,7 @@ TEST_F(WorkerProcessTest, EveryAlgorithmTrainsToTheEnd) {
   }
 }
 
-TEST_F(WorkerProcessTest, BadIndexAndMissingSyncerAreNamed) {
+TEST_F(WorkerProcessTest, BadIndexMissingSyncerAndStragglerSettingsAreNamed) {
   WorkerOptions o;
   o.spec = spec_;
   o.index = 2;
@@ -153,6 +153,14 @@ TEST_F(WorkerProcessTest, BadIndexAndMissingSyncerAreNamed) {
   o.spec.sync.algorithm = SyncAlgorithm::kShadowMa;
   EXPECT_THAT(RunWorker(o).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "--syncer"));
+  o.spec.sync.algorithm = SyncAlgorithm::kNone;
+  o.slowdown = 0.5;
+  EXPECT_THAT(RunWorker(o).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "slowdown 0.5"));
+  o.slowdown = 1;
+  o.step_delay = absl::Milliseconds(-1);
+  EXPECT_THAT(RunWorker(o).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "delay -1ms"));
 }
 
 TEST_F(WorkerProcessTest, CheckpointFileRoundTripsAndChecksItsFormat) {
