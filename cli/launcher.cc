@@ -44,6 +44,9 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// How long a drained parameter server keeps answering after a scale-in.
+constexpr std::chrono::seconds kDrainedLinger(2);
+
 absl::StatusOr<int> FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::UnavailableError("socket() failed");
@@ -508,13 +511,12 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   if (n == current) {
     return nlohmann::json{{"servers_before", n}, {"servers_after", n}, {"unchanged", true}};
   }
-  // Paused trainers continue when this returns: after a drained server was
-  // stopped, so that they find it gone (and refresh their map) instead of
-  // sending it a request it may cancel while shutting down.
   std::vector<pid_t> paused;
-  absl::Cleanup resume_trainers = [&paused] {
+  auto resume = [&paused] {
     for (pid_t pid : paused) kill(pid, SIGCONT);
+    paused.clear();
   };
+  absl::Cleanup resume_on_return = resume;
   if (pause) {
     for (const Child& c : children_) {
       if (c.role == Role::kTrainer && c.pid > 0 && kill(c.pid, SIGSTOP) == 0) {
@@ -578,6 +580,13 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   }
   ps_addresses_ = after;
   if (n < current) {
+    // A drained server lingers, answering WRONG_OWNER, until every trainer
+    // has learned the new map from it: stopped at once, it would meet
+    // trainers (paused ones above all) still routing to it, whose pushes
+    // then fail in a way they cannot prove unapplied (CANCELLED, a broken
+    // pipe) and must restart.
+    resume();
+    std::this_thread::sleep_for(kDrainedLinger);
     stop_from(n);
     for (int i = n; i < current; ++i) fs::remove_all(absl::StrCat(run_dir_, "/ps-", i));
   }
