@@ -117,7 +117,7 @@ template <typename Request, typename Response, typename Build, typename Start, t
 void SyncerClient::CallAllAsync(int count, Build build, Start start, Consume consume,
                                 DoneCallback done) {
   // Owned by the calls' callbacks: the last one to answer consumes every
-  // response and frees it.
+  // response and ends the calls.
   struct State {
     State(int n, Consume c, DoneCallback d)
         : calls(n), remaining(n), consume(std::move(c)), done(std::move(d)) {}
@@ -155,6 +155,11 @@ void SyncerClient::CallAllAsync(int count, Build build, Start start, Consume con
               }
               if (!s.ok() && first.ok()) first = FirstError(r, s);
             }
+            // End every call (its ClientContext) before `done` lets the
+            // caller go on, perhaps to destroy this client and its channels:
+            // a context freed later, on a gRPC thread, would end its call
+            // after the channel is gone (seen as an abort in ref_counted.h).
+            state->calls.clear();
             state->done(std::move(first));
           });
   }
