@@ -115,6 +115,12 @@ class SyncStrategy {
   // staleness). A "mode" string, if present, is shown in the progress line.
   // Thread-safe. Default: empty.
   virtual nlohmann::json Details() const { return nlohmann::json::object(); }
+  // Examples in the next step's batch, given the configured batch size; at
+  // most MaxBatchSize(configured). Thread-safe. Default: configured.
+  virtual int BatchSize(int configured) const { return configured; }
+  // The largest batch BatchSize may ever ask for: the trainer sizes its
+  // buffers by it.
+  virtual int MaxBatchSize(int configured) const { return configured; }
 
   SyncStats stats() const;
   const SyncConfig& config() const { return config_; }

@@ -476,4 +476,13 @@ nlohmann::json SyncSwitchStrategy::Details() const {
           {"last_straggler", s.last_straggler}};
 }
 
+int SyncSwitchStrategy::BatchSize(int configured) const {
+  if (mode_.load(std::memory_order_acquire) == SyncSwitchMode::kBsp) return configured;
+  return config_.sync_switch.asp_batch_size.value_or(configured);
+}
+
+int SyncSwitchStrategy::MaxBatchSize(int configured) const {
+  return std::max(configured, config_.sync_switch.asp_batch_size.value_or(configured));
+}
+
 }  // namespace shadowsync::worker

@@ -28,9 +28,8 @@
 // mean replica, and ASP updates use the learning rate times
 // aspLearningRateScale (default 1 / trainers: BSP applied the mean of N
 // trainers' gradients, ASP applies each). At a switch back to BSP every
-// trainer adopts the global weights. The ASP batch size (aspBatchSize) is
-// exposed by asp_batch_size() for the trainer to apply; the strategy cannot
-// change the trainer's batches.
+// trainer adopts the global weights. Under ASP each step takes aspBatchSize
+// examples (BatchSize), as the paper's runs changed the batch at the switch.
 //
 // Thread-safety: the SyncStrategy hooks as documented there; status(),
 // asp_batch_size() and SetTotalSteps() may be called from any thread.
@@ -120,6 +119,8 @@ class SyncSwitchStrategy final : public SyncStrategy {
   // (aspBatchSize); nullopt = its own batch size. Applying it is the
   // trainer's job: it reads status().mode between batches.
   std::optional<int> asp_batch_size() const { return config_.sync_switch.asp_batch_size; }
+  int BatchSize(int configured) const override;
+  int MaxBatchSize(int configured) const override;
   // The learning rate of the ASP phases' updates. REQUIRES: Start() returned.
   float asp_learning_rate() const { return asp_replica_.optimizer.learning_rate; }
 

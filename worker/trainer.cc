@@ -53,7 +53,8 @@ class Trainer::BatchSource {
   // first being example *position of the whole input. Returns false when the
   // input is exhausted.
   absl::StatusOr<bool> Next(std::shared_ptr<const ExampleBlock>* block, int64_t* begin,
-                            int64_t* end, int64_t* position = nullptr) {
+                            int64_t* end, int64_t* position = nullptr, int batch_size = 0) {
+    if (batch_size <= 0) batch_size = batch_size_;
     MutexLock lock(&mu_);
     while (current_ == nullptr || pos_ >= current_->size() || skip_ > 0) {
       if (current_ != nullptr && pos_ < current_->size()) {
@@ -76,7 +77,7 @@ class Trainer::BatchSource {
     }
     *block = current_;
     *begin = pos_;
-    pos_ = std::min<int64_t>(pos_ + batch_size_, current_->size());
+    pos_ = std::min<int64_t>(pos_ + batch_size, current_->size());
     *end = pos_;
     if (position != nullptr) *position = served_;
     served_ += *end - *begin;
@@ -300,6 +301,8 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     SS_RETURN_IF_ERROR(options_.sync->Start(
         DenseReplica{params_, dense_state_, options_.optimizer, options_.threads}));
   }
+  const int max_batch = options_.sync != nullptr ? options_.sync->MaxBatchSize(options_.batch_size)
+                                                 : options_.batch_size;
   const auto start = std::chrono::steady_clock::now();
   auto steps = [&](ThreadState& ts) -> absl::Status {
     // Fetches the next batch into *batch and, unless prefetching, looks its
@@ -307,7 +310,11 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     auto next = [&](Batch* batch) -> absl::StatusOr<bool> {
       std::shared_ptr<const ExampleBlock> block;
       int64_t begin, end;
-      SS_ASSIGN_OR_RETURN(bool more, source->Next(&block, &begin, &end));
+      const int batch_size = options_.sync != nullptr
+                                 ? options_.sync->BatchSize(options_.batch_size)
+                                 : options_.batch_size;
+      SS_ASSIGN_OR_RETURN(bool more,
+                          source->Next(&block, &begin, &end, /*position=*/nullptr, batch_size));
       if (!more) return false;
       CollectRows(std::move(block), begin, end, *batch);
       return true;
@@ -345,7 +352,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     return absl::OkStatus();
   };
   auto body = [&](int index) -> absl::Status {
-    ThreadState ts(index, model_, options_.batch_size, model_.config().num_tables);
+    ThreadState ts(index, model_, max_batch, model_.config().num_tables);
     absl::Status status = steps(ts);
     if (!status.ok()) stop = true;
     // Never leave the other threads waiting for this one at a sync barrier.

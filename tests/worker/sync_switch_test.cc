@@ -169,9 +169,12 @@ double CounterValue(prometheus::Registry& registry, const std::string& name,
 TEST_F(SyncSwitchTest, OfflineSwitchesEveryTrainerAtTheSwitchStepWithTheRescaledLearningRate) {
   SyncConfig c = SwitchConfig(2);
   c.sync_switch.switch_step = 4;
+  c.sync_switch.asp_batch_size = 96;
   std::unique_ptr<Trainer> a = Make(0, c, {0});
   std::unique_ptr<Trainer> b = Make(1, c, {0});
   EXPECT_FLOAT_EQ(a->strategy->asp_learning_rate(), 0.5f);
+  EXPECT_EQ(a->strategy->BatchSize(64), 64);  // BSP: the configured batch
+  EXPECT_EQ(a->strategy->MaxBatchSize(64), 96);
   std::vector<float> before_switch(2);
   auto run = [&](Trainer* t, float g, int i) {
     for (int step = 0; step < 5; ++step) {
@@ -198,6 +201,7 @@ TEST_F(SyncSwitchTest, OfflineSwitchesEveryTrainerAtTheSwitchStepWithTheRescaled
     EXPECT_EQ(s.last_straggler, -1);
     EXPECT_EQ(CounterValue(*t->registry, "shadowsync_trainer_sync_switches_total", "bsp_to_asp"),
               1);
+    EXPECT_EQ(t->strategy->BatchSize(64), 96);  // ASP: aspBatchSize
   }
   // ASP from now on: a's update lands on the global weights at lr 1/2.
   SS_ASSERT_OK(Step(*a->strategy, 0, {2}));

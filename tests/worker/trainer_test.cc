@@ -5,6 +5,7 @@
 #include "common/synthetic.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
+#include "worker/sync_strategy.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -108,6 +109,35 @@ TEST_F(TrainerTest, StragglerSettingsSlowEveryStep) {
     best = std::max(best, slowed / plain);
   }
   EXPECT_GT(best, 2.5) << "slowdown 4 made the run only " << best << " times as long";
+}
+
+// A strategy that switches the batch size after its first 10 steps, as
+// sync-switch does at its switch to ASP.
+class BatchSwitchingStrategy : public SyncStrategy {
+ public:
+  BatchSwitchingStrategy() : SyncStrategy(SyncConfig{}, nullptr) {}
+  int BatchSize(int configured) const override { return steps() < 10 ? configured : 150; }
+  int MaxBatchSize(int configured) const override { return 150; }
+  int64_t total_steps() const { return steps(); }
+};
+
+TEST_F(TrainerTest, StrategyBatchSizeAppliesFromTheNextStep) {
+  model::LocalEmbeddingStore store(StoreOptions());
+  BatchSwitchingStrategy strategy;
+  TrainerOptions options;
+  options.threads = 1;
+  options.batch_size = 100;
+  options.preload = true;  // one block: batches are never cut short by a block end
+  options.max_examples = 3000;
+  options.sync = &strategy;
+  options.optimizer = store.options().optimizer;
+  Trainer trainer(SmallModel(), store.options().tables, options, &store);
+  auto report = trainer.Train({dir_->File("train.tsv")});
+  SS_ASSERT_OK(report);
+  EXPECT_EQ(report->examples, 3000);
+  // 10 steps of 100 (11 if the prefetch took the next batch before the 10th
+  // step ended), then the rest in steps of 150: 10 + 14 = 11 + 13 steps.
+  EXPECT_EQ(strategy.total_steps(), 10 + 14);
 }
 
 TEST_F(TrainerTest, MissingInputIsAnErrorNamingThePath) {
