@@ -205,6 +205,34 @@ TEST_F(StalenessStrategiesTest, SspLeavingPartnerReleasesTheWaiter) {
   SS_ASSERT_OK(a.strategy->Finish());
 }
 
+// A trainer restarted (after a crash: it never left) within the member
+// timeout continues from the clock the syncer recorded for it, so it neither
+// holds the others back from step 0 nor gets their slack twice.
+TEST_F(StalenessStrategiesTest, SspRestartedTrainerContinuesFromItsRecordedClock) {
+  Member b = Make("b", Ssp(1000), {0});
+  {
+    Member a = Make("a", Ssp(1000), {0});
+    for (int k = 0; k < 10; ++k) {
+      SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
+      SS_ASSERT_OK(a.strategy->AfterStep(0));
+    }
+    // Reports go out asynchronously: wait until the syncer has the last one
+    // (a report of clock 0 never lowers a member's clock).
+    int64_t recorded = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (recorded < 10 && std::chrono::steady_clock::now() < deadline) {
+      auto r = a.client->Clock(0, 1000);
+      SS_ASSERT_OK(r);
+      recorded = r->member_clock;
+    }
+    ASSERT_EQ(recorded, 10);
+  }  // a dies without Finish(): no Leave
+  Member restarted = Make("a", Ssp(1000), {0});
+  EXPECT_EQ(restarted.ssp()->clock(), 10);
+  SS_ASSERT_OK(restarted.strategy->Finish());
+  SS_ASSERT_OK(b.strategy->Finish());
+}
+
 // Two threads per trainer: the clock is steps / 2, and the documented slack
 // (one more step per thread past the check) bounds the lead by s + 1.
 TEST_F(StalenessStrategiesTest, SspClockIsStepsPerThread) {
