@@ -614,6 +614,9 @@ absl::Status Launch::PollControl() {
   if (!request.is_object() || !request.contains("id") || !request["id"].is_string() ||
       !request.contains("ps") || !request["ps"].is_number_integer()) {
     result = {{"ok", false}, {"error", "malformed scale request: " + request.dump()}};
+    // Whoever wrote it may not wait for a result (no id): say it here.
+    std::cerr << request_path << ": ignored a malformed scale request (want "
+              << R"({"id": "...", "ps": N, "pause": false}), got )" << request.dump() << "\n";
   } else {
     absl::StatusOr<nlohmann::json> r =
         ScaleTo(request["ps"].get<int>(), request.value("pause", false));

@@ -319,6 +319,28 @@ TEST_F(RunTest, ReshardsLiveAndPausedWhileTheJobRuns) {
   const std::string run = dir_.File("run");
   const pid_t launcher = StartLauncher(Bin(), WriteJob(600000), run);
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  // A hand-written request that is not one is refused with a result, and
+  // garbage is logged and dropped: the job and later requests carry on.
+  // Renamed into place, as `shadowsync scale` does: never read half-written.
+  auto request = [&](const std::string& text) {
+    testing::WriteFile(run + "/control/scale.json.tmp", text);
+    std::filesystem::rename(run + "/control/scale.json.tmp", run + "/control/scale.json");
+  };
+  request(R"({"id": "by-hand", "ps": "three"})");
+  for (int i = 0; i < 500 && !std::filesystem::exists(run + "/control/scale-by-hand.result.json");
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto refused =
+      nlohmann::json::parse(testing::ReadFile(run + "/control/scale-by-hand.result.json"));
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_NE(refused["error"].get<std::string>().find("malformed scale request"), std::string::npos)
+      << refused;
+  request("{not json");
+  for (int i = 0; i < 500 && std::filesystem::exists(run + "/control/scale.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(run + "/control/scale.json"));
   struct Step {
     int ps;
     bool pause;
@@ -334,6 +356,8 @@ TEST_F(RunTest, ReshardsLiveAndPausedWhileTheJobRuns) {
   }
   EXPECT_FALSE(std::filesystem::exists(run + "/ps-2"));  // drained, stopped, removed
   int status = 0;
+  EXPECT_NE(testing::ReadFile(run + ".log").find("ignored a malformed scale request"),
+            std::string::npos);
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
   const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
