@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -331,6 +332,9 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     map = std::move(next);
     log(absl::StrFormat("reshard: epoch %d moved %d slots, %d rows", map.epoch(), step.size(),
                         step_after.rows));
+    if (options.progress) {
+      options.progress(static_cast<int64_t>(first + step.size()), report.slots_moved, map.epoch());
+    }
   }
 
   // Scale-in: the drained servers leave the map.
@@ -355,6 +359,59 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     return absl::DataLossError("the moved rows' checksums differ before and after");
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
+                                             absl::Duration rpc_deadline) {
+  if (addresses.empty()) return absl::InvalidArgumentError("addresses: empty");
+  Cluster cluster(addresses, rpc_deadline);
+  std::vector<std::optional<ShardMap>> maps(addresses.size());
+  std::optional<ShardMap> newest, oldest;
+  for (int i = 0; i < cluster.size(); ++i) {
+    absl::StatusOr<ShardMap> map = cluster.GetMap(i);
+    // A joined server that never got a map owns nothing and stores nothing.
+    if (absl::IsFailedPrecondition(map.status())) continue;
+    if (!map.ok()) return map.status();
+    if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *map;
+    if (!oldest.has_value() || map->epoch() < oldest->epoch()) oldest = *map;
+    maps[i] = *std::move(map);
+  }
+  if (!newest.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no server of ", Join(addresses), " has a shard map"));
+  }
+  if (newest->num_slots() != oldest->num_slots()) {
+    return absl::DataLossError(absl::StrCat("the servers' shard maps have ", oldest->num_slots(),
+                                            " and ", newest->num_slots(), " slots"));
+  }
+  RepairReport report{.map = *newest};
+  if (newest->epoch() != oldest->epoch()) {
+    // Back to the older owner wherever the two differ: the step's sources.
+    std::vector<SlotMove> back;
+    for (uint32_t slot = 0; slot < newest->num_slots(); ++slot) {
+      const uint32_t now = newest->owner_of_slot(slot), before = oldest->owner_of_slot(slot);
+      if (now != before) back.push_back({.slot = slot, .from = now, .to = before});
+    }
+    // The longer list: a step of a scale-out already knows the new servers,
+    // and a drained one is still in both until the last epoch.
+    const std::vector<std::string>& servers =
+        newest->num_servers() >= oldest->num_servers() ? newest->addresses() : oldest->addresses();
+    SS_ASSIGN_OR_RETURN(report.map, newest->WithMoves(back, servers));
+    report.repaired = true;
+    report.slots_returned = static_cast<int64_t>(back.size());
+  }
+  for (int i = 0; i < cluster.size(); ++i) {
+    if (!maps[i].has_value()) continue;
+    if (report.repaired) SS_RETURN_IF_ERROR(cluster.SetMap(i, report.map));
+    std::vector<uint32_t> foreign;
+    for (uint32_t slot = 0; slot < report.map.num_slots(); ++slot) {
+      if (report.map.owner_of_slot(slot) != static_cast<uint32_t>(i)) foreign.push_back(slot);
+    }
+    if (foreign.empty()) continue;
+    SS_ASSIGN_OR_RETURN(const int64_t dropped, cluster.Drop(i, foreign));
+    report.rows_dropped += dropped;
+  }
   return report;
 }
 

@@ -57,6 +57,9 @@ struct ReshardOptions {
   absl::Duration rpc_deadline = absl::Seconds(120);
   // One line per step and phase; default: none.
   std::function<void(const std::string&)> log;
+  // After each step: slots moved so far, of `total`, and the epoch reached
+  // (the operator's Resharding condition). Default: none.
+  std::function<void(int64_t moved, int64_t total, uint64_t epoch)> progress;
 };
 
 struct ReshardReport {
@@ -91,6 +94,27 @@ absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& a
 absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
                                       const std::vector<std::string>& after,
                                       const ReshardOptions& options);
+
+// What RepairShardMaps found and did.
+struct RepairReport {
+  ShardMap map;                // the one map every server now has
+  bool repaired = false;       // the servers disagreed; `map` is a new epoch
+  int64_t slots_returned = 0;  // slots of the interrupted step, back at their sources
+  int64_t rows_dropped = 0;    // rows of slots their server does not own (partial copies)
+};
+
+// After a Reshard whose caller died mid-step (an operator restart), the
+// servers at `addresses` (every one that may be involved, in index order)
+// may disagree on the shard map. The newest map is the step's, which the
+// sources got first; a server still at an older one names the step's slots
+// (those whose owner differs). They go back to their sources in a new epoch
+// installed everywhere: a source drops nothing before every server serves
+// the step's map, so it still holds every row. Then every server drops the
+// rows of slots it does not own, left by a copy or a drop that did not
+// finish. Agreeing servers keep their map (only that clean-up runs). A
+// server without any map yet (`ps --join`, never reached) is skipped.
+absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
+                                             absl::Duration rpc_deadline = absl::Seconds(120));
 
 // The shard map of the server at `address`.
 absl::StatusOr<ShardMap> FetchShardMap(const std::string& address,

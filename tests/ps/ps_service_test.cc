@@ -720,6 +720,91 @@ TEST_F(PsServiceTest, ReshardRefusesWhatWouldLoseOrMixData) {
   EXPECT_EQ(ValueChecksumOf(0), checksum);
 }
 
+// An operator that died in the middle of a scale-out step left the step's
+// sources frozen at the new epoch, the others at the old one, and part of
+// the rows copied to the new server. RepairShardMaps gives the slots back to
+// their sources, removes the partial copy, and a new Reshard completes: every
+// row ends up on exactly one server, unchanged.
+TEST_F(PsServiceTest, RepairAfterAnInterruptedStepThenReshardKeepsEveryRowOnce) {
+  StartCluster(2);
+  Load(6, 60);
+  ps::PsServerOptions o = Options("ps2");
+  o.join = true;
+  nodes_.push_back(Start(std::move(o)));
+  auto before = ps::ClusterChecksum(Addresses(3));
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // The interrupted Reshard: the servers learn the new one, then the first
+  // step freezes its sources and copies half of its slots.
+  auto wide = map_->WithMoves({}, Addresses(3));
+  ASSERT_TRUE(wide.ok());
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(SetMap(i, *wide, i).ok());
+  std::vector<SlotMove> moves = wide->PlanRebalance(3);
+  ASSERT_GE(moves.size(), 8u);
+  moves.resize(8);
+  auto next = wide->WithMoves(moves, wide->addresses());
+  ASSERT_TRUE(next.ok());
+  for (const auto& m : moves) ASSERT_TRUE(SetMap(m.from, *next, m.from).ok());
+  int64_t copied = 0;
+  for (size_t k = 0; k < moves.size() / 2; ++k) {
+    grpc::ClientContext export_context, import_context;
+    v1::ExportSlotsRequest request;
+    request.add_slots(moves[k].slot);
+    auto reader = nodes_[moves[k].from].stub->ExportSlots(&export_context, request);
+    v1::ImportSlotsResponse imported;
+    auto writer = nodes_[2].stub->ImportSlots(&import_context, &imported);
+    v1::SlotChunk chunk;
+    while (reader->Read(&chunk)) {
+      chunk.set_incoming(true);
+      copied += chunk.rows_size();
+      ASSERT_TRUE(writer->Write(chunk));
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    writer->WritesDone();
+    ASSERT_TRUE(writer->Finish().ok());
+  }
+  ASSERT_GT(copied, 0);
+  EXPECT_THAT(ps::Reshard(Addresses(3), Addresses(3), {}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "disagree"));
+
+  auto repair = ps::RepairShardMaps(Addresses(3));
+  ASSERT_TRUE(repair.ok()) << repair.status();
+  EXPECT_TRUE(repair->repaired);
+  EXPECT_EQ(repair->slots_returned, 8);
+  EXPECT_EQ(repair->rows_dropped, copied);
+  EXPECT_EQ(repair->map.epoch(), next->epoch() + 1);
+  for (uint32_t slot = 0; slot < kSlots; ++slot) {
+    EXPECT_EQ(repair->map.owner_of_slot(slot), wide->owner_of_slot(slot)) << slot;
+  }
+  auto after_repair = ps::ClusterChecksum(Addresses(3));
+  ASSERT_TRUE(after_repair.ok());
+  EXPECT_EQ(*after_repair, *before);
+  map_ = repair->map;
+  ExpectServingAndIntact();
+
+  // Agreeing servers: nothing to repair.
+  auto again = ps::RepairShardMaps(Addresses(3));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->repaired);
+  EXPECT_EQ(again->rows_dropped, 0);
+
+  int64_t last_moved = 0;
+  ps::ReshardOptions options{.slots_per_step = 8};
+  options.progress = [&](int64_t moved, int64_t total, uint64_t) {
+    EXPECT_GT(moved, last_moved);
+    EXPECT_LE(moved, total);
+    last_moved = moved;
+  };
+  auto done = ps::Reshard(Addresses(3), Addresses(3), options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(last_moved, done->slots_moved);
+  EXPECT_GT(done->slots_moved, 0);
+  EXPECT_EQ(done->cluster_after, *before);
+  auto stats = Stats(2);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->slots_owned(), kSlots / 3);
+}
+
 // A resumed job's servers come back on new ports: Readdress teaches every
 // server everyone's address, and clients route by it.
 TEST_F(PsServiceTest, ReaddressInstallsTheNewAddressesEverywhere) {
