@@ -1,0 +1,319 @@
+// Real kubectl 1.31 against the fake API server: keeps the fake honest about
+// discovery, OpenAPI, client-side apply, server-side tables, /scale and
+// deletion. kubectl comes from scripts/install-kube-tools.sh
+// (<source>/.tools/bin/kubectl) or $SHADOWSYNC_KUBECTL; never the system one.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "tests/util/fake_kube_apiserver.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync::testing {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kJob[] = "/apis/test.shadowsync.io/v1alpha1/namespaces/default/testjobs/example";
+constexpr char kCrd[] =
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/testjobs.test.shadowsync.io";
+constexpr char kDeployment[] = "/apis/apps/v1/namespaces/default/deployments/testjob-operator";
+
+std::string KubectlPath() {
+  const char* env = std::getenv("SHADOWSYNC_KUBECTL");
+  if (env != nullptr && *env != '\0') return env;
+  return (std::filesystem::path(SourceDir()) / ".tools" / "bin" / "kubectl").string();
+}
+
+std::string Quote(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+struct KubectlRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// The table rows of `kubectl get` output, split on whitespace.
+std::vector<std::vector<std::string>> Rows(const std::string& output) {
+  std::vector<std::vector<std::string>> rows;
+  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipWhitespace())) {
+    rows.push_back(absl::StrSplit(line, ' ', absl::SkipWhitespace()));
+  }
+  return rows;
+}
+
+class KubectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kubectl_ = KubectlPath();
+    ASSERT_TRUE(std::filesystem::exists(kubectl_))
+        << "kubectl 1.31 not found at " << kubectl_
+        << ": run scripts/install-kube-tools.sh (or set SHADOWSYNC_KUBECTL)";
+    auto api = FakeKubeApiServer::Start();
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = std::move(*api);
+    kubeconfig_ = dir_.File("kubeconfig");
+    SS_ASSERT_OK(api_->WriteKubeconfig(kubeconfig_));
+    KubectlRun version = Kubectl({"version", "--client", "-o", "json"});
+    ASSERT_EQ(version.exit_code, 0) << version.output;
+    json v = json::parse(version.output, nullptr, false);
+    ASSERT_EQ(v["clientVersion"]["minor"], "31") << "need kubectl 1.31: " << version.output;
+    testdata_ = (std::filesystem::path(SourceDir()) / "tests" / "operator" / "testdata").string();
+  }
+
+  KubectlRun Kubectl(const std::vector<std::string>& args) {
+    std::string cmd =
+        absl::StrCat("KUBECONFIG=", Quote(kubeconfig_), " ", Quote(kubectl_), " --cache-dir ",
+                     Quote(dir_.File("cache")), " --request-timeout=30s");
+    for (const std::string& a : args) absl::StrAppend(&cmd, " ", Quote(a));
+    absl::StrAppend(&cmd, " 2>&1");
+    KubectlRun run;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
+    const int status = pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run;
+  }
+
+  std::string Testdata(const std::string& name = "") const {
+    return name.empty() ? testdata_ + "/" : testdata_ + "/" + name;
+  }
+
+  // CRDs first, then the directory: the order a real cluster needs too.
+  void ApplyAll() {
+    KubectlRun crd = Kubectl({"apply", "-f", Testdata("00-crd.yaml")});
+    ASSERT_EQ(crd.exit_code, 0) << crd.output;
+    KubectlRun all = Kubectl({"apply", "-f", Testdata()});
+    ASSERT_EQ(all.exit_code, 0) << all.output;
+  }
+
+  ScratchDir dir_;
+  std::string kubectl_;
+  std::string kubeconfig_;
+  std::string testdata_;
+  std::unique_ptr<FakeKubeApiServer> api_;
+};
+
+// kubectl maps every object before applying any, so a CR cannot be applied
+// in the same invocation that creates its CRD; a real cluster says the same.
+TEST_F(KubectlTest, ApplyingACrdAndItsObjectTogetherNeedsTheCrdFirst) {
+  KubectlRun run = Kubectl({"apply", "-f", Testdata()});
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::HasSubstr("ensure CRDs are installed first"));
+  EXPECT_THAT(run.output, ::testing::HasSubstr("deployment.apps/testjob-operator created"));
+  EXPECT_TRUE(api_->Get(kCrd).ok());
+  EXPECT_THAT(api_->Get(kJob), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+TEST_F(KubectlTest, ApplyCreatesEverythingAndReapplyChangesNothing) {
+  KubectlRun crd = Kubectl({"apply", "-f", Testdata("00-crd.yaml")});
+  ASSERT_EQ(crd.exit_code, 0) << crd.output;
+  EXPECT_THAT(crd.output, ::testing::HasSubstr("customresourcedefinition.apiextensions.k8s.io/"
+                                               "testjobs.test.shadowsync.io created"));
+  KubectlRun all = Kubectl({"apply", "-f", Testdata()});
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  for (const char* line : {
+           "customresourcedefinition.apiextensions.k8s.io/testjobs.test.shadowsync.io unchanged",
+           "serviceaccount/testjob-operator created",
+           "clusterrole.rbac.authorization.k8s.io/testjob-operator created",
+           "clusterrolebinding.rbac.authorization.k8s.io/testjob-operator created",
+           "role.rbac.authorization.k8s.io/testjob-operator-leader-election created",
+           "rolebinding.rbac.authorization.k8s.io/testjob-operator-leader-election created",
+           "deployment.apps/testjob-operator created",
+           "testjob.test.shadowsync.io/example created",
+       }) {
+    EXPECT_THAT(all.output, ::testing::HasSubstr(line));
+  }
+  for (const char* path : {
+           kJob,
+           kDeployment,
+           "/api/v1/namespaces/default/serviceaccounts/testjob-operator",
+           "/apis/rbac.authorization.k8s.io/v1/clusterroles/testjob-operator",
+           "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/testjob-operator",
+           "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/"
+           "testjob-operator-leader-election",
+           "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/"
+           "testjob-operator-leader-election",
+       }) {
+    EXPECT_TRUE(api_->Get(path).ok()) << path;
+  }
+  auto job = api_->Get(kJob);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["spec"]["trainer"]["replicas"], 2);
+  EXPECT_TRUE((*job)["metadata"]["annotations"].contains(
+      "kubectl.kubernetes.io/last-applied-configuration"));
+
+  const int64_t revision = api_->resource_version();
+  api_->ClearRequests();
+  KubectlRun again = Kubectl({"apply", "-f", Testdata()});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  int unchanged = 0;
+  for (absl::string_view line : absl::StrSplit(again.output, '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::EndsWith(line, " unchanged")) << line;
+    ++unchanged;
+  }
+  EXPECT_EQ(unchanged, 8);
+  EXPECT_EQ(api_->resource_version(), revision) << "re-apply wrote something";
+  for (const FakeKubeApiServer::Request& r : api_->Requests()) {
+    EXPECT_TRUE(r.method == "GET") << r.method << " " << r.path;
+  }
+}
+
+TEST_F(KubectlTest, GetByShortNamePrintsPrinterColumnsWithLiveStatus) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAll());
+  KubectlRun get = Kubectl({"get", "tj"});
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  std::vector<std::vector<std::string>> rows = Rows(get.output);
+  ASSERT_EQ(rows.size(), 2u) << get.output;
+  EXPECT_EQ(rows[0], std::vector<std::string>({"NAME", "PHASE", "TRAINERS", "READY", "AGE"}));
+  ASSERT_EQ(rows[1].size(), 3u) << get.output;  // no status yet: PHASE and READY are blank
+  EXPECT_EQ(rows[1][0], "example");
+  EXPECT_EQ(rows[1][1], "2");
+  EXPECT_TRUE(absl::EndsWith(rows[1][2], "s")) << rows[1][2];
+
+  // Play the operator: write status through the direct API.
+  auto job = api_->Get(kJob);
+  ASSERT_TRUE(job.ok());
+  (*job)["status"] = {{"phase", "Running"}, {"replicaStatuses", {{"trainer", {{"ready", 2}}}}}};
+  SS_ASSERT_OK(api_->UpdateStatus(kJob, *job));
+  get = Kubectl({"get", "tj", "example"});
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  rows = Rows(get.output);
+  ASSERT_EQ(rows.size(), 2u) << get.output;
+  ASSERT_EQ(rows[1].size(), 5u) << get.output;
+  EXPECT_EQ(rows[1][1], "Running");
+  EXPECT_EQ(rows[1][2], "2");
+  EXPECT_EQ(rows[1][3], "2");
+
+  (*job) = *api_->Get(kJob);
+  (*job)["status"]["phase"] = "Succeeded";
+  SS_ASSERT_OK(api_->UpdateStatus(kJob, *job));
+  get = Kubectl({"get", "testjobs", "-A"});
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  rows = Rows(get.output);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0][0], "NAMESPACE");
+  EXPECT_EQ(rows[1][0], "default");
+  EXPECT_EQ(rows[1][2], "Succeeded");
+
+  // Built-ins print NAME and AGE.
+  get = Kubectl({"get", "deploy,sa"});
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  EXPECT_THAT(get.output, ::testing::HasSubstr("deployment.apps/testjob-operator"));
+  EXPECT_THAT(get.output, ::testing::HasSubstr("serviceaccount/testjob-operator"));
+}
+
+TEST_F(KubectlTest, ScaleWritesTheSpecReplicasPath) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAll());
+  KubectlRun scale = Kubectl({"scale", "testjob/example", "--replicas=3"});
+  ASSERT_EQ(scale.exit_code, 0) << scale.output;
+  EXPECT_THAT(scale.output, ::testing::HasSubstr("testjob.test.shadowsync.io/example scaled"));
+  auto job = api_->Get(kJob);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["spec"]["trainer"]["replicas"], 3);
+  EXPECT_EQ((*job)["metadata"]["generation"], 2);
+
+  scale = Kubectl({"scale", "deployment/testjob-operator", "--replicas=2"});
+  ASSERT_EQ(scale.exit_code, 0) << scale.output;
+  EXPECT_EQ((*api_->Get(kDeployment))["spec"]["replicas"], 2);
+}
+
+TEST_F(KubectlTest, GetJsonReturnsTheStoredObjects) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAll());
+  KubectlRun list = Kubectl({"get", "testjob", "-o", "json"});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  json l = json::parse(list.output, nullptr, false);
+  ASSERT_FALSE(l.is_discarded()) << list.output;
+  EXPECT_EQ(l["kind"], "List");
+  ASSERT_EQ(l["items"].size(), 1u);
+  EXPECT_EQ(l["items"][0]["kind"], "TestJob");
+  EXPECT_EQ(l["items"][0]["spec"]["trainer"]["replicas"], 2);
+
+  KubectlRun one = Kubectl({"get", "testjob", "example", "-o", "json"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  json o = json::parse(one.output, nullptr, false);
+  EXPECT_EQ(o["metadata"]["uid"], (*api_->Get(kJob))["metadata"]["uid"]);
+  EXPECT_EQ(o["metadata"]["resourceVersion"], (*api_->Get(kJob))["metadata"]["resourceVersion"]);
+
+  KubectlRun crd = Kubectl({"get", "crd", "testjobs.test.shadowsync.io", "-o",
+                            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"});
+  ASSERT_EQ(crd.exit_code, 0) << crd.output;
+  EXPECT_EQ(crd.output, "True");
+
+  KubectlRun selected =
+      Kubectl({"get", "testjobs", "-l", "app.kubernetes.io/name=example", "-o", "name"});
+  ASSERT_EQ(selected.exit_code, 0) << selected.output;
+  EXPECT_EQ(selected.output, "testjob.test.shadowsync.io/example\n");
+  selected = Kubectl({"get", "testjobs", "-l", "app.kubernetes.io/name=other", "-o", "name"});
+  EXPECT_EQ(selected.output, "");
+}
+
+// Re-applying a changed built-in sends a strategic merge patch.
+TEST_F(KubectlTest, ReapplyingAChangedDeploymentPatchesIt) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAll());
+  const std::string changed = absl::StrReplaceAll(
+      ReadFile(Testdata("30-deployment.yaml")),
+      {{"image: shadowsync:test", "image: shadowsync:v2"}, {"replicas: 1", "replicas: 2"}});
+  const std::string path = dir_.File("deployment.yaml");
+  WriteFile(path, changed);
+  api_->ClearRequests();
+  KubectlRun run = Kubectl({"apply", "-f", path});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::HasSubstr("deployment.apps/testjob-operator configured"));
+  bool patched = false;
+  for (const FakeKubeApiServer::Request& r : api_->Requests()) {
+    patched = patched || (r.method == "PATCH" && r.path == kDeployment && r.status == 200);
+  }
+  EXPECT_TRUE(patched);
+  auto d = api_->Get(kDeployment);
+  ASSERT_TRUE(d.ok());
+  const json& container = (*d)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["image"], "shadowsync:v2");
+  EXPECT_EQ(container["ports"][0]["containerPort"], 8080) << "merged, not replaced";
+  EXPECT_EQ((*d)["spec"]["replicas"], 2);
+  EXPECT_EQ((*d)["metadata"]["generation"], 2);
+
+  run = Kubectl({"apply", "-f", path});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::HasSubstr("deployment.apps/testjob-operator unchanged"));
+}
+
+TEST_F(KubectlTest, DeleteRemovesEverything) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAll());
+  KubectlRun job = Kubectl({"delete", "-f", Testdata("40-testjob.yaml")});
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_THAT(job.output, ::testing::HasSubstr("testjob.test.shadowsync.io \"example\" deleted"));
+  EXPECT_THAT(api_->Get(kJob), StatusIs(absl::StatusCode::kNotFound, ""));
+
+  // The CRD is deleted before the (already gone) object in the directory.
+  KubectlRun all = Kubectl({"delete", "-f", Testdata(), "--ignore-not-found"});
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_THAT(all.output, ::testing::HasSubstr("deployment.apps \"testjob-operator\" deleted"));
+  EXPECT_THAT(api_->Get(kCrd), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(api_->Get(kDeployment), StatusIs(absl::StatusCode::kNotFound, ""));
+  auto roles = api_->List("/apis/rbac.authorization.k8s.io/v1/clusterroles");
+  ASSERT_TRUE(roles.ok());
+  EXPECT_TRUE(roles->empty());
+
+  KubectlRun get = Kubectl({"get", "tj"});
+  EXPECT_NE(get.exit_code, 0);
+  // Either from fresh discovery or, with kubectl's cached discovery, from the
+  // server's 404 for the unregistered resource.
+  EXPECT_THAT(get.output,
+              ::testing::AnyOf(::testing::HasSubstr("doesn't have a resource type \"tj\""),
+                               ::testing::HasSubstr("could not find the requested resource")));
+}
+
+}  // namespace
+}  // namespace shadowsync::testing
