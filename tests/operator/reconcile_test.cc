@@ -1,0 +1,939 @@
+// Reconcile (operator/reconcile.h) driven through a tiny in-memory cluster:
+// applied children are stored as the API server would (with defaults added),
+// the new status is written back to the job, pods and the parameter servers'
+// shard map are set by each test.
+#include "operator/reconcile.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/crd.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync::op {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+json BaseJob() {
+  return json::parse(R"({
+    "apiVersion": "shadowsync.io/v1alpha1", "kind": "ShadowSyncJob",
+    "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1,
+                 "labels": {"team": "ads"},
+                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+    "spec": {
+      "model": {"criteoTables": {"hashBuckets": 1000}},
+      "data": {"format": "synthetic", "synthetic": {"examples": 10000, "evalExamples": 100}},
+      "trainer": {"replicas": 2},
+      "parameterServer": {"replicas": 2, "storage": {"size": "1Gi"}},
+      "syncer": {"replicas": 1},
+      "runPolicy": {"backoffLimit": 3}
+    }})");
+}
+
+struct PodState {
+  bool ready = true;
+  std::string phase = "Running";
+  int restart_count = 0;
+  std::optional<int> last_exit;  // lastState.terminated.exitCode
+  std::optional<int> exit_now;   // state.terminated.exitCode
+  bool waiting = false;          // state.waiting (back-off)
+  bool deleting = false;
+};
+
+json Pod(const std::string& job, Role role, int index, const PodState& s = {}) {
+  const std::string role_name(RoleName(role));
+  json container = {{"name", role_name}, {"restartCount", s.restart_count}};
+  if (s.exit_now) {
+    container["state"] = {{"terminated", {{"exitCode", *s.exit_now}}}};
+  } else if (s.waiting) {
+    container["state"] = {{"waiting", {{"reason", "CrashLoopBackOff"}}}};
+  } else {
+    container["state"] = {{"running", {{"startedAt", "2027-01-15T08:00:00Z"}}}};
+  }
+  if (s.last_exit) container["lastState"] = {{"terminated", {{"exitCode", *s.last_exit}}}};
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", ChildName(job, role) + "-" + std::to_string(index)},
+                {"namespace", "ns"},
+                {"labels", {{"shadowsync.io/job-name", job}, {"shadowsync.io/role", role_name}}}}},
+              {"status",
+               {{"phase", s.phase},
+                {"conditions", {{{"type", "Ready"}, {"status", s.ready ? "True" : "False"}}}},
+                {"containerStatuses", {container}}}}};
+  if (s.deleting) pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z";
+  return pod;
+}
+
+PsClusterState Shards(std::vector<int> slots_per_server, uint64_t epoch = 1) {
+  PsClusterState ps;
+  ps.epoch = epoch;
+  for (int n : slots_per_server) ps.num_slots += n;
+  ps.slots_per_server = std::move(slots_per_server);
+  return ps;
+}
+
+// Every key of `value` is declared by `schema` (else the API server's
+// structural pruning would drop it).
+void ExpectDeclared(const json& value, const json& schema, const std::string& path) {
+  if (value.is_object()) {
+    if (schema.value("x-kubernetes-preserve-unknown-fields", false)) return;
+    for (const auto& [k, v] : value.items()) {
+      ASSERT_TRUE(schema.contains("properties") && schema["properties"].contains(k))
+          << path << "." << k << " is not in the CRD's status schema";
+      ExpectDeclared(v, schema["properties"][k], path + "." + k);
+    }
+  } else if (value.is_array()) {
+    for (const json& item : value) ExpectDeclared(item, schema["items"], path + "[]");
+  }
+}
+
+// The API server's view: children by kind and name, pods, the job.
+class Cluster {
+ public:
+  explicit Cluster(json job = BaseJob()) : job_(std::move(job)) {}
+
+  Actions Step() {
+    Observed o{.job = job_,
+               .stateful_sets = stateful_sets_,
+               .services = services_,
+               .config_maps = config_maps_,
+               .pods = pods_,
+               .ps = ps,
+               .examples_processed = examples_processed,
+               .now = now};
+    Actions a = Reconcile(o, options);
+    for (const json& child : a.apply) Store(child);
+    ExpectDeclared(a.status, JobStatusOpenApiSchema(), "status");
+    job_["status"] = a.status;
+    return a;
+  }
+
+  // Edits the spec, bumping metadata.generation as the API server does.
+  void EditSpec(const std::function<void(json&)>& edit) {
+    edit(job_["spec"]);
+    job_["metadata"]["generation"] = job_["metadata"]["generation"].get<int>() + 1;
+  }
+
+  void SetPods(Role role, int n, const PodState& s = {}) {
+    std::erase_if(pods_, [&](const json& p) {
+      return p["metadata"]["labels"]["shadowsync.io/role"] == RoleName(role);
+    });
+    for (int i = 0; i < n; ++i) pods_.push_back(Pod("j", role, i, s));
+  }
+  void SetPod(Role role, int index, const PodState& s) {
+    const std::string name = ChildName("j", role) + "-" + std::to_string(index);
+    std::erase_if(pods_, [&](const json& p) { return p["metadata"]["name"] == name; });
+    pods_.push_back(Pod("j", role, index, s));
+  }
+  // Every pod the StatefulSets ask for, ready.
+  void AllPodsReady() {
+    for (Role role : kRoles) SetPods(role, Replicas(role));
+  }
+
+  int Replicas(Role role) const {
+    return stateful_sets_.at(ChildName("j", role))["spec"]["replicas"].get<int>();
+  }
+  const json& StatefulSet(Role role) const { return stateful_sets_.at(ChildName("j", role)); }
+  const json& ConfigMap() const { return config_maps_.at("j-config"); }
+  const json& status() const { return job_["status"]; }
+  json& job() { return job_; }
+  const json& Condition(const std::string& type) const {
+    for (const json& c : job_["status"]["conditions"]) {
+      if (c["type"] == type) return c;
+    }
+    static const json kNone;
+    return kNone;
+  }
+  size_t children() const { return stateful_sets_.size() + services_.size() + config_maps_.size(); }
+
+  std::optional<PsClusterState> ps;
+  std::optional<int64_t> examples_processed;
+  absl::Time now = kT0;
+  ReconcileOptions options;
+
+ private:
+  // As the API server stores it: with defaults and server fields added.
+  void Store(json child) {
+    child["metadata"]["resourceVersion"] = "7";
+    child["metadata"]["uid"] = "child-uid";
+    const std::string kind = child["kind"];
+    const std::string name = child["metadata"]["name"];
+    if (kind == "StatefulSet") {
+      child["spec"]["revisionHistoryLimit"] = 10;
+      for (json& c : child["spec"]["template"]["spec"]["containers"]) {
+        c["terminationMessagePath"] = "/dev/termination-log";
+      }
+      child["status"] = {{"replicas", child["spec"]["replicas"]}};
+      stateful_sets_[name] = child;
+    } else if (kind == "Service") {
+      child["spec"]["clusterIPs"] = {"None"};
+      services_[name] = child;
+    } else if (kind == "ConfigMap") {
+      config_maps_[name] = child;
+    } else {
+      ADD_FAILURE() << "unexpected kind " << kind;
+    }
+  }
+
+  json job_;
+  std::map<std::string, json> stateful_sets_, services_, config_maps_;
+  std::vector<json> pods_;
+};
+
+std::vector<std::string> Names(const std::vector<json>& objects) {
+  std::vector<std::string> names;
+  for (const json& o : objects)
+    names.push_back(o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
+  return names;
+}
+
+std::vector<std::string> Reasons(const std::vector<EventSpec>& events) {
+  std::vector<std::string> reasons;
+  for (const EventSpec& e : events) reasons.push_back(e.type + "/" + e.reason);
+  return reasons;
+}
+
+// A job whose pods are all ready, with the servers' shard map observed.
+Cluster RunningCluster(json job = BaseJob()) {
+  Cluster c(std::move(job));
+  c.Step();
+  c.AllPodsReady();
+  c.ps = Shards({2048, 2048});
+  c.now += absl::Seconds(10);
+  c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  return c;
+}
+
+// --- Creation -----------------------------------------------------------------------------
+
+TEST(ReconcileTest, FreshJobCreatesEveryChildWithOwnerReferences) {
+  Cluster c;
+  const Actions a = c.Step();
+  EXPECT_THAT(Names(a.apply), ElementsAre("ConfigMap/j-config", "Service/j-trainer", "Service/j-ps",
+                                          "Service/j-syncer", "StatefulSet/j-ps",
+                                          "StatefulSet/j-syncer", "StatefulSet/j-trainer"));
+  for (const json& child : a.apply) {
+    SCOPED_TRACE(child["metadata"]["name"]);
+    EXPECT_EQ(child["metadata"]["namespace"], "ns");
+    EXPECT_EQ(child["metadata"]["ownerReferences"], json::parse(R"([{
+      "apiVersion": "shadowsync.io/v1alpha1", "kind": "ShadowSyncJob", "name": "j",
+      "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}])"));
+    const json& labels = child["metadata"]["labels"];
+    EXPECT_EQ(labels["shadowsync.io/job-name"], "j");
+    EXPECT_EQ(labels["app.kubernetes.io/instance"], "j");
+    EXPECT_EQ(labels["app.kubernetes.io/managed-by"], "shadowsync-operator");
+    EXPECT_EQ(labels["team"], "ads");  // The job's labels go onto every child.
+    if (child["kind"] != "ConfigMap") {
+      EXPECT_TRUE(labels.contains("shadowsync.io/role"));
+    }
+  }
+  EXPECT_EQ(c.status()["phase"], "Pending");
+  EXPECT_EQ(c.Condition("Created")["status"], "True");
+  EXPECT_EQ(c.Condition("Running")["status"], "False");
+  EXPECT_EQ(c.Condition("Failed")["status"], "False");
+  EXPECT_EQ(c.status()["observedGeneration"], 1);
+  EXPECT_EQ(c.status()["selector"], "shadowsync.io/job-name=j,shadowsync.io/role=trainer");
+  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:00:00Z");
+  EXPECT_THAT(Reasons(a.events), ElementsAre("Normal/Created"));
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_THAT(a.delete_paths, IsEmpty());
+  for (const json& cond : c.status()["conditions"]) {
+    EXPECT_EQ(cond["observedGeneration"], 1);
+    EXPECT_EQ(cond["lastTransitionTime"], "2027-01-15T08:00:00Z");
+  }
+
+  // Nothing changed: nothing to do.
+  c.now += absl::Seconds(5);
+  const Actions again = c.Step();
+  EXPECT_THAT(again.apply, IsEmpty());
+  EXPECT_THAT(again.events, IsEmpty());
+}
+
+TEST(ReconcileTest, ServicesAreHeadlessAndPublishNotReadyAddresses) {
+  Cluster c;
+  const Actions a = c.Step();
+  for (const json& child : a.apply) {
+    if (child["kind"] != "Service") continue;
+    SCOPED_TRACE(child["metadata"]["name"]);
+    EXPECT_EQ(child["spec"]["clusterIP"], "None");
+    EXPECT_EQ(child["spec"]["publishNotReadyAddresses"], true);
+    const std::string role = child["metadata"]["labels"]["shadowsync.io/role"];
+    EXPECT_EQ(child["spec"]["selector"],
+              json({{"shadowsync.io/job-name", "j"}, {"shadowsync.io/role", role}}));
+  }
+}
+
+TEST(ReconcileTest, StatefulSetsRunThePodCommand) {
+  struct Case {
+    Role role;
+    int replicas;
+    std::optional<int> grpc_port;
+  };
+  Cluster c;
+  c.Step();
+  for (const Case& k : {Case{Role::kTrainer, 2, std::nullopt}, Case{Role::kPs, 2, 7000},
+                        Case{Role::kSyncer, 1, 7100}}) {
+    const std::string role(RoleName(k.role));
+    SCOPED_TRACE(role);
+    const json& sts = c.StatefulSet(k.role);
+    EXPECT_EQ(sts["spec"]["replicas"], k.replicas);
+    EXPECT_EQ(sts["spec"]["serviceName"], "j-" + role);
+    EXPECT_EQ(sts["spec"]["podManagementPolicy"], "Parallel");
+    EXPECT_EQ(sts["spec"]["selector"]["matchLabels"],
+              json({{"shadowsync.io/job-name", "j"}, {"shadowsync.io/role", role}}));
+    const json& pod = sts["spec"]["template"];
+    EXPECT_EQ(pod["metadata"]["labels"]["shadowsync.io/role"], role);
+    EXPECT_EQ(pod["spec"]["restartPolicy"], "Always");
+    EXPECT_EQ(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    const json& main = pod["spec"]["containers"][0];
+    EXPECT_EQ(main["name"], role);
+    EXPECT_EQ(main["image"], "shadowsync:0.1.0");
+    const std::vector<std::string> args = main["args"];
+    EXPECT_THAT(args, ::testing::IsSupersetOf({std::string("pod"), "--role=" + role,
+                                               std::string("--config=/etc/shadowsync/job.json")}));
+    EXPECT_EQ(args[0], "pod");
+    EXPECT_THAT(args, Contains("--metrics-listen=0.0.0.0:9100"));
+    std::map<std::string, int> ports;
+    for (const json& p : main["ports"]) ports[p["name"]] = p["containerPort"];
+    EXPECT_EQ(ports["metrics"], 9100);
+    if (k.grpc_port) {
+      EXPECT_EQ(ports["grpc"], *k.grpc_port);
+      EXPECT_THAT(args, Contains("--listen=0.0.0.0:" + std::to_string(*k.grpc_port)));
+    } else {
+      EXPECT_FALSE(ports.contains("grpc"));
+    }
+    EXPECT_EQ(main["readinessProbe"]["httpGet"], json({{"path", "/healthz"}, {"port", "metrics"}}));
+    std::map<std::string, json> env;
+    for (const json& e : main["env"]) env[e["name"]] = e;
+    EXPECT_EQ(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    EXPECT_EQ(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    EXPECT_EQ(main["securityContext"]["readOnlyRootFilesystem"], true);
+    std::map<std::string, std::string> mounts;
+    for (const json& m : main["volumeMounts"]) mounts[m["mountPath"]] = m["name"];
+    EXPECT_EQ(mounts["/etc/shadowsync"], "config");
+    EXPECT_EQ(mounts["/var/lib/shadowsync"], "data");
+  }
+  // The servers keep their RocksDB on a claim per pod.
+  const json& claims = c.StatefulSet(Role::kPs)["spec"]["volumeClaimTemplates"];
+  ASSERT_EQ(claims.size(), 1u);
+  EXPECT_EQ(claims[0]["metadata"]["name"], "data");
+  EXPECT_EQ(claims[0]["spec"]["resources"]["requests"]["storage"], "1Gi");
+  EXPECT_FALSE(c.StatefulSet(Role::kTrainer)["spec"].contains("volumeClaimTemplates"));
+}
+
+TEST(ReconcileTest, ConfigMapHoldsTheRenderedJobAndTheShardMap) {
+  Cluster c;
+  c.Step();
+  const json& data = c.ConfigMap()["data"];
+  absl::StatusOr<ShadowSyncJob> rendered = ParseJobJson(data["job.json"].get<std::string>());
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  absl::StatusOr<ShadowSyncJob> expected = JobFromJson(BaseJob());
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(rendered->spec, expected->spec);
+  EXPECT_EQ(rendered->metadata.name, "j");
+  EXPECT_EQ(rendered->metadata.namespace_name, "ns");
+  EXPECT_TRUE(rendered->metadata.annotations.empty());
+  const json shard_map = json::parse(data["shard-map.json"].get<std::string>());
+  EXPECT_EQ(shard_map["numServers"], 2);
+  EXPECT_EQ(shard_map["slots"], 4096);
+  EXPECT_EQ(shard_map["psAddresses"], json({"j-ps-0.j-ps.ns.svc:7000", "j-ps-1.j-ps.ns.svc:7000"}));
+  EXPECT_EQ(shard_map["syncerAddresses"], json({"j-syncer-0.j-syncer.ns.svc:7100"}));
+}
+
+TEST(ReconcileTest, PodTemplatesMergeTheUserTemplate) {
+  json job = BaseJob();
+  job["spec"]["trainer"]["template"] = json::parse(R"({
+    "metadata": {"labels": {"tier": "batch", "shadowsync.io/role": "hijack"},
+                 "annotations": {"a": "b"}},
+    "spec": {
+      "nodeSelector": {"pool": "cpu"},
+      "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+      "restartPolicy": "Never",
+      "volumes": [{"name": "criteo", "persistentVolumeClaim": {"claimName": "criteo"}}],
+      "containers": [
+        {"name": "trainer", "image": "registry/shadowsync:9",
+         "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+         "env": [{"name": "OMP_NUM_THREADS", "value": "4"}],
+         "args": ["--verbose"],
+         "volumeMounts": [{"name": "criteo", "mountPath": "/data"}]},
+        {"name": "sidecar", "image": "busybox"}]}})");
+  Cluster c(job);
+  c.Step();
+  const json& pod = c.StatefulSet(Role::kTrainer)["spec"]["template"];
+  EXPECT_EQ(pod["metadata"]["labels"]["tier"], "batch");
+  EXPECT_EQ(pod["metadata"]["labels"]["shadowsync.io/role"], "trainer");  // Ours win.
+  EXPECT_EQ(pod["metadata"]["annotations"]["a"], "b");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
+  EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "dedicated");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Always");
+  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
+  const json& main = pod["spec"]["containers"][0];
+  EXPECT_EQ(main["image"], "registry/shadowsync:9");
+  EXPECT_EQ(main["resources"]["requests"]["cpu"], "4");
+  EXPECT_EQ(main["args"][0], "pod");
+  EXPECT_EQ(main["args"].back(), "--verbose");
+  const auto env = main["env"].get<std::vector<json>>();
+  const auto mounts = main["volumeMounts"].get<std::vector<json>>();
+  EXPECT_THAT(env, Contains(json({{"name", "OMP_NUM_THREADS"}, {"value", "4"}})));
+  EXPECT_THAT(mounts, Contains(json({{"name", "criteo"}, {"mountPath", "/data"}})));
+  EXPECT_THAT(
+      mounts,
+      Contains(json({{"name", "config"}, {"mountPath", "/etc/shadowsync"}, {"readOnly", true}})));
+  EXPECT_EQ(pod["spec"]["containers"][1]["name"], "sidecar");
+  std::vector<std::string> volumes;
+  for (const json& v : pod["spec"]["volumes"]) volumes.push_back(v["name"]);
+  EXPECT_THAT(volumes, ::testing::IsSupersetOf({"config", "data", "criteo"}));
+  // The other roles are untouched.
+  EXPECT_EQ(c.StatefulSet(Role::kPs)["spec"]["template"]["spec"]["containers"][0]["image"],
+            "shadowsync:0.1.0");
+}
+
+// --- Running and scaling trainers -----------------------------------------------------------
+
+TEST(ReconcileTest, PodsReadyMakeTheJobRunning) {
+  Cluster c;
+  c.Step();
+  c.SetPods(Role::kTrainer, 2);
+  c.SetPods(Role::kPs, 2);
+  c.SetPods(Role::kSyncer, 1, {.ready = false});
+  c.now += absl::Seconds(3);
+  Actions a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Pending");
+  EXPECT_EQ(c.Condition("Running")["reason"], "WaitingForReplicas");
+  EXPECT_THAT(c.Condition("Running")["message"].get<std::string>(), HasSubstr("syncer 0/1"));
+
+  c.SetPods(Role::kSyncer, 1);
+  c.now += absl::Seconds(3);
+  c.examples_processed = 1234;
+  a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(c.Condition("Running")["status"], "True");
+  EXPECT_EQ(c.Condition("Running")["reason"], "AllReplicasReady");
+  EXPECT_EQ(c.Condition("Running")["lastTransitionTime"], "2027-01-15T08:00:06Z");
+  EXPECT_EQ(c.Condition("Created")["lastTransitionTime"], "2027-01-15T08:00:00Z");
+  EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["ready"], 2);
+  EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["active"], 2);
+  EXPECT_EQ(c.status()["examplesProcessed"], 1234);
+  EXPECT_THAT(Reasons(a.events), ElementsAre("Normal/Running"));
+  EXPECT_THAT(a.apply, IsEmpty());
+  ASSERT_TRUE(a.requeue_after.has_value());  // Progress refresh.
+
+  // A trainer restarting does not make the job Pending again.
+  c.SetPod(Role::kTrainer, 1, {.ready = false, .restart_count = 1, .last_exit = 137});
+  a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(c.Condition("Running")["reason"], "ReplicasNotReady");
+  EXPECT_EQ(c.status()["restarts"], 1);
+}
+
+TEST(ReconcileTest, ScalingTrainersChangesOnlyTheTrainerReplicas) {
+  Cluster c = RunningCluster();
+  const json trainer_before = c.StatefulSet(Role::kTrainer);
+  c.EditSpec([](json& spec) { spec["trainer"]["replicas"] = 4; });
+  const Actions a = c.Step();
+  EXPECT_THAT(Names(a.apply), ElementsAre("ConfigMap/j-config", "StatefulSet/j-trainer"));
+  json expected = trainer_before;
+  expected["spec"]["replicas"] = 4;
+  expected["status"]["replicas"] = 4;
+  EXPECT_EQ(c.StatefulSet(Role::kTrainer), expected);  // The pod template did not change.
+  EXPECT_EQ(c.Replicas(Role::kPs), 2);
+  EXPECT_EQ(c.Replicas(Role::kSyncer), 1);
+  const json config = json::parse(c.ConfigMap()["data"]["job.json"].get<std::string>());
+  EXPECT_EQ(config["spec"]["trainer"]["replicas"], 4);
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.status()["observedGeneration"], 2);
+  EXPECT_THAT(Reasons(a.events), ElementsAre("Normal/TrainersScaled"));
+}
+
+// --- Parameter-server scaling and resharding ------------------------------------------------
+
+TEST(ReconcileTest, ScaleOutWaitsForTheNewServersThenReshards) {
+  Cluster c = RunningCluster();
+  c.EditSpec([](json& spec) { spec["parameterServer"]["replicas"] = 3; });
+  Actions a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);  // The new server first.
+  EXPECT_EQ(a.reshard, std::nullopt);   // Not ready yet.
+  EXPECT_EQ(c.status()["phase"], "Resharding");
+  EXPECT_EQ(c.Condition("Resharding")["status"], "True");
+  EXPECT_EQ(c.Condition("Resharding")["reason"], "WaitingForServers");
+  EXPECT_THAT(c.Condition("Resharding")["message"].get<std::string>(), HasSubstr("j-ps-2"));
+  EXPECT_EQ(c.status()["resharding"]["from"], 2);
+  EXPECT_EQ(c.status()["resharding"]["to"], 3);
+  EXPECT_THAT(Reasons(a.events), Contains("Normal/Resharding"));
+  // The ConfigMap still says 2 servers own slots: ps-2 starts as a joiner.
+  EXPECT_EQ(json::parse(c.ConfigMap()["data"]["shard-map.json"].get<std::string>())["numServers"],
+            2);
+  ASSERT_TRUE(a.requeue_after.has_value());
+  EXPECT_LE(*a.requeue_after, absl::Seconds(5));
+
+  c.SetPod(Role::kPs, 2, {.ready = false});
+  c.now += absl::Seconds(5);
+  a = c.Step();
+  EXPECT_EQ(a.reshard, std::nullopt);
+
+  c.SetPod(Role::kPs, 2, {});
+  c.now += absl::Seconds(5);
+  a = c.Step();
+  EXPECT_EQ(a.reshard, (ReshardRequest{2, 3}));
+  EXPECT_THAT(Reasons(a.events), Contains("Normal/ReshardStarted"));
+  const std::string started = c.status()["resharding"]["startedAt"];
+
+  // While the controller moves slots, no second request; progress is shown.
+  c.ps = Shards({2048, 2048, 0});
+  c.ps->reshard = ReshardProgress{2, 3, 512, 1365};
+  c.now += absl::Seconds(5);
+  a = c.Step();
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.status()["resharding"]["slotsMoved"], 512);
+  EXPECT_EQ(c.status()["resharding"]["slotsTotal"], 1365);
+  EXPECT_EQ(c.status()["resharding"]["startedAt"], started);
+  EXPECT_EQ(c.Condition("Resharding")["reason"], "MovingSlots");
+
+  // Done: three servers own the slots.
+  c.ps = Shards({1366, 1365, 1365}, 7);
+  c.now += absl::Seconds(5);
+  a = c.Step();
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(c.Condition("Resharding")["status"], "False");
+  EXPECT_FALSE(c.status().contains("resharding"));
+  EXPECT_EQ(c.status()["shardMap"]["numServers"], 3);
+  EXPECT_EQ(c.status()["shardMap"]["epoch"], 7);
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);
+  EXPECT_THAT(Reasons(a.events), Contains("Normal/ReshardComplete"));
+  EXPECT_EQ(json::parse(c.ConfigMap()["data"]["shard-map.json"].get<std::string>())["numServers"],
+            3);
+}
+
+TEST(ReconcileTest, ScaleInDrainsBeforeRemovingAServer) {
+  json job = BaseJob();
+  job["spec"]["parameterServer"]["replicas"] = 3;
+  Cluster c(job);
+  c.Step();
+  c.AllPodsReady();
+  c.ps = Shards({1366, 1365, 1365});
+  c.Step();
+  ASSERT_EQ(c.status()["phase"], "Running");
+
+  c.EditSpec([](json& spec) { spec["parameterServer"]["replicas"] = 2; });
+  Actions a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);  // ps-2 still owns slots.
+  EXPECT_EQ(a.reshard, (ReshardRequest{3, 2}));
+  EXPECT_EQ(c.status()["phase"], "Resharding");
+
+  // Part-way: ps-2 still owns some slots; nothing is removed.
+  for (int step = 0; step < 3; ++step) {
+    c.ps = Shards({1800, 1800, 496});
+    c.ps->reshard = ReshardProgress{3, 2, 869, 1365};
+    c.now += absl::Seconds(5);
+    a = c.Step();
+    EXPECT_EQ(c.Replicas(Role::kPs), 3);
+    EXPECT_EQ(a.reshard, std::nullopt);
+  }
+  // The reshard ended, but the map still shows ps-2 owning slots (e.g. it
+  // was rolled back): ask again, keep the server.
+  c.ps = Shards({1800, 1800, 496});
+  a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);
+  EXPECT_EQ(a.reshard, (ReshardRequest{3, 2}));
+
+  // Drained: now the StatefulSet shrinks.
+  c.ps = Shards({2048, 2048, 0}, 9);
+  a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 2);
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.Condition("Resharding")["status"], "False");
+  EXPECT_EQ(c.status()["phase"], "Running");
+}
+
+TEST(ReconcileTest, WithoutTheShardMapNoServerIsRemoved) {
+  json job = BaseJob();
+  job["spec"]["parameterServer"]["replicas"] = 3;
+  Cluster c(job);
+  c.Step();
+  c.AllPodsReady();
+  c.Step();  // The servers were never asked: c.ps is empty.
+  c.EditSpec([](json& spec) { spec["parameterServer"]["replicas"] = 2; });
+  const Actions a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.Condition("Resharding")["reason"], "WaitingForShardMap");
+}
+
+// --- runPolicy ------------------------------------------------------------------------------
+
+TEST(ReconcileTest, SuspendStopsTrainersAndSyncersAndResumeRestartsThem) {
+  Cluster c = RunningCluster();
+  c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = true; });
+  c.now += absl::Minutes(1);
+  Actions a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 0);
+  EXPECT_EQ(c.Replicas(Role::kSyncer), 0);
+  EXPECT_EQ(c.Replicas(Role::kPs), 2);  // The servers and their data stay.
+  EXPECT_EQ(c.status()["phase"], "Suspended");
+  EXPECT_EQ(c.Condition("Suspended")["status"], "True");
+  EXPECT_EQ(c.Condition("Running")["status"], "False");
+  EXPECT_FALSE(c.status().contains("startTime"));
+  EXPECT_THAT(Reasons(a.events), Contains("Normal/Suspended"));
+  EXPECT_EQ(a.requeue_after, std::nullopt);
+
+  c.SetPods(Role::kTrainer, 0);
+  c.SetPods(Role::kSyncer, 0);
+  c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = false; });
+  c.now += absl::Minutes(1);
+  a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 2);
+  EXPECT_EQ(c.Replicas(Role::kSyncer), 1);
+  EXPECT_EQ(c.Condition("Suspended")["status"], "False");
+  EXPECT_EQ(c.Condition("Suspended")["reason"], "Resumed");
+  EXPECT_EQ(c.status()["phase"], "Pending");
+  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:02:10Z");  // Counts from the resume.
+  EXPECT_THAT(Reasons(a.events), Contains("Normal/Resumed"));
+
+  c.AllPodsReady();
+  c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+}
+
+TEST(ReconcileTest, TrainerFailuresCountAgainstTheBackoffLimit) {
+  struct Case {
+    std::string name;
+    PodState pod;  // Of trainer 0; trainer 1 is healthy.
+    int restarts;
+  };
+  const std::vector<Case> cases = {
+      {"healthy", {}, 0},
+      {"restarted after a crash", {.restart_count = 1, .last_exit = 1}, 1},
+      {"crashed, not yet restarted", {.restart_count = 0, .exit_now = 2}, 1},
+      {"in back-off after 2 crashes",
+       {.ready = false, .restart_count = 1, .last_exit = 1, .waiting = true},
+       2},
+      {"finished and idling", {.restart_count = 1, .last_exit = 0}, 0},
+      {"crashed twice then finished", {.restart_count = 3, .last_exit = 0}, 2},
+      {"evicted", {.ready = false, .phase = "Failed"}, 1},
+      {"crash-looping", {.ready = false, .restart_count = 4, .last_exit = 1, .waiting = true}, 5},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    Cluster c = RunningCluster();
+    c.SetPod(Role::kTrainer, 0, k.pod);
+    c.Step();
+    EXPECT_EQ(c.status()["restarts"], k.restarts);
+    EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["restarts"], k.restarts);
+    EXPECT_EQ(c.status()["phase"], k.restarts > 3 ? "Failed" : "Running");  // backoffLimit 3.
+  }
+}
+
+TEST(ReconcileTest, BackoffLimitExceededFailsTheJobAndStopsThePods) {
+  Cluster c = RunningCluster();
+  c.SetPod(Role::kTrainer, 0, {.restart_count = 3, .last_exit = 1});
+  Actions a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");  // 3 restarts: the limit, not over it.
+  c.SetPod(Role::kTrainer, 1, {.ready = false, .exit_now = 1});
+  c.now += absl::Seconds(1);
+  a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Failed");
+  EXPECT_EQ(c.Condition("Failed")["status"], "True");
+  EXPECT_EQ(c.Condition("Failed")["reason"], "BackoffLimitExceeded");
+  EXPECT_EQ(c.Condition("Running")["status"], "False");
+  EXPECT_EQ(c.status()["completionTime"], "2027-01-15T08:00:11Z");
+  EXPECT_THAT(Reasons(a.events), Contains("Warning/BackoffLimitExceeded"));
+  // cleanPodPolicy Running (the default): everything still running stops.
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 0);
+  EXPECT_EQ(c.Replicas(Role::kPs), 0);
+  EXPECT_EQ(c.Replicas(Role::kSyncer), 0);
+}
+
+TEST(ReconcileTest, ActiveDeadlineFailsTheJob) {
+  json job = BaseJob();
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 100;
+  Cluster c(job);
+  Actions a = c.Step();
+  ASSERT_TRUE(a.requeue_after.has_value());
+  EXPECT_EQ(*a.requeue_after, absl::Seconds(100));
+  c.AllPodsReady();
+  c.now += absl::Seconds(99);
+  a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(*a.requeue_after, absl::Seconds(1));
+  c.now += absl::Seconds(1);
+  a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Failed");
+  EXPECT_EQ(c.Condition("Failed")["reason"], "DeadlineExceeded");
+  EXPECT_THAT(Reasons(a.events), Contains("Warning/DeadlineExceeded"));
+}
+
+TEST(ReconcileTest, SuccessAppliesCleanPodPolicyAndTtl) {
+  struct Case {
+    std::string policy;
+    int trainer, ps, syncer;  // Replicas after success.
+  };
+  for (const Case& k : {Case{"Running", 2, 0, 0}, Case{"All", 0, 0, 0}, Case{"None", 2, 2, 1}}) {
+    SCOPED_TRACE(k.policy);
+    json job = BaseJob();
+    job["spec"]["runPolicy"]["cleanPodPolicy"] = k.policy;
+    job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 60;
+    Cluster c = RunningCluster(job);
+    // Trainer 0 done, trainer 1 still training.
+    c.SetPod(Role::kTrainer, 0, {.restart_count = 1, .last_exit = 0});
+    c.Step();
+    EXPECT_EQ(c.status()["phase"], "Running");
+    EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["succeeded"], 1);
+    // Both done.
+    c.SetPod(Role::kTrainer, 1, {.exit_now = 0});
+    c.now += absl::Seconds(20);
+    Actions a = c.Step();
+    EXPECT_EQ(c.status()["phase"], "Succeeded");
+    EXPECT_EQ(c.Condition("Succeeded")["status"], "True");
+    EXPECT_EQ(c.Condition("Succeeded")["reason"], "AllTrainersSucceeded");
+    EXPECT_EQ(c.Condition("Running")["status"], "False");
+    EXPECT_EQ(c.status()["completionTime"], "2027-01-15T08:00:30Z");
+    EXPECT_THAT(Reasons(a.events), Contains("Normal/Succeeded"));
+    EXPECT_EQ(c.Replicas(Role::kTrainer), k.trainer);
+    EXPECT_EQ(c.Replicas(Role::kPs), k.ps);
+    EXPECT_EQ(c.Replicas(Role::kSyncer), k.syncer);
+    EXPECT_EQ(a.requeue_after, absl::Seconds(60));
+    EXPECT_FALSE(a.delete_job);
+
+    c.now += absl::Seconds(59);
+    a = c.Step();
+    EXPECT_FALSE(a.delete_job);
+    EXPECT_EQ(a.requeue_after, absl::Seconds(1));
+    EXPECT_THAT(a.apply, IsEmpty());
+    c.now += absl::Seconds(1);
+    a = c.Step();
+    EXPECT_TRUE(a.delete_job);
+  }
+}
+
+TEST(ReconcileTest, FinishedIsFinal) {
+  Cluster c = RunningCluster();
+  c.SetPods(Role::kTrainer, 2, {.exit_now = 0});
+  c.Step();
+  ASSERT_EQ(c.status()["phase"], "Succeeded");
+  const json conditions = c.status()["conditions"];
+  // A trainer crashing afterwards, spec edits, time: still Succeeded.
+  c.SetPods(Role::kTrainer, 2, {.restart_count = 9, .last_exit = 1});
+  c.EditSpec([](json& spec) {
+    spec["trainer"]["replicas"] = 5;
+    spec["parameterServer"]["replicas"] = 4;
+  });
+  c.now += absl::Hours(1);
+  Actions a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Succeeded");
+  EXPECT_EQ(c.status()["conditions"], conditions);
+  EXPECT_THAT(a.apply, IsEmpty());
+  EXPECT_THAT(a.events, IsEmpty());
+  EXPECT_EQ(a.reshard, std::nullopt);
+
+  // Failed stays Failed even when every trainer then finishes.
+  json job = BaseJob();
+  job["spec"]["runPolicy"]["cleanPodPolicy"] = "None";
+  Cluster f = RunningCluster(job);
+  f.SetPods(Role::kTrainer, 2, {.restart_count = 4, .last_exit = 1});
+  f.Step();
+  ASSERT_EQ(f.status()["phase"], "Failed");
+  f.SetPods(Role::kTrainer, 2, {.exit_now = 0});
+  a = f.Step();
+  EXPECT_EQ(f.status()["phase"], "Failed");
+  EXPECT_EQ(f.Condition("Succeeded")["status"], "False");
+  EXPECT_THAT(a.events, IsEmpty());
+}
+
+// --- Invalid and rejected specs ---------------------------------------------------------
+
+TEST(ReconcileTest, InvalidSpecCreatesNothingAndFails) {
+  struct Case {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string field;  // Named in the message.
+  };
+  const std::vector<Case> cases = {
+      {"ds-sync group size does not divide the trainers",
+       [](json& spec) {
+         spec["trainer"]["replicas"] = 3;
+         spec["sync"] = {{"algorithm", "ds-sync"}, {"dsSync", {{"groupSize", 2}}}};
+       },
+       "spec.sync.dsSync.groupSize"},
+      {"more servers than slots",
+       [](json& spec) {
+         spec["parameterServer"]["replicas"] = 5;
+         spec["parameterServer"]["slots"] = 4;
+       },
+       "spec.parameterServer.slots"},
+      {"syncer-less shadow-easgd", [](json& spec) { spec["syncer"]["replicas"] = 0; },
+       "spec.syncer.replicas"},
+      {"unknown field", [](json& spec) { spec["trainer"]["replica"] = 2; }, "spec.trainer.replica"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    json job = BaseJob();
+    k.edit(job["spec"]);
+    Cluster c(job);
+    Actions a = c.Step();
+    EXPECT_THAT(a.apply, IsEmpty());
+    EXPECT_EQ(c.children(), 0u);
+    EXPECT_EQ(c.status()["phase"], "Failed");
+    EXPECT_EQ(c.Condition("Failed")["status"], "True");
+    EXPECT_EQ(c.Condition("Failed")["reason"], "InvalidSpec");
+    EXPECT_THAT(c.Condition("Failed")["message"].get<std::string>(), HasSubstr(k.field));
+    EXPECT_EQ(c.Condition("Created")["status"], "False");
+    ASSERT_EQ(a.events.size(), 1u);
+    EXPECT_EQ(a.events[0].type, "Warning");
+    EXPECT_EQ(a.events[0].reason, "InvalidSpec");
+    EXPECT_THAT(a.events[0].message, HasSubstr(k.field));
+    EXPECT_EQ(c.status()["observedGeneration"], 1);
+
+    // Final: fixing the spec does not resurrect the job; no event spam.
+    c.EditSpec([](json& spec) { spec = BaseJob()["spec"]; });
+    c.now += absl::Seconds(30);
+    a = c.Step();
+    EXPECT_THAT(a.apply, IsEmpty());
+    EXPECT_THAT(a.events, IsEmpty());
+    EXPECT_EQ(c.status()["phase"], "Failed");
+  }
+}
+
+TEST(ReconcileTest, RejectedUpdatesKeepTheRunningJob) {
+  struct Case {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string reason;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {"invalid: 3 trainers in ds-sync groups of 2",
+       [](json& spec) {
+         spec["sync"] = {{"algorithm", "ds-sync"}};
+         spec["trainer"]["replicas"] = 3;
+       },
+       "InvalidSpec", "spec.sync.dsSync.groupSize"},
+      {"slots", [](json& spec) { spec["parameterServer"]["slots"] = 8192; },
+       "ImmutableFieldChanged", "spec.parameterServer.slots"},
+      {"model", [](json& spec) { spec["model"]["embeddingDim"] = 32; }, "ImmutableFieldChanged",
+       "spec.model"},
+      {"storage", [](json& spec) { spec["parameterServer"]["storage"]["size"] = "2Gi"; },
+       "ImmutableFieldChanged", "spec.parameterServer.storage"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    Cluster c = RunningCluster();
+    c.EditSpec(k.edit);
+    Actions a = c.Step();
+    EXPECT_THAT(a.apply, IsEmpty());
+    EXPECT_EQ(c.Replicas(Role::kTrainer), 2);
+    EXPECT_EQ(c.status()["phase"], "Running");
+    EXPECT_EQ(c.status()["observedGeneration"], 1);
+    EXPECT_EQ(c.status()["rejectedSpec"]["generation"], 2);
+    EXPECT_THAT(c.status()["rejectedSpec"]["message"].get<std::string>(), HasSubstr(k.field));
+    ASSERT_EQ(a.events.size(), 1u);
+    EXPECT_EQ(a.events[0].type, "Warning");
+    EXPECT_EQ(a.events[0].reason, k.reason);
+    // Once per generation.
+    a = c.Step();
+    EXPECT_THAT(a.events, IsEmpty());
+    // A valid edit is taken again.
+    c.EditSpec([](json& spec) {
+      spec = BaseJob()["spec"];
+      spec["trainer"]["replicas"] = 4;
+    });
+    a = c.Step();
+    EXPECT_EQ(c.Replicas(Role::kTrainer), 4);
+    EXPECT_EQ(c.status()["observedGeneration"], 3);
+    EXPECT_FALSE(c.status().contains("rejectedSpec"));
+  }
+}
+
+// --- Conditions and generations ----------------------------------------------------------
+
+TEST(ReconcileTest, ConditionsKeepTheirTransitionTimeUntilTheyFlip) {
+  Cluster c = RunningCluster();
+  const json before = c.status()["conditions"];
+  c.now += absl::Minutes(10);
+  c.Step();
+  EXPECT_EQ(c.status()["conditions"], before);
+
+  // Suspended flips (and Running); the others keep their time.
+  c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = true; });
+  c.Step();
+  for (const json& cond : c.status()["conditions"]) {
+    SCOPED_TRACE(cond["type"]);
+    const bool flipped = cond["type"] == "Suspended" || cond["type"] == "Running";
+    json old;
+    for (const json& b : before) {
+      if (b["type"] == cond["type"]) old = b;
+    }
+    if (flipped) {
+      EXPECT_EQ(cond["lastTransitionTime"], "2027-01-15T08:10:10Z");
+    } else {
+      EXPECT_EQ(cond["lastTransitionTime"], old["lastTransitionTime"]);
+    }
+    EXPECT_EQ(cond["observedGeneration"], 2);
+  }
+  EXPECT_EQ(c.status()["observedGeneration"], 2);
+}
+
+TEST(ReconcileTest, EveryConditionTypeIsSetInOrder) {
+  Cluster c;
+  c.Step();
+  std::vector<std::string> types;
+  for (const json& cond : c.status()["conditions"]) types.push_back(cond["type"]);
+  EXPECT_THAT(types,
+              ElementsAre("Created", "Running", "Resharding", "Suspended", "Succeeded", "Failed"));
+}
+
+TEST(ReconcileTest, AJobBeingDeletedIsLeftAlone) {
+  Cluster c = RunningCluster();
+  const json status = c.status();
+  c.job()["metadata"]["deletionTimestamp"] = "2027-01-15T09:00:00Z";
+  const Actions a = c.Step();
+  EXPECT_THAT(a.apply, IsEmpty());
+  EXPECT_THAT(a.events, IsEmpty());
+  EXPECT_EQ(a.status, status);
+}
+
+TEST(ReconcileTest, UnwantedOwnedChildrenAreDeleted) {
+  Cluster c;
+  c.Step();
+  Observed o{.job = c.job(), .now = kT0};
+  o.stateful_sets["j-evaluator"] = json::parse(R"({"apiVersion": "apps/v1",
+      "kind": "StatefulSet", "metadata": {"name": "j-evaluator", "namespace": "ns"}})");
+  const Actions a = Reconcile(o);
+  EXPECT_THAT(a.delete_paths, ElementsAre("/apis/apps/v1/namespaces/ns/statefulsets/j-evaluator"));
+}
+
+TEST(ReconcileHelpersTest, NamesAndPaths) {
+  EXPECT_EQ(ChildName("j", Role::kPs), "j-ps");
+  EXPECT_EQ(ConfigMapName("j"), "j-config");
+  EXPECT_EQ(PodAddress("j", Role::kPs, 3, "ns", 7000), "j-ps-3.j-ps.ns.svc:7000");
+  EXPECT_EQ(ObjectPath(json::parse(R"({"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": "c", "namespace": "n"}})")),
+            "/api/v1/namespaces/n/configmaps/c");
+  EXPECT_TRUE(IsSubset(json::parse(R"({"a": [1, {"b": 2}]})"),
+                       json::parse(R"({"a": [1, {"b": 2, "c": 3}], "d": 4})")));
+  EXPECT_FALSE(IsSubset(json::parse(R"({"a": [1]})"), json::parse(R"({"a": [1, 2]})")));
+  EXPECT_FALSE(IsSubset(json::parse(R"({"a": 1})"), json::parse(R"({"b": 1})")));
+  EXPECT_EQ(Shards({5, 0, 3, 0}).OwningServers(), 3);
+  EXPECT_EQ(Shards({0, 0}).OwningServers(), 0);
+}
+
+}  // namespace
+}  // namespace shadowsync::op
