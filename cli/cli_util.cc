@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/model/optimizer.h"
 #include "common/status_macros.h"
 #include "common/synthetic.h"
 
@@ -117,6 +119,83 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
   std::filesystem::remove(all);
   std::ofstream(stamp) << "ok\n";
   return data;
+}
+
+std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p) {
+  const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
+                                        ? model::OptimizerKind::kSgd
+                                        : model::OptimizerKind::kAdagrad;
+  std::vector<std::string> args = {"ps",
+                                   "--listen",
+                                   p.listen,
+                                   "--metrics-listen",
+                                   p.metrics_listen,
+                                   "--peers",
+                                   absl::StrJoin(p.peers, ","),
+                                   "--self-index",
+                                   std::to_string(p.self_index),
+                                   "--db",
+                                   p.db,
+                                   "--dim",
+                                   std::to_string(spec.model.embedding_dim),
+                                   "--tables",
+                                   std::to_string(spec.model.tables.size()),
+                                   "--hash-buckets",
+                                   std::to_string(spec.model.tables.front().hash_buckets),
+                                   "--optimizer",
+                                   std::string(model::OptimizerName(kind)),
+                                   "--lr",
+                                   absl::StrCat(EffectivePsLearningRate(spec)),
+                                   "--slots",
+                                   std::to_string(spec.parameter_server.slots),
+                                   "--cache-bytes",
+                                   std::to_string(spec.parameter_server.cache_bytes.value),
+                                   "--admission-min-count",
+                                   std::to_string(spec.parameter_server.admission.min_count),
+                                   "--admission-probability",
+                                   absl::StrCat(spec.parameter_server.admission.probability),
+                                   "--ttl-seconds",
+                                   std::to_string(spec.parameter_server.eviction.ttl_seconds),
+                                   "--max-rows",
+                                   std::to_string(spec.parameter_server.eviction.max_rows)};
+  if (p.join) args.push_back("--join");
+  if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  return args;
+}
+
+std::vector<std::string> SyncerArgs(const SyncerProcess& p) {
+  std::vector<std::string> args = {"syncer", "--listen", p.listen, "--metrics-listen",
+                                   p.metrics_listen};
+  if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  return args;
+}
+
+std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& p) {
+  std::vector<std::string> args = {"worker",
+                                   "--config",
+                                   p.config,
+                                   "--index",
+                                   std::to_string(p.index),
+                                   "--ps",
+                                   p.ps,
+                                   "--metrics-listen",
+                                   p.metrics_listen,
+                                   "--data",
+                                   absl::StrJoin(p.data.train, ","),
+                                   "--checkpoint",
+                                   p.checkpoint,
+                                   "--checkpoint-interval-seconds",
+                                   std::to_string(spec.checkpoint.interval_seconds)};
+  if (p.data.train_examples >= 0) {
+    args.insert(args.end(), {"--job-examples", std::to_string(p.data.train_examples)});
+  }
+  if (!p.syncers.empty()) args.insert(args.end(), {"--syncer", absl::StrJoin(p.syncers, ",")});
+  if (!p.data.eval.empty())
+    args.insert(args.end(), {"--eval-data", absl::StrJoin(p.data.eval, ",")});
+  if (!p.report_json.empty()) args.insert(args.end(), {"--report-json", p.report_json});
+  if (!p.progress_file.empty()) args.insert(args.end(), {"--progress-file", p.progress_file});
+  if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  return args;
 }
 
 }  // namespace shadowsync::cli

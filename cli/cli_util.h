@@ -73,6 +73,37 @@ struct JobData {
 };
 absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& dir);
 
+// The arguments (after the binary) that run one process of a job's role:
+// shared by the local launcher and `shadowsync pod`, so both start servers
+// and trainers the same way from the same spec.
+struct PsProcess {
+  std::string listen, metrics_listen, db;
+  // --peers and --self-index matter only for a server's first start: after
+  // it, the shard map persisted in its directory is the truth.
+  std::vector<std::string> peers;
+  int self_index = 0;
+  bool join = false;  // Owns no slot until a reshard gives it some.
+  std::string ready_file;
+};
+std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p);
+
+struct SyncerProcess {
+  std::string listen, metrics_listen, ready_file;
+};
+std::vector<std::string> SyncerArgs(const SyncerProcess& p);
+
+struct TrainerProcess {
+  std::string config;  // The job file (as the launcher or the operator rendered it).
+  int index = 0;
+  std::string ps;  // Any parameter server; the rest comes with its shard map.
+  std::vector<std::string> syncers;
+  std::string metrics_listen;
+  JobData data;
+  std::string checkpoint;
+  std::string report_json, progress_file, ready_file;  // Optional.
+};
+std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& p);
+
 }  // namespace shadowsync::cli
 
 #endif  // SHADOWSYNC_CLI_CLI_UTIL_H_

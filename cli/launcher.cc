@@ -447,51 +447,19 @@ void Launch::WritePlot(const std::string& path) const {
 }
 
 Child Launch::PsChild(int i, const std::string& address, bool join) const {
-  const JobSpec& spec = job_.spec;
   Child c{.name = absl::StrCat("ps-", i), .role = Role::kPs};
-  const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
-                                        ? model::OptimizerKind::kSgd
-                                        : model::OptimizerKind::kAdagrad;
-  // --peers and --self-index matter only for a server's first start: after
-  // it, the shard map persisted in its directory is the truth.
-  c.argv = {options_.binary,
-            "ps",
-            "--listen",
-            address,
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--peers",
-            absl::StrJoin(ps_addresses_, ","),
-            "--self-index",
-            std::to_string(i),
-            "--db",
-            absl::StrCat(run_dir_, "/ps-", i),
-            "--dim",
-            std::to_string(spec.model.embedding_dim),
-            "--tables",
-            std::to_string(spec.model.tables.size()),
-            "--hash-buckets",
-            std::to_string(spec.model.tables.front().hash_buckets),
-            "--optimizer",
-            std::string(model::OptimizerName(kind)),
-            "--lr",
-            absl::StrCat(EffectivePsLearningRate(spec)),
-            "--slots",
-            std::to_string(spec.parameter_server.slots),
-            "--cache-bytes",
-            std::to_string(spec.parameter_server.cache_bytes.value),
-            "--admission-min-count",
-            std::to_string(spec.parameter_server.admission.min_count),
-            "--admission-probability",
-            absl::StrCat(spec.parameter_server.admission.probability),
-            "--ttl-seconds",
-            std::to_string(spec.parameter_server.eviction.ttl_seconds),
-            "--max-rows",
-            std::to_string(spec.parameter_server.eviction.max_rows)};
-  if (join) c.argv.push_back("--join");
   c.log = absl::StrCat(run_dir_, "/", c.name, ".log");
   c.ready = absl::StrCat(run_dir_, "/", c.name, ".ready");
-  c.argv.insert(c.argv.end(), {"--ready-file", c.ready});
+  c.argv = {options_.binary};
+  for (std::string& a : PsArgs(job_.spec, {.listen = address,
+                                          .metrics_listen = "127.0.0.1:0",
+                                          .db = absl::StrCat(run_dir_, "/ps-", i),
+                                          .peers = ps_addresses_,
+                                          .self_index = i,
+                                          .join = join,
+                                          .ready_file = c.ready})) {
+    c.argv.push_back(std::move(a));
+  }
   return c;
 }
 
@@ -704,39 +672,28 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     SS_ASSIGN_OR_RETURN(int port, FreePort());
     syncer_addresses.push_back(absl::StrCat("127.0.0.1:", port));
     Child c{.name = absl::StrCat("syncer-", i), .role = Role::kSyncer};
-    c.argv = {bin,          "syncer", "--listen", syncer_addresses.back(), "--metrics-listen",
-              "127.0.0.1:0"};
+    c.argv = {bin};
+    for (std::string& a :
+         SyncerArgs({.listen = syncer_addresses.back(), .metrics_listen = "127.0.0.1:0"})) {
+      c.argv.push_back(std::move(a));
+    }
     children_.push_back(std::move(c));
   }
   for (int i = 0; i < spec.trainer.replicas; ++i) {
     Child c{.name = absl::StrCat("trainer-", i), .role = Role::kTrainer};
-    c.argv = {bin,
-              "worker",
-              "--config",
-              run_dir_ + "/job.json",
-              "--index",
-              std::to_string(i),
-              "--ps",
-              ps_addresses.front(),
-              "--metrics-listen",
-              "127.0.0.1:0",
-              "--data",
-              absl::StrJoin(data.train, ","),
-              "--report-json",
-              absl::StrCat(run_dir_, "/trainer-", i, ".json"),
-              "--progress-file",
-              absl::StrCat(run_dir_, "/trainer-", i, ".progress.json"),
-              "--checkpoint",
-              absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"),
-              "--checkpoint-interval-seconds",
-              std::to_string(spec.checkpoint.interval_seconds),
-              "--job-examples",
-              std::to_string(total_examples_)};
-    if (!syncer_addresses.empty()) {
-      c.argv.insert(c.argv.end(), {"--syncer", absl::StrJoin(syncer_addresses, ",")});
+    c.argv = {bin};
+    for (std::string& a : TrainerArgs(
+             spec, {.config = run_dir_ + "/job.json",
+                   .index = i,
+                   .ps = ps_addresses.front(),
+                   .syncers = syncer_addresses,
+                   .metrics_listen = "127.0.0.1:0",
+                   .data = data,
+                   .checkpoint = absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"),
+                   .report_json = absl::StrCat(run_dir_, "/trainer-", i, ".json"),
+                   .progress_file = absl::StrCat(run_dir_, "/trainer-", i, ".progress.json")})) {
+      c.argv.push_back(std::move(a));
     }
-    if (!data.eval.empty())
-      c.argv.insert(c.argv.end(), {"--eval-data", absl::StrJoin(data.eval, ",")});
     if (options_.resume) {
       // Counted as done from the start, like a restarted trainer's share.
       absl::StatusOr<worker::DenseCheckpoint> checkpoint =

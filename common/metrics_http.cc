@@ -31,9 +31,12 @@ class HealthRegistry {
     static auto* registry = new HealthRegistry();  // Never destroyed: used by HTTP threads.
     return *registry;
   }
-  void Register(int port, std::shared_ptr<std::atomic<bool>> serving) {
+  struct Flags {
+    std::shared_ptr<std::atomic<bool>> serving, ready;
+  };
+  void Register(int port, Flags flags) {
     MutexLock lock(&mu_);
-    by_port_[port] = std::move(serving);
+    by_port_[port] = std::move(flags);
   }
   void Unregister(int port) {
     MutexLock lock(&mu_);
@@ -43,22 +46,29 @@ class HealthRegistry {
   bool Serving(int port) {
     ReaderMutexLock lock(&mu_);
     auto it = by_port_.find(port);
-    return it != by_port_.end() && it->second->load(std::memory_order_acquire);
+    return it != by_port_.end() && it->second.serving->load(std::memory_order_acquire);
+  }
+  bool Ready(int port) {
+    ReaderMutexLock lock(&mu_);
+    auto it = by_port_.find(port);
+    return it != by_port_.end() && it->second.serving->load(std::memory_order_acquire) &&
+           it->second.ready->load(std::memory_order_acquire);
   }
 
  private:
   Mutex mu_;
-  absl::flat_hash_map<int, std::shared_ptr<std::atomic<bool>>> by_port_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Flags> by_port_ ABSL_GUARDED_BY(mu_);
 };
 
-// Answers /healthz itself and leaves every other URI (/metrics) to the exposer.
+// Answers /healthz and /readyz itself and leaves every other URI (/metrics)
+// to the exposer.
 int HandleHealthz(mg_connection* conn) {
   const mg_request_info* info = mg_get_request_info(conn);
-  if (info == nullptr || info->local_uri == nullptr ||
-      std::strcmp(info->local_uri, "/healthz") != 0) {
-    return 0;
-  }
-  const bool serving = HealthRegistry::Get().Serving(info->server_port);
+  if (info == nullptr || info->local_uri == nullptr) return 0;
+  const bool healthz = std::strcmp(info->local_uri, "/healthz") == 0;
+  if (!healthz && std::strcmp(info->local_uri, "/readyz") != 0) return 0;
+  const bool serving = healthz ? HealthRegistry::Get().Serving(info->server_port)
+                               : HealthRegistry::Get().Ready(info->server_port);
   const char* body = serving ? "ok\n" : "not serving\n";
   const int code = serving ? 200 : 503;
   mg_printf(conn,
@@ -112,7 +122,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
-  HealthRegistry::Get().Register(server->port_, server->serving_);
+  HealthRegistry::Get().Register(server->port_, {server->serving_, server->ready_});
   return server;
 }
 

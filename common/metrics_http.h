@@ -1,6 +1,7 @@
 // The HTTP endpoint of every server process: Prometheus /metrics from the
-// registered collectables and /healthz (200 "ok" while serving, 503 before
-// and while stopping), on civetweb through prometheus-cpp's Exposer.
+// registered collectables, /healthz (200 "ok" while serving, 503 before
+// and while stopping) and /readyz (also 503 while not ready), on civetweb
+// through prometheus-cpp's Exposer.
 // Thread-safe.
 //
 //   SS_ASSIGN_OR_RETURN(auto http, MetricsHttpServer::Start("0.0.0.0:7001"));
@@ -40,6 +41,8 @@ class MetricsHttpServer {
   void RegisterCollectable(const std::weak_ptr<prometheus::Collectable>& collectable);
   void RemoveCollectable(const std::weak_ptr<prometheus::Collectable>& collectable);
   void set_serving(bool serving) { serving_->store(serving, std::memory_order_release); }
+  // /readyz: serving and ready. Default ready (then /readyz is /healthz).
+  void set_ready(bool ready) { ready_->store(ready, std::memory_order_release); }
 
  private:
   MetricsHttpServer() = default;
@@ -49,6 +52,7 @@ class MetricsHttpServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   // Read by the /healthz handler on civetweb's threads.
   std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> ready_ = std::make_shared<std::atomic<bool>>(true);
 };
 
 }  // namespace shadowsync

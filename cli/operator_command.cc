@@ -1,0 +1,171 @@
+// `shadowsync operator`: the Kubernetes operator (operator/controller.h)
+// until SIGTERM or SIGINT, with /healthz, /readyz and /metrics.
+#include <unistd.h>
+
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/metrics_http.h"
+#include "operator/controller.h"
+#include "operator/kube_client.h"
+#include "operator/kube_config.h"
+#include "prometheus/registry.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct OperatorFlags {
+  std::string kubeconfig;
+  std::string ns;
+  bool all_namespaces = false;
+  std::string metrics_listen = "0.0.0.0:8080";
+  bool leader_elect = true;
+  std::string lease_namespace;
+  std::string lease_name = "shadowsync-operator";
+  std::string identity;
+  double lease_duration_seconds = 15;
+  int workers = 2;
+  std::string image = "shadowsync:0.1.0";
+  int ps_port = 7000;
+  int syncer_port = 7100;
+  int pod_metrics_port = 9100;
+  std::string address_template = std::string(op::kDefaultAddressTemplate);
+  int reshard_slots_per_step = 256;
+};
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "shadowsync-operator";
+  return buf;
+}
+
+int RunOperator(const OperatorFlags& f) {
+  if (!InstallStopSignals()) {
+    std::cerr << "shadowsync operator: cannot create the signal pipe\n";
+    return 1;
+  }
+  absl::StatusOr<kube::KubeConfig> config = kube::ResolveConfig(f.kubeconfig);
+  if (!config.ok()) {
+    std::cerr << "shadowsync operator: " << config.status().message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::KubeClient::FromConfig(*config);
+  if (!client.ok()) {
+    std::cerr << "shadowsync operator: " << client.status().message() << "\n";
+    return 2;
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<MetricsHttpServer> http;
+  if (!f.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(f.metrics_listen);
+    if (!started.ok()) {
+      std::cerr << "shadowsync operator: --metrics-listen: " << started.status().message() << "\n";
+      return 1;
+    }
+    http = *std::move(started);
+    http->RegisterCollectable(registry);
+    http->set_ready(false);
+    http->set_serving(true);
+  }
+
+  op::ControllerOptions options;
+  options.ns = f.all_namespaces ? "" : (f.ns.empty() ? config->ns : f.ns);
+  options.workers = f.workers;
+  options.leader_election = f.leader_elect;
+  options.election.ns = f.lease_namespace.empty() ? config->ns : f.lease_namespace;
+  options.election.lease_name = f.lease_name;
+  options.election.identity = f.identity.empty() ? Hostname() : f.identity;
+  options.election.lease_duration = absl::Seconds(f.lease_duration_seconds);
+  options.election.renew_deadline = absl::Seconds(f.lease_duration_seconds * 2 / 3);
+  options.election.retry_period = absl::Seconds(f.lease_duration_seconds / 7.5);
+  // Losing the Lease ends the process: its restart comes back as a standby,
+  // with no half-done work of the old term in memory.
+  options.on_lost_leadership = [] {
+    std::cerr << "operator: lost the Lease; exiting\n";
+    std::_Exit(1);
+  };
+  options.reconcile.image = f.image;
+  options.reconcile.ps_port = f.ps_port;
+  options.reconcile.syncer_port = f.syncer_port;
+  options.reconcile.metrics_port = f.pod_metrics_port;
+  options.reconcile.address_template = f.address_template;
+  options.reshard_slots_per_step = f.reshard_slots_per_step;
+  options.registry = registry.get();
+  absl::StatusOr<std::unique_ptr<op::Controller>> controller =
+      op::Controller::Create(client->get(), options);
+  if (!controller.ok()) {
+    std::cerr << "shadowsync operator: " << controller.status().message() << "\n";
+    return 2;
+  }
+  std::cerr << "operator: " << config->source << ", server " << config->server << ", "
+            << (options.ns.empty() ? "all namespaces" : "namespace " + options.ns)
+            << (f.leader_elect ? ", leader election as " + options.election.identity : "")
+            << (http != nullptr ? absl::StrCat(", http :", http->port()) : "") << "\n";
+  if (absl::Status s = (*controller)->Start(); !s.ok()) {
+    std::cerr << "shadowsync operator: " << s.message() << "\n";
+    return 1;
+  }
+  std::atomic<bool> stopping{false};
+  std::thread readiness([&] {
+    while (!stopping.load()) {
+      if (http != nullptr) http->set_ready((*controller)->ready());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  const int sig = AwaitStopSignal();
+  std::cerr << "operator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopping\n";
+  if (http != nullptr) http->set_ready(false);
+  stopping.store(true);
+  readiness.join();
+  (*controller)->Stop();
+  std::cerr << "operator: stopped\n";
+  return 0;
+}
+
+}  // namespace
+
+Action AddOperatorCommand(CLI::App& app) {
+  auto f = std::make_shared<OperatorFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "operator", "Run the Kubernetes operator for ShadowSyncJobs until SIGTERM/SIGINT.");
+  cmd->add_option("--kubeconfig", f->kubeconfig,
+                  "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, "
+                  "then ~/.kube/config)");
+  cmd->add_option("--namespace", f->ns, "namespace to manage (default: the config's)");
+  cmd->add_flag("--all-namespaces", f->all_namespaces, "manage jobs in every namespace");
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "HTTP host:port for /metrics, /healthz and /readyz (empty: off)")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect", f->leader_elect,
+                  "elect a leader through a Lease (for more than one replica)")
+      ->capture_default_str();
+  cmd->add_option("--lease-namespace", f->lease_namespace, "the Lease's namespace");
+  cmd->add_option("--lease-name", f->lease_name, "the Lease's name")->capture_default_str();
+  cmd->add_option("--identity", f->identity, "this replica's name in the Lease (default: host)");
+  cmd->add_option("--lease-duration-seconds", f->lease_duration_seconds,
+                  "how long a silent leader keeps the Lease")
+      ->capture_default_str();
+  cmd->add_option("--workers", f->workers, "concurrent reconciles")->capture_default_str();
+  cmd->add_option("--image", f->image, "image of the job pods unless their template sets one")
+      ->capture_default_str();
+  cmd->add_option("--ps-port", f->ps_port, "parameter servers' gRPC port")->capture_default_str();
+  cmd->add_option("--syncer-port", f->syncer_port, "syncers' gRPC port")->capture_default_str();
+  cmd->add_option("--pod-metrics-port", f->pod_metrics_port, "job pods' /metrics port")
+      ->capture_default_str();
+  cmd->add_option("--address-template", f->address_template,
+                  "how pods are reached: {job} {role} {role_index} {index} {namespace} {port}")
+      ->capture_default_str();
+  cmd->add_option("--reshard-slots-per-step", f->reshard_slots_per_step,
+                  "slots moved per shard-map epoch")
+      ->capture_default_str();
+  return [f] { return RunOperator(*f); };
+}
+
+}  // namespace shadowsync::cli

@@ -1,0 +1,245 @@
+// `shadowsync pod`: the entry point of every pod the operator creates
+// (docs/operator.md, "Pods"). It reads the job and the shard map from the
+// job's ConfigMap, derives its index from the StatefulSet ordinal at the end
+// of the pod name, and runs the role's process as the local launcher would
+// (cli_util.h's PsArgs, SyncerArgs, TrainerArgs), forwarding SIGTERM.
+//
+// A trainer exits 0 only when its share is done, after writing
+// <data-dir>/done (its report). A StatefulSet restarts the container anyway;
+// the restart finds `done` and idles, serving /healthz and
+// `shadowsync_trainer_finished 1`, so the operator counts a trainer whose
+// last run exited 0 as finished (operator/reconcile.h).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/job_spec.h"
+#include "common/metrics_http.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace shadowsync::cli {
+namespace {
+
+struct PodFlags {
+  std::string role;
+  std::string config;
+  std::string shard_map;
+  std::string data_dir = "/var/lib/shadowsync";
+  std::string listen;
+  std::string metrics_listen = "0.0.0.0:9100";
+  int index = -1;
+};
+
+// The ordinal of a StatefulSet pod name: "job-ps-3" -> 3.
+int OrdinalOf(const std::string& pod_name) {
+  const size_t dash = pod_name.rfind('-');
+  int ordinal = -1;
+  if (dash == std::string::npos || !absl::SimpleAtoi(pod_name.substr(dash + 1), &ordinal)) {
+    return -1;
+  }
+  return ordinal;
+}
+
+std::vector<std::string> Strings(const nlohmann::json& j, const char* key) {
+  std::vector<std::string> out;
+  if (j.contains(key) && j[key].is_array()) {
+    for (const auto& v : j[key]) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+pid_t g_child = 0;
+
+// Runs `args` as a child (this binary), forwarding SIGTERM/SIGINT to it, and
+// returns its exit code (128 + signal if a signal ended it).
+int RunChild(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::string self = "/proc/self/exe";
+  argv.push_back(self.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    execv("/proc/self/exe", argv.data());
+    std::cerr << "shadowsync pod: exec failed\n";
+    std::_Exit(127);
+  }
+  g_child = pid;
+  std::thread forwarder([pid] {
+    if (const int sig = AwaitStopSignal(); sig != 0) kill(pid, sig);
+  });
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  WakeStopWatcher();
+  forwarder.join();
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// A trainer whose share is done: stays up until SIGTERM, saying so on /metrics.
+int ServeFinished(const std::string& metrics_listen, int64_t examples) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("shadowsync_trainer_finished")
+      .Help("1: this trainer has trained its whole share and exited cleanly.")
+      .Register(*registry)
+      .Add({})
+      .Set(1);
+  prometheus::BuildGauge()
+      .Name("shadowsync_trainer_examples_total")
+      .Help("Examples this trainer trained.")
+      .Register(*registry)
+      .Add({})
+      .Set(static_cast<double>(examples));
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+      MetricsHttpServer::Start(metrics_listen);
+  if (!http.ok()) {
+    std::cerr << "shadowsync pod: " << http.status().message() << "\n";
+    return 1;
+  }
+  (*http)->RegisterCollectable(registry);
+  (*http)->set_serving(true);
+  std::cerr << "trainer finished its share (" << examples << " examples); idle until stopped\n";
+  AwaitStopSignal();
+  return 0;
+}
+
+int RunPod(const PodFlags& f) {
+  if (!InstallStopSignals()) {
+    std::cerr << "shadowsync pod: cannot create the signal pipe\n";
+    return 1;
+  }
+  int index = f.index;
+  if (index < 0) {
+    for (const char* var : {"POD_NAME", "HOSTNAME"}) {
+      if (const char* v = std::getenv(var); v != nullptr && OrdinalOf(v) >= 0) {
+        index = OrdinalOf(v);
+        break;
+      }
+    }
+  }
+  if (index < 0) {
+    std::cerr << "shadowsync pod: no --index, and neither $POD_NAME nor $HOSTNAME ends in a "
+                 "StatefulSet ordinal (name-N)\n";
+    return 2;
+  }
+  absl::StatusOr<ShadowSyncJob> job = LoadJobFile(f.config);
+  if (!job.ok()) {
+    std::cerr << "shadowsync pod: " << job.status().message() << "\n";
+    return 2;
+  }
+  std::ifstream in(f.shard_map);
+  const nlohmann::json map = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!map.is_object() || !map.contains("numServers") || !map["numServers"].is_number_integer()) {
+    std::cerr << "shadowsync pod: --shard-map " << f.shard_map
+              << ": want a JSON object with numServers, psAddresses and syncerAddresses\n";
+    return 2;
+  }
+  const std::vector<std::string> ps = Strings(map, "psAddresses");
+  const std::vector<std::string> syncers = Strings(map, "syncerAddresses");
+  std::filesystem::create_directories(f.data_dir);
+  std::vector<std::string> args;
+  if ((f.role == "ps" || f.role == "syncer") && f.listen.empty()) {
+    std::cerr << "shadowsync pod: --listen is required for the " << f.role << " role\n";
+    return 2;
+  }
+  if (f.role == "ps") {
+    // A server beyond the map's owners was added by a scale-out: it joins
+    // empty and gets its slots from the operator's reshard.
+    const bool join = index >= map["numServers"].get<int>();
+    args = PsArgs(job->spec, {.listen = f.listen,
+                              .metrics_listen = f.metrics_listen,
+                              .db = f.data_dir + "/db",
+                              .peers = ps,
+                              .self_index = index,
+                              .join = join});
+  } else if (f.role == "syncer") {
+    args = SyncerArgs({.listen = f.listen, .metrics_listen = f.metrics_listen});
+  } else if (f.role == "trainer") {
+    if (ps.empty()) {
+      std::cerr << "shadowsync pod: --shard-map " << f.shard_map << ": no psAddresses\n";
+      return 2;
+    }
+    const std::string done = f.data_dir + "/done";
+    if (std::filesystem::exists(done)) {
+      // Finished before this container restarted: do not train again.
+      std::ifstream r(done);
+      const nlohmann::json report = nlohmann::json::parse(r, nullptr, false);
+      return ServeFinished(f.metrics_listen, report.is_object() ? report.value("examples", 0) : 0);
+    }
+    // A scale-up reaches the StatefulSet before the ConfigMap: wait until
+    // the job this pod reads counts it among the trainers.
+    while (index >= job->spec.trainer.replicas) {
+      std::cerr << "pod: trainer " << index << " waits for " << f.config << " to list " << index + 1
+                << " trainers\n";
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      absl::StatusOr<ShadowSyncJob> reread = LoadJobFile(f.config);
+      if (reread.ok()) *job = *std::move(reread);
+    }
+    absl::StatusOr<JobData> data = PrepareJobData(job->spec, f.data_dir + "/data");
+    if (!data.ok()) {
+      std::cerr << "shadowsync pod: " << data.status().message() << "\n";
+      return 1;
+    }
+    args = TrainerArgs(job->spec, {.config = f.config,
+                                   .index = index,
+                                   .ps = ps.front(),
+                                   .syncers = syncers,
+                                   .metrics_listen = f.metrics_listen,
+                                   .data = *data,
+                                   .checkpoint = f.data_dir + "/trainer.ckpt",
+                                   .report_json = done + ".tmp"});
+  } else {
+    std::cerr << "shadowsync pod: --role must be trainer, ps or syncer, got '" << f.role << "'\n";
+    return 2;
+  }
+  std::cerr << "pod: " << f.role << " " << index << ":";
+  for (const std::string& a : args) std::cerr << " " << a;
+  std::cerr << "\n";
+  const int code = RunChild(args);
+  if (f.role != "trainer" || code != 0) return code;
+  // `done` appears under its final name only now: a restart after this
+  // point finds it and does not train again.
+  const std::string done = f.data_dir + "/done";
+  std::filesystem::rename(done + ".tmp", done);
+  return 0;
+}
+
+}  // namespace
+
+Action AddPodCommand(CLI::App& app) {
+  auto f = std::make_shared<PodFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "pod", "Run one pod of a ShadowSyncJob (the operator's pods' entry point).");
+  cmd->add_option("--role", f->role, "trainer, ps or syncer")->required();
+  cmd->add_option("--config", f->config, "the job (job.json of the job's ConfigMap)")->required();
+  cmd->add_option("--shard-map", f->shard_map, "shard-map.json of the job's ConfigMap")->required();
+  cmd->add_option("--data-dir", f->data_dir, "this pod's state: RocksDB, data, checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--listen", f->listen, "gRPC host:port (ps and syncer)");
+  cmd->add_option("--metrics-listen", f->metrics_listen, "HTTP host:port for /metrics, /healthz")
+      ->capture_default_str();
+  cmd->add_option("--index", f->index,
+                  "this pod's index (default: the ordinal ending $POD_NAME or $HOSTNAME)");
+  return [f] { return RunPod(*f); };
+}
+
+}  // namespace shadowsync::cli

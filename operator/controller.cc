@@ -1,0 +1,612 @@
+#include "operator/controller.h"
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "cpprest/http_client.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "ps/resharder.h"
+
+namespace shadowsync::op {
+namespace {
+
+using kube::Json;
+
+constexpr char kGroup[] = "shadowsync.io";
+constexpr char kVersion[] = "v1alpha1";
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::string NamespaceOf(const Json& object) {
+  return object.value("/metadata/namespace"_json_pointer, std::string());
+}
+std::string NameOf(const Json& object) {
+  return object.value("/metadata/name"_json_pointer, std::string());
+}
+std::string JobLabelOf(const Json& object) {
+  const Json* labels = nullptr;
+  if (object.contains("metadata") && object["metadata"].contains("labels")) {
+    labels = &object["metadata"]["labels"];
+  }
+  if (labels == nullptr || !labels->contains(std::string(kJobNameLabel))) return "";
+  const Json& v = (*labels)[std::string(kJobNameLabel)];
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+std::string JobsCollection(const std::string& ns) {
+  return kube::ResourcePath{.group = std::string(kGroup),
+                            .version = std::string(kVersion),
+                            .plural = "shadowsyncjobs",
+                            .ns = ns}
+      .Collection();
+}
+
+// A merge patch turning `before` into `after`: changed and new keys as in
+// `after`, keys `after` lacks as null (RFC 7386 deletes them).
+Json MergePatchFor(const Json& before, const Json& after) {
+  if (!before.is_object() || !after.is_object()) return after;
+  Json patch = Json::object();
+  for (const auto& [key, value] : after.items()) {
+    if (!before.contains(key)) {
+      patch[key] = value;
+    } else if (before[key] != value) {
+      patch[key] = MergePatchFor(before[key], value);
+    }
+  }
+  for (const auto& [key, value] : before.items()) {
+    if (!after.contains(key)) patch[key] = nullptr;
+  }
+  return patch;
+}
+
+// The sum of every sample of `metric` in a Prometheus text exposition.
+std::optional<double> SumMetric(const std::string& text, const std::string& metric) {
+  std::optional<double> sum;
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  for (const std::string& line : lines) {
+    if (line.empty() || line[0] == '#' || line.compare(0, metric.size(), metric) != 0) continue;
+    if (line.size() == metric.size() ||
+        (line[metric.size()] != ' ' && line[metric.size()] != '{')) {
+      continue;
+    }
+    const size_t space = line.rfind(' ');
+    double v = 0;
+    if (space == std::string::npos || !absl::SimpleAtod(line.substr(space + 1), &v)) continue;
+    sum = sum.value_or(0) + v;
+  }
+  return sum;
+}
+
+// GET http://`address``path` with a short timeout; nullopt on any failure.
+std::optional<std::string> HttpGetText(const std::string& address, const std::string& path) {
+  try {
+    web::http::client::http_client_config config;
+    config.set_timeout(std::chrono::seconds(2));
+    web::http::client::http_client client("http://" + address, config);
+    web::http::http_response response = client.request(web::http::methods::GET, path).get();
+    if (response.status_code() != 200) return std::nullopt;
+    return response.extract_utf8string(true).get();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+struct Controller::Metrics {
+  explicit Metrics(prometheus::Registry* registry) {
+    if (registry == nullptr) return;
+    auto& reconciles_family = prometheus::BuildCounter()
+                                  .Name("shadowsync_operator_reconciles_total")
+                                  .Help("Reconciles of a job key, by result.")
+                                  .Register(*registry);
+    reconciles_ok = &reconciles_family.Add({{"result", "ok"}});
+    reconciles_error = &reconciles_family.Add({{"result", "error"}});
+    auto& reshards_family = prometheus::BuildCounter()
+                                .Name("shadowsync_operator_reshards_total")
+                                .Help("Live reshards of the parameter servers, by result.")
+                                .Register(*registry);
+    reshards_ok = &reshards_family.Add({{"result", "ok"}});
+    reshards_error = &reshards_family.Add({{"result", "error"}});
+    queue_depth = &prometheus::BuildGauge()
+                       .Name("shadowsync_operator_queue_depth")
+                       .Help("Job keys waiting in the work queue.")
+                       .Register(*registry)
+                       .Add({});
+    leader = &prometheus::BuildGauge()
+                  .Name("shadowsync_operator_leader")
+                  .Help("1 while this replica holds the Lease.")
+                  .Register(*registry)
+                  .Add({});
+    duration = &prometheus::BuildHistogram()
+                    .Name("shadowsync_operator_reconcile_duration_seconds")
+                    .Help("Time of one reconcile.")
+                    .Register(*registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1,
+                                                                     0.5, 1, 5, 10});
+  }
+  prometheus::Counter* reconciles_ok = nullptr;
+  prometheus::Counter* reconciles_error = nullptr;
+  prometheus::Counter* reshards_ok = nullptr;
+  prometheus::Counter* reshards_error = nullptr;
+  prometheus::Gauge* queue_depth = nullptr;
+  prometheus::Gauge* leader = nullptr;
+  prometheus::Histogram* duration = nullptr;
+};
+
+// One reshard of one job, on its own thread.
+struct Controller::ReshardTask {
+  ReshardRequest request;
+  std::atomic<int64_t> moved{0};
+  std::atomic<int64_t> total{0};
+  std::atomic<bool> done{false};
+  absl::Status status;  // Written before `done`.
+  std::string summary;
+  std::thread thread;
+};
+
+absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(kube::KubeClient* client,
+                                                               ControllerOptions options) {
+  if (client == nullptr) return absl::InvalidArgumentError("client: null");
+  if (options.workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("workers: ", options.workers, ", want >= 1"));
+  }
+  if (options.reshard_slots_per_step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard_slots_per_step: ", options.reshard_slots_per_step, ", want >= 1"));
+  }
+  if (options.reconcile.address_template.find("{index}") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("reconcile.address_template: '",
+                                                   options.reconcile.address_template,
+                                                   "' has no {index} placeholder"));
+  }
+  if (options.leader_election &&
+      (options.election.lease_name.empty() || options.election.identity.empty())) {
+    return absl::InvalidArgumentError(
+        "leader election needs election.lease_name and election.identity");
+  }
+  return std::unique_ptr<Controller>(new Controller(client, std::move(options)));
+}
+
+Controller::Controller(kube::KubeClient* client, ControllerOptions options)
+    : client_(client),
+      options_(std::move(options)),
+      metrics_(std::make_unique<Metrics>(options_.registry)),
+      queue_(options_.queue) {}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::cerr << "operator: " << line << "\n";
+  }
+}
+
+void Controller::Enqueue(const Json& object) {
+  queue_.Add(kube::ObjectKey(object));
+  if (metrics_->queue_depth != nullptr) metrics_->queue_depth->Set(queue_.Len());
+}
+
+void Controller::EnqueueOwner(const Json& child) {
+  const std::string job = JobLabelOf(child);
+  if (job.empty()) return;
+  queue_.Add(absl::StrCat(NamespaceOf(child), "/", job));
+}
+
+void Controller::EnqueueAllJobs() {
+  for (const Json& job : jobs_->ListCached()) Enqueue(job);
+}
+
+absl::Status Controller::Start() {
+  if (started_.exchange(true)) return absl::FailedPreconditionError("Start: already started");
+  const std::string& ns = options_.ns;
+  const std::string selector(kJobNameLabel);
+  jobs_ = std::make_unique<kube::Informer>(client_, JobsCollection(ns), "", options_.informer);
+  stateful_sets_ = std::make_unique<kube::Informer>(
+      client_,
+      kube::ResourcePath{.group = "apps", .version = "v1", .plural = "statefulsets", .ns = ns}
+          .Collection(),
+      selector, options_.informer);
+  services_ = std::make_unique<kube::Informer>(
+      client_, kube::ResourcePath{.version = "v1", .plural = "services", .ns = ns}.Collection(),
+      selector, options_.informer);
+  config_maps_ = std::make_unique<kube::Informer>(
+      client_, kube::ResourcePath{.version = "v1", .plural = "configmaps", .ns = ns}.Collection(),
+      selector, options_.informer);
+  pods_ = std::make_unique<kube::Informer>(
+      client_, kube::ResourcePath{.version = "v1", .plural = "pods", .ns = ns}.Collection(),
+      selector, options_.informer);
+  jobs_->AddEventHandler({
+      .on_add = [this](const Json& o) { Enqueue(o); },
+      .on_update = [this](const Json&, const Json& o) { Enqueue(o); },
+      .on_delete = [this](const Json& o) { Enqueue(o); },
+  });
+  for (kube::Informer* children :
+       {stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+    children->AddEventHandler({
+        .on_add = [this](const Json& o) { EnqueueOwner(o); },
+        .on_update = [this](const Json&, const Json& o) { EnqueueOwner(o); },
+        .on_delete = [this](const Json& o) { EnqueueOwner(o); },
+    });
+  }
+  for (kube::Informer* informer :
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+    informer->Start();
+  }
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  if (!options_.leader_election) {
+    OnStartedLeading();
+    return absl::OkStatus();
+  }
+  elector_ = std::make_unique<kube::LeaderElector>(
+      client_, options_.election, [this] { OnStartedLeading(); }, [this] { OnStoppedLeading(); });
+  return elector_->Start();
+}
+
+void Controller::OnStartedLeading() {
+  Log(absl::StrCat("leading (",
+                   options_.leader_election ? options_.election.identity : "no election", ")"));
+  leading_.store(true);
+  was_leading_.store(true);
+  if (metrics_->leader != nullptr) metrics_->leader->Set(1);
+  // Reconcile everything once: the previous leader may have left work undone.
+  for (kube::Informer* informer : {jobs_.get()}) {
+    informer->WaitForSync(absl::Seconds(30));
+  }
+  EnqueueAllJobs();
+}
+
+void Controller::OnStoppedLeading() {
+  if (!leading_.exchange(false)) return;
+  if (metrics_->leader != nullptr) metrics_->leader->Set(0);
+  Log("lost the Lease: no longer acting");
+  if (options_.on_lost_leadership && !stopped_.load()) options_.on_lost_leadership();
+}
+
+void Controller::Stop() {
+  if (!started_.load() || stopped_.exchange(true)) return;
+  if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
+  leading_.store(false);
+  queue_.ShutDown();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  std::map<std::string, std::shared_ptr<ReshardTask>> reshards;
+  {
+    MutexLock l(&mu_);
+    reshards.swap(reshards_);
+  }
+  for (auto& [key, task] : reshards) {
+    if (task->thread.joinable()) task->thread.join();
+  }
+  for (kube::Informer* informer :
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+    if (informer != nullptr) informer->Stop();
+  }
+}
+
+bool Controller::ready() const {
+  if (!started_.load() || stopped_.load()) return false;
+  for (const kube::Informer* informer :
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+    if (informer == nullptr || !informer->HasSynced()) return false;
+  }
+  return true;
+}
+
+bool Controller::leading() const { return leading_.load(); }
+
+Controller::Stats Controller::stats() const {
+  MutexLock l(&mu_);
+  return stats_;
+}
+
+void Controller::WorkerLoop() {
+  while (std::optional<std::string> key = queue_.Get()) {
+    if (metrics_->queue_depth != nullptr) metrics_->queue_depth->Set(queue_.Len());
+    if (!leading_.load()) {
+      // A standby: the new leader enqueues every job when it takes over.
+      queue_.Forget(*key);
+      queue_.Done(*key);
+      continue;
+    }
+    const absl::Time start = absl::Now();
+    const absl::Status status = ReconcileKey(*key);
+    if (metrics_->duration != nullptr) {
+      metrics_->duration->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    {
+      MutexLock l(&mu_);
+      ++stats_.reconciles;
+      if (!status.ok()) ++stats_.reconcile_errors;
+    }
+    if (status.ok()) {
+      if (metrics_->reconciles_ok != nullptr) metrics_->reconciles_ok->Increment();
+      queue_.Forget(*key);
+    } else {
+      if (metrics_->reconciles_error != nullptr) metrics_->reconciles_error->Increment();
+      Log(absl::StrCat("reconcile ", *key, ": ", status.ToString(), " (retrying with backoff)"));
+      queue_.AddRateLimited(*key);
+    }
+    queue_.Done(*key);
+  }
+}
+
+std::string Controller::Address(const Json& job, Role role, int index) const {
+  const int port = role == Role::kPs       ? options_.reconcile.ps_port
+                   : role == Role::kSyncer ? options_.reconcile.syncer_port
+                                           : options_.reconcile.metrics_port;
+  return FormatAddress(options_.reconcile.address_template, NameOf(job), role, index,
+                       NamespaceOf(job), port);
+}
+
+std::vector<std::string> Controller::PsAddresses(const Json& job, int n) const {
+  std::vector<std::string> addresses;
+  for (int i = 0; i < n; ++i) addresses.push_back(Address(job, Role::kPs, i));
+  return addresses;
+}
+
+std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers) {
+  std::optional<ShardMap> newest;
+  for (int i = 0; i < servers; ++i) {
+    absl::StatusOr<ShardMap> map =
+        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline);
+    if (!map.ok()) continue;  // Not up yet, or joined without a map.
+    if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *std::move(map);
+  }
+  if (!newest.has_value()) return std::nullopt;
+  PsClusterState state{.epoch = newest->epoch(),
+                       .num_slots = static_cast<int>(newest->num_slots())};
+  state.slots_per_server.assign(newest->num_servers(), 0);
+  for (uint32_t slot = 0; slot < newest->num_slots(); ++slot) {
+    ++state.slots_per_server[newest->owner_of_slot(slot)];
+  }
+  return state;
+}
+
+Observed Controller::Observe(const Json& job) {
+  Observed observed{.job = job, .now = absl::Now()};
+  const std::string ns = NamespaceOf(job), name = NameOf(job);
+  auto mine = [&](const Json& o) { return NamespaceOf(o) == ns && JobLabelOf(o) == name; };
+  for (const Json& o : stateful_sets_->ListCached()) {
+    if (mine(o)) observed.stateful_sets[NameOf(o)] = o;
+  }
+  for (const Json& o : services_->ListCached()) {
+    if (mine(o)) observed.services[NameOf(o)] = o;
+  }
+  for (const Json& o : config_maps_->ListCached()) {
+    if (mine(o)) observed.config_maps[NameOf(o)] = o;
+  }
+  for (const Json& o : pods_->ListCached()) {
+    if (mine(o)) observed.pods.push_back(o);
+  }
+  // The servers that may hold slots: the StatefulSet's and the spec's.
+  int servers = job.value("/spec/parameterServer/replicas"_json_pointer, 0);
+  auto sts = observed.stateful_sets.find(ChildName(name, Role::kPs));
+  if (sts != observed.stateful_sets.end()) {
+    servers = std::max(servers, sts->second.value("/spec/replicas"_json_pointer, 0));
+    observed.ps = ObservePs(job, servers);
+  }
+  const std::string key = kube::ObjectKey(job);
+  {
+    MutexLock l(&mu_);
+    auto it = reshards_.find(key);
+    if (it != reshards_.end() && !it->second->done.load() && observed.ps.has_value()) {
+      observed.ps->reshard = ReshardProgress{.from_servers = it->second->request.from_servers,
+                                             .to_servers = it->second->request.to_servers,
+                                             .slots_moved = it->second->moved.load(),
+                                             .slots_total = it->second->total.load()};
+    }
+  }
+  // Training progress from the trainers' /metrics.
+  const int trainers = job.value("/spec/trainer/replicas"_json_pointer, 0);
+  std::optional<double> examples;
+  for (int i = 0; i < trainers; ++i) {
+    std::optional<std::string> text = HttpGetText(Address(job, Role::kTrainer, i), "/metrics");
+    if (!text.has_value()) continue;
+    if (auto v = SumMetric(*text, "shadowsync_trainer_examples_total")) {
+      examples = examples.value_or(0) + *v;
+    }
+  }
+  if (examples.has_value()) {
+    const int64_t now_examples = static_cast<int64_t>(*examples);
+    const int64_t before = job.value("/status/examplesProcessed"_json_pointer, int64_t{0});
+    observed.examples_processed = std::max(now_examples, before);
+    MutexLock l(&mu_);
+    auto [it, first] = progress_.try_emplace(key, observed.now, now_examples);
+    const absl::Duration elapsed = observed.now - it->second.first;
+    // A rate over at least a second; a restarted trainer's counter restarts.
+    if (!first && elapsed >= absl::Seconds(1)) {
+      observed.examples_per_second =
+          std::max<int64_t>(0, now_examples - it->second.second) / absl::ToDoubleSeconds(elapsed);
+      it->second = {observed.now, now_examples};
+    }
+  }
+  return observed;
+}
+
+absl::Status Controller::ApplyChild(const Json& desired, const Observed& observed) {
+  const std::string path = ObjectPath(desired);
+  const std::string name = NameOf(desired);
+  const std::string kind = desired.value("kind", "");
+  const std::map<std::string, Json>* cache = kind == "StatefulSet" ? &observed.stateful_sets
+                                             : kind == "Service"   ? &observed.services
+                                                                   : &observed.config_maps;
+  if (cache->count(name) > 0)
+    return client_->Patch(path, desired, kube::PatchType::kMerge).status();
+  const std::string collection = path.substr(0, path.rfind('/'));
+  absl::StatusOr<Json> created = client_->Create(collection, desired);
+  if (absl::IsAlreadyExists(created.status())) {
+    // The cache was behind: it exists, so bring it in line.
+    return client_->Patch(path, desired, kube::PatchType::kMerge).status();
+  }
+  return created.status();
+}
+
+absl::Status Controller::WriteStatus(const Json& job, const Json& status) {
+  const Json before = job.value("status", Json::object());
+  if (before == status) return absl::OkStatus();
+  const std::string path = ObjectPath(job);
+  return client_->PatchStatus(path, Json{{"status", MergePatchFor(before, status)}}).status();
+}
+
+absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
+  const std::string ns = NamespaceOf(job), name = NameOf(job);
+  const std::string uid = job.value("/metadata/uid"_json_pointer, std::string());
+  // One Event object per (job, reason, message), counted, as kubectl shows.
+  const std::string event_name = absl::StrFormat(
+      "%s.%016x", name, absl::HashOf(uid, event.reason, event.message) & 0xffffffffffffffffULL);
+  const std::string collection =
+      kube::ResourcePath{.version = "v1", .plural = "events", .ns = ns}.Collection();
+  const std::string now = Rfc3339(absl::Now());
+  Json object = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"name", event_name}, {"namespace", ns}}},
+      {"involvedObject",
+       {{"apiVersion", absl::StrCat(kGroup, "/", kVersion)},
+        {"kind", "ShadowSyncJob"},
+        {"name", name},
+        {"namespace", ns},
+        {"uid", uid}}},
+      {"reason", event.reason},
+      {"message", event.message},
+      {"type", event.type},
+      {"source", {{"component", "shadowsync-operator"}}},
+      {"reportingComponent", "shadowsync-operator"},
+      {"reportingInstance", options_.election.identity},
+      {"firstTimestamp", now},
+      {"lastTimestamp", now},
+      {"count", 1},
+  };
+  absl::StatusOr<Json> created = client_->Create(collection, object);
+  if (!absl::IsAlreadyExists(created.status())) return created.status();
+  const std::string path = collection + "/" + event_name;
+  return kube::RetryOnConflict([&]() -> absl::Status {
+    SS_ASSIGN_OR_RETURN(Json existing, client_->Get(path));
+    existing["count"] = existing.value("count", 1) + 1;
+    existing["lastTimestamp"] = now;
+    return client_->Update(path, existing).status();
+  });
+}
+
+void Controller::StartReshard(const std::string& key, const Json& job,
+                              const ReshardRequest& request) {
+  auto task = std::make_shared<ReshardTask>();
+  task->request = request;
+  {
+    MutexLock l(&mu_);
+    auto it = reshards_.find(key);
+    if (it != reshards_.end()) {
+      if (!it->second->done.load()) return;  // One at a time per job.
+      if (it->second->thread.joinable()) it->second->thread.join();
+    }
+    reshards_[key] = task;
+  }
+  const int from = request.from_servers, to = request.to_servers;
+  const std::vector<std::string> all = PsAddresses(job, std::max(from, to));
+  Log(absl::StrFormat("%s: resharding %d -> %d parameter servers", key, from, to));
+  task->thread = std::thread([this, key, task, all, to] {
+    absl::Status status = [&]() -> absl::Status {
+      // A step cut in half by a previous leader's death is undone first.
+      SS_ASSIGN_OR_RETURN(ps::RepairReport repair,
+                          ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24));
+      if (repair.repaired) {
+        Log(
+            absl::StrFormat("%s: repaired an interrupted reshard: %d slots back at their "
+                            "sources, %d stray rows dropped, epoch %d",
+                            key, repair.slots_returned, repair.rows_dropped, repair.map.epoch()));
+      }
+      // A resumed scale-out starts from a map that already lists the new
+      // servers; a resumed scale-in from one that still lists the drained.
+      const std::vector<std::string> before = repair.map.addresses();
+      const std::vector<std::string> after(all.begin(), all.begin() + to);
+      ps::ReshardOptions options{.slots_per_step = options_.reshard_slots_per_step};
+      options.log = [this](const std::string& line) { Log(line); };
+      options.progress = [this, key, task](int64_t moved, int64_t total, uint64_t) {
+        task->moved.store(moved);
+        task->total.store(total);
+        queue_.Add(key);  // The Resharding condition shows the progress.
+      };
+      SS_ASSIGN_OR_RETURN(ps::ReshardReport report, ps::Reshard(before, after, options));
+      task->summary = absl::StrFormat(
+          "moved %d slots (%d rows) from %d to %d parameter servers in %d steps; moved rows' "
+          "key checksum %016x before and %016x after",
+          report.slots_moved, report.moved_after.rows, report.servers_before, report.servers_after,
+          report.steps, report.moved_before.keys, report.moved_after.keys);
+      return absl::OkStatus();
+    }();
+    task->status = status;
+    task->done.store(true);
+    queue_.Add(key);
+  });
+}
+
+absl::Status Controller::ReconcileKey(const std::string& key) {
+  std::optional<Json> job = jobs_->GetByKey(key);
+  if (!job.has_value()) return absl::OkStatus();  // Deleted: ownerReferences clean up.
+  // A finished reshard reports before the next decision.
+  std::shared_ptr<ReshardTask> finished;
+  {
+    MutexLock l(&mu_);
+    auto it = reshards_.find(key);
+    if (it != reshards_.end() && it->second->done.load()) {
+      finished = it->second;
+      reshards_.erase(it);
+    }
+  }
+  if (finished != nullptr) {
+    if (finished->thread.joinable()) finished->thread.join();
+    {
+      MutexLock l(&mu_);
+      ++(finished->status.ok() ? stats_.reshards : stats_.reshard_failures);
+    }
+    prometheus::Counter* counter =
+        finished->status.ok() ? metrics_->reshards_ok : metrics_->reshards_error;
+    if (counter != nullptr) counter->Increment();
+    const EventSpec event =
+        finished->status.ok()
+            ? EventSpec{"Normal", "Resharded", finished->summary}
+            : EventSpec{"Warning", "ReshardFailed", std::string(finished->status.message())};
+    Log(absl::StrCat(key, ": ", event.reason, ": ", event.message));
+    SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+    if (!finished->status.ok()) return finished->status;  // Retried with backoff.
+  }
+
+  Observed observed = Observe(*job);
+  const Actions actions = Reconcile(observed, options_.reconcile);
+  for (const Json& child : actions.apply) SS_RETURN_IF_ERROR(ApplyChild(child, observed));
+  for (const std::string& path : actions.delete_paths) {
+    absl::Status s = client_->Delete(path);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  for (const EventSpec& event : actions.events) SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+  SS_RETURN_IF_ERROR(WriteStatus(*job, actions.status));
+  if (actions.reshard.has_value()) StartReshard(key, *job, *actions.reshard);
+  if (actions.delete_job) {
+    Log(absl::StrCat(key, ": ttlSecondsAfterFinished expired: deleting the job"));
+    absl::Status s = client_->Delete(ObjectPath(*job));
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  if (actions.requeue_after.has_value()) queue_.AddAfter(key, *actions.requeue_after);
+  return absl::OkStatus();
+}
+
+}  // namespace shadowsync::op

@@ -1,0 +1,141 @@
+// The ShadowSyncJob controller (DESIGN.md §7): informers on the jobs and
+// their children feed a rate-limited work queue; workers turn each job key
+// into Reconcile() (operator/reconcile.h) over what the caches, the
+// parameter servers and the trainers say, and carry out its actions: apply
+// children, write status, record Events, run live resharding
+// (ps/resharder.h) on a thread of its own. Only the Lease holder acts; a
+// standby keeps its caches warm.
+//
+//   SS_ASSIGN_OR_RETURN(auto client, kube::KubeClient::FromConfig(config));
+//   SS_ASSIGN_OR_RETURN(auto controller, Controller::Create(client.get(), options));
+//   SS_RETURN_IF_ERROR(controller->Start());
+//   ... controller->Stop();  // releases the Lease, joins every thread
+//
+// Resharding survives an operator restart: the job's status and the
+// servers' shard maps say where it stood, RepairShardMaps undoes a step cut
+// in half, and the next Reconcile asks for the rest.
+#ifndef SHADOWSYNC_OPERATOR_CONTROLLER_H_
+#define SHADOWSYNC_OPERATOR_CONTROLLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "operator/informer.h"
+#include "operator/kube_client.h"
+#include "operator/leader_election.h"
+#include "operator/reconcile.h"
+#include "operator/work_queue.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace shadowsync::op {
+
+struct ControllerOptions {
+  // The namespace whose jobs this operator manages; "" = all namespaces.
+  std::string ns;
+  ReconcileOptions reconcile;
+  int workers = 2;
+  // Lease-based leader election; off: act at once (a single replica).
+  bool leader_election = true;
+  kube::LeaderElectionConfig election{.lease_name = "shadowsync-operator"};
+  // Called when this replica loses the Lease after having held it. The
+  // command exits (a fresh process starts as a standby); default: stop
+  // acting and keep the caches.
+  std::function<void()> on_lost_leadership;
+  // Slots per reshard step and the RPC deadlines toward the servers.
+  int reshard_slots_per_step = 256;
+  absl::Duration ps_rpc_deadline = absl::Seconds(5);
+  kube::InformerOptions informer;
+  kube::RateLimiterOptions queue;
+  // Receives the shadowsync_operator_* metrics; may be null.
+  prometheus::Registry* registry = nullptr;
+  // Where log lines go; default stderr.
+  std::function<void(const std::string&)> log;
+};
+
+class Controller {
+ public:
+  // `client` must outlive the controller. InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<Controller>> Create(kube::KubeClient* client,
+                                                            ControllerOptions options);
+  ~Controller();  // Stop()s.
+
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Starts the informers, the workers and (if enabled) the elector.
+  absl::Status Start();
+  // Releases the Lease, stops the workers and informers and waits for a
+  // running reshard to finish its step (a cut step would need a repair).
+  // Idempotent.
+  void Stop();
+
+  // Every informer has synced: /readyz.
+  bool ready() const;
+  // This replica holds the Lease (always, without leader election).
+  bool leading() const;
+
+  struct Stats {
+    int64_t reconciles = 0;
+    int64_t reconcile_errors = 0;
+    int64_t reshards = 0;  // finished successfully
+    int64_t reshard_failures = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Metrics;
+  struct ReshardTask;
+
+  Controller(kube::KubeClient* client, ControllerOptions options);
+  void Log(const std::string& line) const;
+  void Enqueue(const kube::Json& object);
+  void EnqueueOwner(const kube::Json& child);
+  void EnqueueAllJobs();
+  void WorkerLoop();
+  absl::Status ReconcileKey(const std::string& key);
+  Observed Observe(const kube::Json& job);
+  std::optional<PsClusterState> ObservePs(const kube::Json& job, int servers);
+  absl::Status ApplyChild(const kube::Json& desired, const Observed& observed);
+  absl::Status WriteStatus(const kube::Json& job, const kube::Json& status);
+  absl::Status RecordEvent(const kube::Json& job, const EventSpec& event);
+  void StartReshard(const std::string& key, const kube::Json& job, const ReshardRequest& request);
+  void OnStartedLeading();
+  void OnStoppedLeading();
+  std::string Address(const kube::Json& job, Role role, int index) const;
+  std::vector<std::string> PsAddresses(const kube::Json& job, int n) const;
+
+  kube::KubeClient* const client_;
+  const ControllerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+  kube::WorkQueue queue_;
+  std::unique_ptr<kube::Informer> jobs_, stateful_sets_, services_, config_maps_, pods_;
+  std::unique_ptr<kube::LeaderElector> elector_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> was_leading_{false};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stopped_{false};
+
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<ReshardTask>> reshards_ ABSL_GUARDED_BY(mu_);
+  // Per job: when the trainers' examples were last sampled, and the count.
+  std::map<std::string, std::pair<absl::Time, int64_t>> progress_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shadowsync::op
+
+#endif  // SHADOWSYNC_OPERATOR_CONTROLLER_H_
