@@ -365,10 +365,12 @@ std::vector<std::string> Controller::PsAddresses(const Json& job, int n) const {
 
 std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers) {
   std::optional<ShardMap> newest;
+  bool disagree = false;
   for (int i = 0; i < servers; ++i) {
     absl::StatusOr<ShardMap> map =
         ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline);
     if (!map.ok()) continue;  // Not up yet, or joined without a map.
+    disagree = disagree || (newest.has_value() && map->epoch() != newest->epoch());
     if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *std::move(map);
   }
   if (!newest.has_value()) return std::nullopt;
@@ -378,6 +380,8 @@ std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers
   for (uint32_t slot = 0; slot < newest->num_slots(); ++slot) {
     ++state.slots_per_server[newest->owner_of_slot(slot)];
   }
+  // A reshard cut short leaves epochs apart or slots unevenly spread.
+  state.unbalanced = disagree || !newest->PlanRebalance(state.OwningServers()).empty();
   return state;
 }
 
@@ -415,28 +419,39 @@ Observed Controller::Observe(const Json& job) {
                                              .slots_total = it->second->total.load()};
     }
   }
-  // Training progress from the trainers' /metrics.
+  // Training progress from the trainers' /metrics. A trainer that cannot be
+  // reached (restarting) counts with what it last reported.
   const int trainers = job.value("/spec/trainer/replicas"_json_pointer, 0);
-  std::optional<double> examples;
+  std::vector<std::optional<std::string>> texts(trainers);
   for (int i = 0; i < trainers; ++i) {
-    std::optional<std::string> text = HttpGetText(Address(job, Role::kTrainer, i), "/metrics");
-    if (!text.has_value()) continue;
-    if (auto v = SumMetric(*text, "shadowsync_trainer_examples_total")) {
-      examples = examples.value_or(0) + *v;
-    }
+    texts[i] = HttpGetText(Address(job, Role::kTrainer, i), "/metrics");
   }
-  if (examples.has_value()) {
-    const int64_t now_examples = static_cast<int64_t>(*examples);
-    const int64_t before = job.value("/status/examplesProcessed"_json_pointer, int64_t{0});
-    observed.examples_processed = std::max(now_examples, before);
-    MutexLock l(&mu_);
-    auto [it, first] = progress_.try_emplace(key, observed.now, now_examples);
-    const absl::Duration elapsed = observed.now - it->second.first;
-    // A rate over at least a second; a restarted trainer's counter restarts.
-    if (!first && elapsed >= absl::Seconds(1)) {
+  MutexLock l(&mu_);
+  JobProgress& p = progress_[key];
+  p.per_trainer.resize(trainers, 0);
+  p.finished = 0;
+  bool any = false;
+  for (int i = 0; i < trainers; ++i) {
+    if (!texts[i].has_value()) continue;
+    if (std::optional<double> v = SumMetric(*texts[i], "shadowsync_trainer_examples_total")) {
+      p.per_trainer[i] = std::max(p.per_trainer[i], static_cast<int64_t>(*v));
+      any = true;
+    }
+    if (SumMetric(*texts[i], "shadowsync_trainer_finished").value_or(0) > 0) ++p.finished;
+  }
+  if (any) {
+    int64_t sum = 0;
+    for (int64_t v : p.per_trainer) sum += v;
+    observed.examples_processed = sum;
+    // A rate over at least a second.
+    const absl::Duration elapsed = observed.now - p.sampled_at;
+    if (p.sampled_at != absl::InfinitePast() && elapsed >= absl::Seconds(1)) {
       observed.examples_per_second =
-          std::max<int64_t>(0, now_examples - it->second.second) / absl::ToDoubleSeconds(elapsed);
-      it->second = {observed.now, now_examples};
+          std::max<int64_t>(0, sum - p.sampled_examples) / absl::ToDoubleSeconds(elapsed);
+    }
+    if (p.sampled_at == absl::InfinitePast() || elapsed >= absl::Seconds(1)) {
+      p.sampled_at = observed.now;
+      p.sampled_examples = sum;
     }
   }
   return observed;
@@ -599,6 +614,17 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
   }
   for (const EventSpec& event : actions.events) SS_RETURN_IF_ERROR(RecordEvent(*job, event));
   SS_RETURN_IF_ERROR(WriteStatus(*job, actions.status));
+  {
+    // Succeeded as soon as the trainers exited 0; their final counts come
+    // from their idle restarts a moment later: look again until all report.
+    MutexLock l(&mu_);
+    JobProgress& p = progress_[key];
+    if (actions.status.value("phase", "") == "Succeeded" &&
+        p.finished < static_cast<int>(p.per_trainer.size()) && p.final_polls < 30) {
+      ++p.final_polls;
+      queue_.AddAfter(key, absl::Seconds(2));
+    }
+  }
   if (actions.reshard.has_value()) StartReshard(key, *job, *actions.reshard);
   if (actions.delete_job) {
     Log(absl::StrCat(key, ": ttlSecondsAfterFinished expired: deleting the job"));

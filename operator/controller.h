@@ -131,8 +131,16 @@ class Controller {
 
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<ReshardTask>> reshards_ ABSL_GUARDED_BY(mu_);
-  // Per job: when the trainers' examples were last sampled, and the count.
-  std::map<std::string, std::pair<absl::Time, int64_t>> progress_ ABSL_GUARDED_BY(mu_);
+  // Per job: the trainers' example counts as last reported, and the sample
+  // examples/s is measured from.
+  struct JobProgress {
+    std::vector<int64_t> per_trainer;
+    int finished = 0;     // trainers reporting shadowsync_trainer_finished 1
+    int final_polls = 0;  // looks after Succeeded for the final counts
+    absl::Time sampled_at = absl::InfinitePast();
+    int64_t sampled_examples = 0;
+  };
+  std::map<std::string, JobProgress> progress_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

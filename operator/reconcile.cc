@@ -1003,7 +1003,8 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   }
 
   // --- Active (or suspended): resharding.
-  const bool resharding = owning != asked || running_reshard != nullptr;
+  const bool resharding =
+      owning != asked || running_reshard != nullptr || (o.ps && o.ps->unbalanced);
   std::string reshard_reason, reshard_message;
   if (resharding) {
     const int from = running_reshard ? running_reshard->from_servers : owning;

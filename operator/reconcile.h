@@ -84,6 +84,10 @@ struct PsClusterState {
   int num_slots = 0;
   std::vector<int> slots_per_server;       // Slots owned by ps-i, by index i.
   std::optional<ReshardProgress> reshard;  // Set while a reshard runs.
+  // The servers disagree on the map, or its slots are not balanced over
+  // the servers that own them: a reshard was cut short (an operator
+  // restart) and must be finished.
+  bool unbalanced = false;
 
   // Servers 0..n-1 own every slot: n = highest index owning a slot + 1;
   // 0 when no server owns one (unknown).

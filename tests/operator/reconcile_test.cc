@@ -564,6 +564,26 @@ TEST(ReconcileTest, ScaleInDrainsBeforeRemovingAServer) {
   EXPECT_EQ(c.status()["phase"], "Running");
 }
 
+// A reshard cut short by an operator restart: three servers own slots, as
+// the spec asks, but unevenly. The new operator finishes the move (3 -> 3).
+TEST(ReconcileTest, AnUnbalancedMapIsReshardedToTheEnd) {
+  json job = BaseJob();
+  job["spec"]["parameterServer"]["replicas"] = 3;
+  Cluster c(job);
+  c.Step();
+  c.AllPodsReady();
+  c.ps = Shards({1900, 1900, 296}, 7);
+  c.ps->unbalanced = true;
+  Actions a = c.Step();
+  EXPECT_EQ(a.reshard, (ReshardRequest{3, 3}));
+  EXPECT_EQ(c.Condition("Resharding")["status"], "True");
+  EXPECT_EQ(c.status()["phase"], "Resharding");
+  c.ps = Shards({1366, 1365, 1365}, 9);
+  a = c.Step();
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.Condition("Resharding")["status"], "False");
+}
+
 TEST(ReconcileTest, WithoutTheShardMapNoServerIsRemoved) {
   json job = BaseJob();
   job["spec"]["parameterServer"]["replicas"] = 3;

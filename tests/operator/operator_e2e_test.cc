@@ -1,0 +1,377 @@
+// The operator end to end: `shadowsync operator` processes against the fake
+// API server, with a fake kubelet running every pod as a real `shadowsync
+// pod` process (real parameter servers, syncers and trainers on their own
+// loopback IPs). Jobs run to completion, trainers and parameter servers
+// scale live (2 -> 3 -> 2 with a key checksum), an operator killed in the
+// middle of a reshard is replaced and the reshard completes, and two
+// replicas contend for the Lease.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "operator/crd.h"
+#include "ps/resharder.h"
+#include "tests/operator/fake_kubelet.h"
+#include "tests/util/fake_kube_apiserver.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJobs[] = "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs";
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+json Job(const std::string& name, int64_t examples, int trainers, int ps) {
+  return {{"apiVersion", "shadowsync.io/v1alpha1"},
+          {"kind", "ShadowSyncJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec",
+           {{"model",
+             {{"bottomMlp", {32}}, {"topMlp", {32}}, {"criteoTables", {{"hashBuckets", 5000}}}}},
+            {"data",
+             {{"format", "synthetic"},
+              {"synthetic", {{"examples", examples}, {"evalExamples", 1000}, {"seed", 4}}}}},
+            {"trainer",
+             {{"replicas", trainers}, {"threads", 1}, {"batchSize", 64}, {"learningRate", 0.02}}},
+            {"parameterServer", {{"replicas", ps}, {"slots", 1024}, {"cacheBytes", "16Mi"}}},
+            {"syncer", {{"replicas", 1}}},
+            {"sync", {{"algorithm", "shadow-easgd"}}},
+            {"checkpoint", {{"intervalSeconds", 1}}},
+            {"runPolicy", {{"backoffLimit", 3}}}}}};
+}
+
+class OperatorE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto api = testing::FakeKubeApiServer::Start();
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = *std::move(api);
+    ASSERT_TRUE(api_->Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                             op::ShadowSyncJobCrd())
+                    .ok());
+    ASSERT_TRUE(api_->WriteKubeconfig(dir_.File("kubeconfig")).ok());
+    // Every pod its own loopback IP, unique to this test process, and the
+    // same ports on all of them, as in a cluster.
+    octet_ = 1 + getpid() % 250;
+    port_ = 20000 + 3 * (getpid() % 10000);
+    kubelet_ = std::make_unique<testing::FakeKubelet>(
+        api_.get(), testing::FakeKubeletOptions{
+                        .binary = Bin(),
+                        .root_dir = dir_.File("nodes"),
+                        .pod_ip = [this](int role, int index) { return PodIp(role, index); }});
+  }
+
+  void TearDown() override {
+    for (pid_t pid : operators_) StopOperator(pid);
+    if (HasFailure()) {
+      std::cerr << kubelet_->AllLogs();
+      for (size_t i = 0; i < operators_.size(); ++i) {
+        std::cerr << "==== operator " << i << " ====\n"
+                  << testing::ReadFile(dir_.File(absl::StrCat("operator-", i, ".log")));
+      }
+    }
+    kubelet_.reset();
+  }
+
+  static std::string Bin() { return testing::BinDir() + "/shadowsync"; }
+  std::string PodIp(int role, int index) const {
+    return absl::StrCat("127.1", role, ".", octet_, ".1", index);
+  }
+  std::string PsAddress(int i) const { return absl::StrCat(PodIp(1, i), ":", port_); }
+  std::vector<std::string> PsAddresses(int n) const {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) out.push_back(PsAddress(i));
+    return out;
+  }
+
+  // Starts `shadowsync operator`; its log goes to operator-<n>.log.
+  pid_t StartOperator(bool leader_elect, const std::string& identity = "op",
+                      int slots_per_step = 16) {
+    const std::string log = dir_.File(absl::StrCat("operator-", operators_.size(), ".log"));
+    std::vector<std::string> args = {
+        Bin(),
+        "operator",
+        "--kubeconfig",
+        dir_.File("kubeconfig"),
+        "--namespace",
+        "default",
+        "--metrics-listen",
+        "",
+        absl::StrCat("--leader-elect=", leader_elect ? "true" : "false"),
+        "--identity",
+        identity,
+        "--lease-duration-seconds",
+        "3",
+        "--ps-port",
+        std::to_string(port_),
+        "--syncer-port",
+        std::to_string(port_ + 1),
+        "--pod-metrics-port",
+        std::to_string(port_ + 2),
+        "--address-template",
+        absl::StrCat("127.1{role_index}.", octet_, ".1{index}:{port}"),
+        "--reshard-slots-per-step",
+        std::to_string(slots_per_step)};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      FILE* f = freopen(log.c_str(), "w", stderr);
+      (void)f;
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    operators_.push_back(pid);
+    return pid;
+  }
+  void StopOperator(pid_t pid) {
+    if (kill(pid, SIGTERM) != 0) return;
+    for (int i = 0; i < 400; ++i) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+
+  json Get(const std::string& path) {
+    absl::StatusOr<json> o = api_->Get(path);
+    return o.ok() ? *o : json::object();  // Absent: no fields.
+  }
+  json JobObject(const std::string& name) { return Get(absl::StrCat(kJobs, "/", name)); }
+  std::string Phase(const std::string& name) {
+    return JobObject(name).value("/status/phase"_json_pointer, std::string());
+  }
+  json Condition(const std::string& name, const std::string& type) {
+    for (const json& c : JobObject(name).value("/status/conditions"_json_pointer, json::array())) {
+      if (c["type"] == type) return c;
+    }
+    return json::object();
+  }
+  int StsReplicas(const std::string& name) {
+    return Get("/apis/apps/v1/namespaces/default/statefulsets/" + name)
+        .value("/spec/replicas"_json_pointer, -1);
+  }
+  void PatchSpec(const std::string& job, const json& spec) {
+    ASSERT_TRUE(
+        api_->Patch(absl::StrCat(kJobs, "/", job), {{"spec", spec}}, "application/merge-patch+json")
+            .ok());
+  }
+  // The slots server i owns in its own shard map; -1 if unreachable.
+  int SlotsOwned(int i) {
+    absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
+    if (!map.ok()) return -1;
+    return static_cast<int>(map->SlotsOwnedBy(i).size());
+  }
+  // Stops the trainers and waits until the rows stop changing.
+  ps::RowSetChecksum PauseAndChecksum(const std::string& job, int servers) {
+    kubelet_->Signal("default", job, "trainer", SIGSTOP);
+    absl::StatusOr<ps::RowSetChecksum> before = ps::ClusterChecksum(PsAddresses(servers));
+    for (int i = 0; i < 50 && before.ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      absl::StatusOr<ps::RowSetChecksum> now = ps::ClusterChecksum(PsAddresses(servers));
+      if (now.ok() && *now == *before) break;
+      before = now;
+    }
+    EXPECT_TRUE(before.ok()) << before.status();
+    return before.ok() ? *before : ps::RowSetChecksum{};
+  }
+
+  testing::ScratchDir dir_;
+  std::unique_ptr<testing::FakeKubeApiServer> api_;
+  std::unique_ptr<testing::FakeKubelet> kubelet_;
+  std::vector<pid_t> operators_;
+  int octet_ = 0;
+  int port_ = 0;
+};
+
+// A job runs to completion: the children with owner references, Running
+// then Succeeded, every example counted from the trainers' metrics, Events
+// recorded. A spec the schema accepts but the validator does not fails
+// with InvalidSpec and gets no children.
+TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
+  StartOperator(/*leader_elect=*/false);
+  json bad = Job("bad", 4000, 3, 2);
+  bad["spec"]["sync"] = {{"algorithm", "ds-sync"}, {"dsSync", {{"groupSize", 2}}}};
+  ASSERT_TRUE(api_->Create(kJobs, bad).ok());
+  ASSERT_TRUE(api_->Create(kJobs, Job("tiny", 6000, 2, 2)).ok());
+
+  ASSERT_TRUE(
+      WaitFor([&] { return Condition("bad", "Failed").value("reason", "") == "InvalidSpec"; },
+              std::chrono::seconds(60)))
+      << JobObject("bad").dump(2);
+  EXPECT_EQ(StsReplicas("bad-trainer"), -1) << "an invalid job gets no children";
+
+  ASSERT_TRUE(WaitFor([&] { return Phase("tiny") == "Succeeded"; }, std::chrono::seconds(240)))
+      << JobObject("tiny").dump(2);
+  // The trainers' final counts follow within seconds (from their idle restarts).
+  WaitFor(
+      [&] { return JobObject("tiny").value("/status/examplesProcessed"_json_pointer, 0) == 6000; },
+      std::chrono::seconds(30));
+  const json job = JobObject("tiny");
+  const std::string uid = job["metadata"]["uid"];
+  for (const std::string path : {"/apis/apps/v1/namespaces/default/statefulsets/tiny-trainer",
+                                 "/apis/apps/v1/namespaces/default/statefulsets/tiny-ps",
+                                 "/apis/apps/v1/namespaces/default/statefulsets/tiny-syncer",
+                                 "/api/v1/namespaces/default/services/tiny-ps",
+                                 "/api/v1/namespaces/default/configmaps/tiny-config"}) {
+    const json child = Get(path);
+    ASSERT_FALSE(child.empty()) << path;
+    EXPECT_EQ(child["metadata"]["ownerReferences"][0]["uid"], uid) << path;
+  }
+  EXPECT_EQ(job["status"].value("examplesProcessed", 0), 6000) << job["status"].dump(2);
+  EXPECT_EQ(job["status"]["observedGeneration"], job["metadata"]["generation"]);
+  absl::StatusOr<std::vector<json>> events = api_->List("/api/v1/namespaces/default/events");
+  ASSERT_TRUE(events.ok());
+  std::set<std::string> reasons;
+  for (const json& e : *events) {
+    if (e["involvedObject"]["name"] == "tiny") reasons.insert(e["reason"].get<std::string>());
+    if (e["involvedObject"]["name"] == "bad")
+      reasons.insert("bad:" + e["reason"].get<std::string>());
+  }
+  EXPECT_TRUE(reasons.count("bad:InvalidSpec")) << testing::ReadFile(dir_.File("operator-0.log"));
+  EXPECT_GE(reasons.size(), 3u);
+}
+
+// Trainers 2 -> 3 change only the trainer StatefulSet: the running trainers
+// keep their processes. Parameter servers 2 -> 3 -> 2 reshard live; with the
+// trainers paused around it, every row is still stored exactly once.
+TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
+  StartOperator(/*leader_elect=*/false);
+  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)))
+      << JobObject("big").dump(2);
+  const pid_t trainer0 = kubelet_->Pid("default", "big-trainer-0");
+  ASSERT_GT(trainer0, 0);
+
+  PatchSpec("big", {{"trainer", {{"replicas", 3}}}});
+  ASSERT_TRUE(WaitFor([&] { return kubelet_->Pid("default", "big-trainer-2") > 0; },
+                      std::chrono::seconds(60)));
+  EXPECT_EQ(kubelet_->Pid("default", "big-trainer-0"), trainer0) << "a running trainer restarted";
+  EXPECT_EQ(StsReplicas("big-ps"), 2);
+  ASSERT_TRUE(
+      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+
+  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
+  ASSERT_GT(before.rows, 0);
+  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
+  bool saw_resharding = false;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        saw_resharding =
+            saw_resharding || Condition("big", "Resharding").value("status", "") == "True";
+        return SlotsOwned(2) > 300 &&
+               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
+               Condition("big", "Resharding").value("status", "") == "False";
+      },
+      std::chrono::seconds(120)))
+      << JobObject("big")["status"].dump(2);
+  EXPECT_TRUE(saw_resharding);
+  absl::StatusOr<ps::RowSetChecksum> after_out = ps::ClusterChecksum(PsAddresses(3));
+  ASSERT_TRUE(after_out.ok());
+  EXPECT_EQ(*after_out, before) << "rows changed across the scale-out";
+
+  PatchSpec("big", {{"parameterServer", {{"replicas", 2}}}});
+  ASSERT_TRUE(WaitFor(
+      [&] { return StsReplicas("big-ps") == 2 && kubelet_->Pid("default", "big-ps-2") == 0; },
+      std::chrono::seconds(120)))
+      << JobObject("big")["status"].dump(2);
+  absl::StatusOr<ps::RowSetChecksum> after_in = ps::ClusterChecksum(PsAddresses(2));
+  ASSERT_TRUE(after_in.ok());
+  EXPECT_EQ(*after_in, before) << "rows changed across the scale-in";
+  EXPECT_EQ(SlotsOwned(0) + SlotsOwned(1), 1024);
+  kubelet_->Signal("default", "big", "trainer", SIGCONT);
+}
+
+// An operator killed with SIGKILL in the middle of a reshard: its
+// replacement repairs the cut step and finishes the move; no row is lost
+// or duplicated.
+TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
+  // Two slots per step: over a hundred steps to cut into.
+  const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
+  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
+  ASSERT_TRUE(
+      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+  // Rows in every slot, so that each step has something to move.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
+  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
+  ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  operators_.erase(operators_.begin());
+  EXPECT_LT(SlotsOwned(2), 341) << "the reshard finished before the kill: the test proves nothing";
+
+  StartOperator(/*leader_elect=*/true, "op-b");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return SlotsOwned(2) >= 341 &&
+               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
+               Condition("big", "Resharding").value("status", "") == "False";
+      },
+      std::chrono::seconds(180)))
+      << JobObject("big")["status"].dump(2);
+  absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, before) << "rows changed across the interrupted reshard";
+  kubelet_->Signal("default", "big", "trainer", SIGCONT);
+}
+
+// Two replicas: one holds the Lease and acts; when it dies the other takes
+// over within the lease duration and acts on a change.
+TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
+  const pid_t a = StartOperator(/*leader_elect=*/true, "op-a");
+  const pid_t b = StartOperator(/*leader_elect=*/true, "op-b");
+  const std::string lease =
+      "/apis/coordination.k8s.io/v1/namespaces/default/leases/shadowsync-operator";
+  std::string holder;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        holder = Get(lease).value("/spec/holderIdentity"_json_pointer, std::string());
+        return !holder.empty();
+      },
+      std::chrono::seconds(30)));
+  ASSERT_TRUE(holder == "op-a" || holder == "op-b") << holder;
+  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return StsReplicas("big-trainer") == 2; }, std::chrono::seconds(60)));
+  // Only the holder acted: every Event is its own.
+  absl::StatusOr<std::vector<json>> events = api_->List("/api/v1/namespaces/default/events");
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  for (const json& e : *events) EXPECT_EQ(e["reportingInstance"], holder) << e.dump();
+  const pid_t leader = holder == "op-a" ? a : b;
+  const std::string standby = holder == "op-a" ? "op-b" : "op-a";
+  kill(leader, SIGKILL);
+  waitpid(leader, nullptr, 0);
+  operators_.erase(std::find(operators_.begin(), operators_.end(), leader));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Get(lease).value("/spec/holderIdentity"_json_pointer, std::string()) == standby;
+      },
+      std::chrono::seconds(30)));
+  PatchSpec("big", {{"trainer", {{"replicas", 3}}}});
+  EXPECT_TRUE(WaitFor([&] { return StsReplicas("big-trainer") == 3; }, std::chrono::seconds(60)));
+}
+
+}  // namespace
+}  // namespace shadowsync
