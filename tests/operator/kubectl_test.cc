@@ -315,5 +315,43 @@ TEST_F(KubectlTest, DeleteRemovesEverything) {
                                ::testing::HasSubstr("could not find the requested resource")));
 }
 
+// The product's own manifests: `kubectl apply -f deploy/` (CRD, RBAC,
+// operator Deployment) and then the example jobs succeed, and `kubectl get
+// ssj` prints the CRD's printer columns with the status the operator wrote.
+TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
+  const std::string deploy = (std::filesystem::path(SourceDir()) / "deploy").string();
+  KubectlRun apply = Kubectl({"apply", "-f", deploy + "/"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.output;
+  EXPECT_THAT(apply.output, ::testing::HasSubstr("shadowsyncjobs.shadowsync.io created"));
+  EXPECT_THAT(apply.output, ::testing::HasSubstr("deployment.apps/shadowsync-operator created"));
+  apply = Kubectl({"apply", "-f", deploy + "/examples/"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.output;
+  EXPECT_THAT(apply.output, ::testing::HasSubstr("shadowsyncjob.shadowsync.io/quickstart created"));
+
+  const std::string path =
+      "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs/quickstart";
+  auto job = api_->Get(path);
+  ASSERT_TRUE(job.ok()) << job.status();
+  (*job)["status"] = {{"phase", "Running"},
+                      {"replicaStatuses", {{"trainer", {{"ready", 2}}}, {"ps", {{"ready", 2}}}}},
+                      {"examplesPerSecond", 51234.5},
+                      {"examplesProcessed", 800000}};
+  SS_ASSERT_OK(api_->UpdateStatus(path, *job));
+  KubectlRun get = Kubectl({"get", "ssj", "quickstart"});
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  std::vector<std::vector<std::string>> rows = Rows(get.output);
+  ASSERT_EQ(rows.size(), 2u) << get.output;
+  for (const char* column : {"NAME", "PHASE", "TRAINERS", "PS", "ALGORITHM", "EXAMPLES/S", "AGE"}) {
+    EXPECT_THAT(rows[0], ::testing::Contains(column)) << get.output;
+  }
+  EXPECT_THAT(rows[1], ::testing::Contains("Running")) << get.output;
+  EXPECT_THAT(rows[1], ::testing::Contains("shadow-easgd")) << get.output;
+  EXPECT_THAT(get.output, ::testing::HasSubstr("51234")) << get.output;
+  // `kubectl scale` goes through the scale subresource to the trainers.
+  KubectlRun scale = Kubectl({"scale", "ssj/quickstart", "--replicas=3"});
+  ASSERT_EQ(scale.exit_code, 0) << scale.output;
+  EXPECT_EQ((*api_->Get(path))["spec"]["trainer"]["replicas"], 3);
+}
+
 }  // namespace
 }  // namespace shadowsync::testing
