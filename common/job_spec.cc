@@ -1696,6 +1696,15 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
       p.push_back({Index("spec.data.evalPaths", i), "must not be empty"});
     }
   }
+  // Each trainer reads its own share: a trainer without an example would
+  // never take a step (and hold every synchronous strategy back).
+  if (data.format == DataFormat::kSynthetic && data.synthetic.examples >= 1 &&
+      data.synthetic.examples < s.trainer.replicas) {
+    p.push_back({"spec.trainer.replicas",
+                 absl::StrCat(s.trainer.replicas, " trainers for ", data.synthetic.examples,
+                              " examples (spec.data.synthetic.examples): every trainer needs at "
+                              "least one")});
+  }
 
   const TrainerSpec& trainer = s.trainer;
   if (trainer.straggler && trainer.straggler->count > trainer.replicas) {

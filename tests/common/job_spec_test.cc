@@ -627,6 +627,13 @@ TEST_F(JobSpecTest, ValidationMessagesAreExact) {
        "spec.sync.easgd.alpha: must be in (0, 1], got 1.5"},
       {[](ShadowSyncJob& j) { j.spec.sync.bmuf.block_momentum = 1; },
        "spec.sync.bmuf.blockMomentum: must be in [0, 1), got 1"},
+      {[](ShadowSyncJob& j) {
+         j.spec.data.format = DataFormat::kSynthetic;
+         j.spec.data.synthetic.examples = 3;
+         j.spec.trainer.replicas = 4;
+       },
+       "spec.trainer.replicas: 4 trainers for 3 examples (spec.data.synthetic.examples): every "
+       "trainer needs at least one"},
       {[](ShadowSyncJob& j) { j.spec.sync.ssp.staleness = -1; },
        "spec.sync.ssp.staleness: must be >= 0, got -1"},
       {[](ShadowSyncJob& j) { j.spec.sync.sync_switch.switch_fraction = 1.5; },

@@ -210,8 +210,8 @@ class OperatorE2eTest : public ::testing::Test {
 // with InvalidSpec and gets no children.
 TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   StartOperator(/*leader_elect=*/false);
-  json bad = Job("bad", 4000, 3, 2);
-  bad["spec"]["sync"] = {{"algorithm", "ds-sync"}, {"dsSync", {{"groupSize", 2}}}};
+  // More trainers than examples: within the CRD's schema, refused by the validator.
+  json bad = Job("bad", 2, 3, 2);
   ASSERT_TRUE(api_->Create(kJobs, bad).ok());
   ASSERT_TRUE(api_->Create(kJobs, Job("tiny", 6000, 2, 2)).ok());
 
@@ -220,6 +220,10 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
               std::chrono::seconds(60)))
       << JobObject("bad").dump(2);
   EXPECT_EQ(StsReplicas("bad-trainer"), -1) << "an invalid job gets no children";
+  EXPECT_NE(
+      Condition("bad", "Failed").value("message", "").find("every trainer needs at least one"),
+      std::string::npos)
+      << Condition("bad", "Failed").dump();
 
   ASSERT_TRUE(WaitFor([&] { return Phase("tiny") == "Succeeded"; }, std::chrono::seconds(240)))
       << JobObject("tiny").dump(2);
