@@ -1,10 +1,7 @@
 #include "tests/operator/fake_kubelet.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "tests/util/http_get.h"
 
 namespace shadowsync::testing {
 namespace {
@@ -33,32 +31,13 @@ std::string Label(const json& o, const std::string& key) {
   return (*labels)[key].get<std::string>();
 }
 
-// GET http://host:port/path, for the readiness probe. True on 200.
+// The readiness probe: GET http://`address``path` answers 200.
 bool Probe(const std::string& address, const std::string& path) {
   const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return false;
-  const std::string host = address.substr(0, colon);
-  const int port = std::stoi(address.substr(colon + 1));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    close(fd);
-    return false;
-  }
-  timeval timeout{.tv_sec = 1, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return false;
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
-  const bool sent = write(fd, request.data(), request.size()) == ssize_t(request.size());
-  char buf[32] = {};
-  const ssize_t n = sent ? read(fd, buf, sizeof(buf) - 1) : -1;
-  close(fd);
-  return n >= 12 && std::string(buf, 12).find(" 200") != std::string::npos;
+  std::string body;
+  return colon != std::string::npos &&
+         HttpGet(address.substr(0, colon), std::stoi(address.substr(colon + 1)), path, &body,
+                 /*timeout_seconds=*/1) == 200;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "operator/kube_client.h"
 #include "operator/kube_config.h"
+#include "tests/operator/fake_api_client.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/test_util.h"
 
@@ -62,10 +63,7 @@ class LeaderElectionTest : public ::testing::Test {
     auto api = FakeKubeApiServer::Start();
     ASSERT_TRUE(api.ok()) << api.status();
     api_ = *std::move(api);
-    SS_ASSERT_OK(api_->WriteKubeconfig(dir_.File("kubeconfig")));
-    auto config = LoadKubeconfig(dir_.File("kubeconfig"));
-    SS_ASSERT_OK(config);
-    auto client = KubeClient::FromConfig(*config);
+    auto client = ConnectToFake(*api_, dir_.File("kubeconfig"));
     SS_ASSERT_OK(client);
     client_ = *std::move(client);
   }

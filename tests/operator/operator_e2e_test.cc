@@ -21,6 +21,7 @@
 #include "ps/resharder.h"
 #include "tests/operator/fake_kubelet.h"
 #include "tests/util/fake_kube_apiserver.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -83,7 +84,7 @@ class OperatorE2eTest : public ::testing::Test {
     for (pid_t pid : operators_) StopOperator(pid);
     if (HasFailure()) {
       std::cerr << kubelet_->AllLogs();
-      for (size_t i = 0; i < operators_.size(); ++i) {
+      for (int i = 0; i < started_; ++i) {
         std::cerr << "==== operator " << i << " ====\n"
                   << testing::ReadFile(dir_.File(absl::StrCat("operator-", i, ".log")));
       }
@@ -105,7 +106,8 @@ class OperatorE2eTest : public ::testing::Test {
   // Starts `shadowsync operator`; its log goes to operator-<n>.log.
   pid_t StartOperator(bool leader_elect, const std::string& identity = "op",
                       int slots_per_step = 16) {
-    const std::string log = dir_.File(absl::StrCat("operator-", operators_.size(), ".log"));
+    const int n = started_++;
+    const std::string log = dir_.File(absl::StrCat("operator-", n, ".log"));
     std::vector<std::string> args = {
         Bin(),
         "operator",
@@ -114,7 +116,7 @@ class OperatorE2eTest : public ::testing::Test {
         "--namespace",
         "default",
         "--metrics-listen",
-        "",
+        OperatorHttp(n),
         absl::StrCat("--leader-elect=", leader_elect ? "true" : "false"),
         "--identity",
         identity,
@@ -143,14 +145,23 @@ class OperatorE2eTest : public ::testing::Test {
     operators_.push_back(pid);
     return pid;
   }
-  void StopOperator(pid_t pid) {
-    if (kill(pid, SIGTERM) != 0) return;
+  // /metrics, /healthz and /readyz of the n-th operator started.
+  std::string OperatorHttp(int n) const {
+    return absl::StrCat("127.9.", octet_, ".", 10 + n, ":", port_);
+  }
+  // SIGTERM, then SIGKILL after 10 s; the exit code, or -1 if killed.
+  int StopOperator(pid_t pid) {
+    if (kill(pid, SIGTERM) != 0) return -1;
+    int status = 0;
     for (int i = 0; i < 400; ++i) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    return -1;
   }
 
   json Get(const std::string& path) {
@@ -199,7 +210,8 @@ class OperatorE2eTest : public ::testing::Test {
   testing::ScratchDir dir_;
   std::unique_ptr<testing::FakeKubeApiServer> api_;
   std::unique_ptr<testing::FakeKubelet> kubelet_;
-  std::vector<pid_t> operators_;
+  std::vector<pid_t> operators_;  // running
+  int started_ = 0;
   int octet_ = 0;
   int port_ = 0;
 };
@@ -209,7 +221,11 @@ class OperatorE2eTest : public ::testing::Test {
 // recorded. A spec the schema accepts but the validator does not fails
 // with InvalidSpec and gets no children.
 TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
-  StartOperator(/*leader_elect=*/false);
+  const pid_t op = StartOperator(/*leader_elect=*/false);
+  // The API server fails some writes: the operator retries with backoff.
+  api_->InjectFault({.method = "POST", .path_contains = "/statefulsets", .code = 500, .times = 2});
+  api_->InjectFault(
+      {.method = "PATCH", .path_contains = "shadowsyncjobs/tiny/status", .code = 503, .times = 2});
   // More trainers than examples: within the CRD's schema, refused by the validator.
   json bad = Job("bad", 2, 3, 2);
   ASSERT_TRUE(api_->Create(kJobs, bad).ok());
@@ -254,6 +270,21 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   }
   EXPECT_TRUE(reasons.count("bad:InvalidSpec")) << testing::ReadFile(dir_.File("operator-0.log"));
   EXPECT_GE(reasons.size(), 3u);
+  EXPECT_NE(testing::ReadFile(dir_.File("operator-0.log")).find("retrying with backoff"),
+            std::string::npos);
+
+  // The operator's own endpoints, then a clean exit on SIGTERM.
+  const std::string http = OperatorHttp(0);
+  const std::string host = http.substr(0, http.rfind(':'));
+  std::string body;
+  EXPECT_EQ(testing::HttpGet(host, port_, "/healthz", &body), 200);
+  EXPECT_EQ(testing::HttpGet(host, port_, "/readyz", &body), 200);
+  ASSERT_EQ(testing::HttpGet(host, port_, "/metrics", &body), 200);
+  EXPECT_NE(body.find("shadowsync_operator_reconciles_total{result=\"ok\"}"), std::string::npos)
+      << body;
+  EXPECT_NE(body.find("shadowsync_operator_reconciles_total{result=\"error\"}"), std::string::npos);
+  EXPECT_EQ(StopOperator(op), 0);
+  operators_.clear();
 }
 
 // Trainers 2 -> 3 change only the trainer StatefulSet: the running trainers
@@ -267,6 +298,8 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
   const pid_t trainer0 = kubelet_->Pid("default", "big-trainer-0");
   ASSERT_GT(trainer0, 0);
 
+  // Every watch breaks: the operator re-watches and still sees the change.
+  api_->DropWatches();
   PatchSpec("big", {{"trainer", {{"replicas", 3}}}});
   ASSERT_TRUE(WaitFor([&] { return kubelet_->Pid("default", "big-trainer-2") > 0; },
                       std::chrono::seconds(60)));

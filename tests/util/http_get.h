@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,19 +13,23 @@
 
 namespace shadowsync::testing {
 
-// GET `path` from 127.0.0.1:`port`; returns the status code (-1 if there is
-// no HTTP answer) and fills `body`.
-inline int HttpGet(int port, const std::string& path, std::string* body) {
+// GET `path` from `host` (an IPv4 address):`port`; returns the status code
+// (-1 if there is no HTTP answer, or none within `timeout_seconds` of a read)
+// and fills `body`.
+inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
+                   int timeout_seconds = 5) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  timeval timeout{.tv_sec = timeout_seconds, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
   }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return -1;
@@ -40,6 +45,11 @@ inline int HttpGet(int port, const std::string& path, std::string* body) {
   const size_t header_end = response.find("\r\n\r\n");
   *body = header_end == std::string::npos ? "" : response.substr(header_end + 4);
   return std::stoi(response.substr(9, 3));
+}
+
+// The same from 127.0.0.1.
+inline int HttpGet(int port, const std::string& path, std::string* body) {
+  return HttpGet("127.0.0.1", port, path, body);
 }
 
 }  // namespace shadowsync::testing
