@@ -576,7 +576,12 @@ void Controller::StartReshard(const std::string& key, const Json& job,
 
 absl::Status Controller::ReconcileKey(const std::string& key) {
   std::optional<Json> job = jobs_->GetByKey(key);
-  if (!job.has_value()) return absl::OkStatus();  // Deleted: ownerReferences clean up.
+  if (!job.has_value()) {
+    // Deleted: ownerReferences clean the children up; forget its progress.
+    MutexLock l(&mu_);
+    progress_.erase(key);
+    return absl::OkStatus();
+  }
   // A finished reshard reports before the next decision.
   std::shared_ptr<ReshardTask> finished;
   {
