@@ -268,9 +268,7 @@ void Controller::OnStartedLeading() {
   was_leading_.store(true);
   if (metrics_->leader != nullptr) metrics_->leader->Set(1);
   // Reconcile everything once: the previous leader may have left work undone.
-  for (kube::Informer* informer : {jobs_.get()}) {
-    informer->WaitForSync(absl::Seconds(30));
-  }
+  jobs_->WaitForSync(absl::Seconds(30));
   EnqueueAllJobs();
 }
 
