@@ -16,7 +16,6 @@
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
 #include "syncer/syncer_client.h"
-#include "worker/rendezvous.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -90,11 +89,11 @@ struct Phase {
   bool equal_weights = true;
 };
 
-class DsSyncStrategy final : public SyncStrategy {
+class DsSyncStrategy final : public IntervalRoundStrategy {
  public:
   DsSyncStrategy(const SyncConfig& config, syncer::SyncerClient* client,
                  prometheus::Registry* registry, std::vector<Phase> phases)
-      : SyncStrategy(config, registry), client_(client), phases_(std::move(phases)) {
+      : IntervalRoundStrategy(config, client, registry), phases_(std::move(phases)) {
     if (registry == nullptr) return;
     const std::map<std::string, std::string> labels = {
         {"schedule", std::string(EnumName(config.ds_sync.schedule))}};
@@ -112,35 +111,19 @@ class DsSyncStrategy final : public SyncStrategy {
   }
 
   absl::Status Start(const DenseReplica& replica) override {
-    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    SS_RETURN_IF_ERROR(IntervalRoundStrategy::Start(replica));
     // A fresh group's first round would complete with whoever contributes
     // first: be a member of every group of the period before any round.
     for (const Phase& phase : phases_) SS_RETURN_IF_ERROR(client_->Join(phase.group));
-    rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
-    thread_steps_.assign(replica.threads, 0);
     snapshot_.resize(replica.params.size());
     input_.resize(replica.params.size());
     target_.resize(replica.params.size());
     return absl::OkStatus();
   }
 
-  absl::Status AfterStep(int thread) override {
-    SS_RETURN_IF_ERROR(SyncStrategy::AfterStep(thread));
-    if (++thread_steps_[thread] % config_.interval != 0) return absl::OkStatus();
-    const Clock::time_point start = Clock::now();
-    absl::Status status = rendezvous_->Arrive([this] { return Round(); });
-    RecordBlocked(Since(start));
-    return status;
-  }
-
-  void ThreadDone(int thread) override { rendezvous_->Leave(); }
-
-  absl::Status Finish() override { return client_->Leave(); }
-
  private:
-  // Every other thread of this trainer waits, so the replica is ours alone;
-  // the delta still goes onto the snapshot (as in every strategy).
-  absl::Status Round() {
+  // The delta goes onto the snapshot (as in every strategy).
+  absl::Status Round() override {
     const Clock::time_point start = Clock::now();
     const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
     const Phase& phase = phases_[round_ % static_cast<int64_t>(phases_.size())];
@@ -170,12 +153,9 @@ class DsSyncStrategy final : public SyncStrategy {
     return absl::OkStatus();
   }
 
-  syncer::SyncerClient* const client_;
   const std::vector<Phase> phases_;  // Indexed by round mod period.
   prometheus::Counter* partial_rounds_ = nullptr;
   prometheus::Counter* wait_seconds_ = nullptr;
-  std::unique_ptr<Rendezvous> rendezvous_;
-  std::vector<int64_t> thread_steps_;  // Each entry written by its own thread only.
   // Used by the round runner only (one at a time, under the rendezvous).
   int64_t round_ = 0;  // Position in the schedule: full rounds so far.
   std::vector<float> snapshot_, input_, target_;

@@ -259,40 +259,23 @@ class ShadowStrategy final : public SyncStrategy {
 
 // fg-*: every `interval` steps of each thread, the trainer's threads meet and
 // the last to arrive runs one round while the others wait.
-class ForegroundStrategy final : public SyncStrategy {
+class ForegroundStrategy final : public IntervalRoundStrategy {
  public:
   ForegroundStrategy(const SyncConfig& config, syncer::SyncerClient* client,
                      prometheus::Registry* registry)
-      : SyncStrategy(config, registry),
-        client_(client),
+      : IntervalRoundStrategy(config, client, registry),
         body_(BodyOf(config.algorithm), config, client) {}
 
   absl::Status Start(const DenseReplica& replica) override {
-    SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    SS_RETURN_IF_ERROR(IntervalRoundStrategy::Start(replica));
     SS_RETURN_IF_ERROR(body_.Start(replica.params));
-    rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
-    thread_steps_.assign(replica.threads, 0);
     snapshot_.resize(replica.params.size());
     target_.resize(replica.params.size());
     return absl::OkStatus();
   }
 
-  absl::Status AfterStep(int thread) override {
-    SS_RETURN_IF_ERROR(SyncStrategy::AfterStep(thread));
-    if (++thread_steps_[thread] % config_.interval != 0) return absl::OkStatus();
-    const Clock::time_point start = Clock::now();
-    absl::Status status = rendezvous_->Arrive([this] { return Round(); });
-    RecordBlocked(Since(start));
-    return status;
-  }
-
-  void ThreadDone(int thread) override { rendezvous_->Leave(); }
-
-  absl::Status Finish() override { return client_->Leave(); }
-
  private:
-  // Every other thread waits, so the replica is ours alone.
-  absl::Status Round() {
+  absl::Status Round() override {
     const Clock::time_point start = Clock::now();
     const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
     model::CopyRelaxed(replica_.params.data(), snapshot_.data(),
@@ -303,10 +286,7 @@ class ForegroundStrategy final : public SyncStrategy {
     return absl::OkStatus();
   }
 
-  syncer::SyncerClient* const client_;
   RoundBody body_;
-  std::unique_ptr<Rendezvous> rendezvous_;
-  std::vector<int64_t> thread_steps_;     // Each entry written by its own thread only.
   std::vector<float> snapshot_, target_;  // Used by the round runner only.
 };
 
@@ -536,6 +516,32 @@ class NoSync final : public SyncStrategy {
       : SyncStrategy(config, registry) {}
 };
 }  // namespace
+
+IntervalRoundStrategy::IntervalRoundStrategy(SyncConfig config, syncer::SyncerClient* client,
+                                             prometheus::Registry* registry)
+    : SyncStrategy(std::move(config), registry), client_(client) {}
+
+IntervalRoundStrategy::~IntervalRoundStrategy() = default;
+
+absl::Status IntervalRoundStrategy::Start(const DenseReplica& replica) {
+  SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+  rendezvous_ = std::make_unique<Rendezvous>(replica.threads);
+  thread_steps_.assign(replica.threads, 0);
+  return absl::OkStatus();
+}
+
+absl::Status IntervalRoundStrategy::AfterStep(int thread) {
+  SS_RETURN_IF_ERROR(SyncStrategy::AfterStep(thread));
+  if (++thread_steps_[thread] % config_.interval != 0) return absl::OkStatus();
+  const Clock::time_point start = Clock::now();
+  absl::Status status = rendezvous_->Arrive([this] { return Round(); });
+  RecordBlocked(Since(start));
+  return status;
+}
+
+void IntervalRoundStrategy::ThreadDone(int thread) { rendezvous_->Leave(); }
+
+absl::Status IntervalRoundStrategy::Finish() { return client_->Leave(); }
 
 absl::StatusOr<std::unique_ptr<SyncStrategy>> MakeSyncStrategy(const SyncConfig& config,
                                                                syncer::SyncerClient* client,

@@ -27,6 +27,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,8 @@ class SyncerClient;
 }  // namespace shadowsync::syncer
 
 namespace shadowsync::worker {
+
+class Rendezvous;
 
 // Resolved settings of a strategy (the job spec's sync block with its
 // defaults filled in for the job's trainer count).
@@ -146,6 +149,32 @@ class SyncStrategy {
   std::atomic<int64_t> blocked_micros_{0};
   std::atomic<int64_t> gap_steps_{0};
   std::atomic<int64_t> last_round_steps_{0};
+};
+
+// A strategy whose training threads meet every `interval` local steps (per
+// thread) for one synchronous round: the last to arrive runs Round() while
+// the others wait, so the replica is the round's alone. fg-easgd/ma/bmuf and
+// ds-sync are built on it. Start() joins nothing: subclasses that need
+// groups join them in their own Start(), after calling this one.
+class IntervalRoundStrategy : public SyncStrategy {
+ public:
+  ~IntervalRoundStrategy() override;
+  absl::Status Start(const DenseReplica& replica) override;
+  absl::Status AfterStep(int thread) override;
+  void ThreadDone(int thread) override;
+  absl::Status Finish() override;
+
+ protected:
+  IntervalRoundStrategy(SyncConfig config, syncer::SyncerClient* client,
+                        prometheus::Registry* registry);
+  // One round; only ever one at a time, with every other thread waiting.
+  virtual absl::Status Round() = 0;
+
+  syncer::SyncerClient* const client_;
+
+ private:
+  std::unique_ptr<Rendezvous> rendezvous_;
+  std::vector<int64_t> thread_steps_;  // Each entry written by its own thread only.
 };
 
 // The strategy of `config`. `client` reaches the syncer and must outlive the
