@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -112,6 +113,53 @@ TEST_F(CliTest, BadFlagsAndMissingFilesGiveClearErrors) {
   EXPECT_NE(out.find("--bottom-mlp"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(RunShell(Bin() + " frobnicate", &out), 2);
+}
+
+// `shadowsync pod` and `shadowsync operator` refuse what they cannot run
+// with exit code 2 and a message naming the flag, file or field.
+TEST_F(CliTest, PodAndOperatorRefuseBadSettingsClearly) {
+  const std::string job = testing::SourceDir() + "/deploy/examples/quickstart.yaml";
+  const std::string map = dir_.File("shard-map.json");
+  testing::WriteFile(map, R"({"numServers": 2, "psAddresses": ["a:1", "b:1"]})");
+  const std::string pod = "env -u POD_NAME HOSTNAME=nohost " + Bin() + " pod";
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {" --role ps --config " + job + " --shard-map " + map + " --listen 127.0.0.1:0",
+            "StatefulSet ordinal"},
+           {" --index 0 --role ps --config " + dir_.File("none.json") + " --shard-map " + map,
+            "none.json"},
+           {" --index 0 --role ps --config " + job + " --shard-map " + dir_.File("none.json"),
+            "numServers"},
+           {" --index 0 --role chef --config " + job + " --shard-map " + map,
+            "--role must be trainer, ps or syncer, got 'chef'"},
+           {" --index 0 --role ps --config " + job + " --shard-map " + map,
+            "--listen is required for the ps role"},
+       }) {
+    std::string out;
+    EXPECT_EQ(RunShell(pod + c.args, &out), 2) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.args << "\n" << out;
+  }
+  std::string out;
+  EXPECT_EQ(
+      RunShell(Bin() + " operator --metrics-listen '' --kubeconfig " + dir_.File("no-kubeconfig"),
+               &out),
+      2);
+  EXPECT_NE(out.find("no-kubeconfig"), std::string::npos) << out;
+  testing::WriteFile(dir_.File("kubeconfig"), R"(apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --workers 0 --kubeconfig " +
+                         dir_.File("kubeconfig"),
+                     &out),
+            2);
+  EXPECT_NE(out.find("workers: 0, want >= 1"), std::string::npos) << out;
 }
 
 }  // namespace
