@@ -419,6 +419,14 @@ Observed Controller::Observe(const Json& job) {
   }
   // Training progress from the trainers' /metrics. A trainer that cannot be
   // reached (restarting) counts with what it last reported.
+  // At most once a second per job: pod events can trigger many reconciles
+  // in a row, and each scrape is an HTTP request per trainer.
+  {
+    MutexLock l(&mu_);
+    JobProgress& p = progress_[key];
+    if (observed.now - p.scraped_at < absl::Seconds(1)) return observed;  // keeps the status
+    p.scraped_at = observed.now;
+  }
   const int trainers = job.value("/spec/trainer/replicas"_json_pointer, 0);
   std::vector<std::optional<std::string>> texts(trainers);
   for (int i = 0; i < trainers; ++i) {

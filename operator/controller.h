@@ -137,6 +137,7 @@ class Controller {
     std::vector<int64_t> per_trainer;
     int finished = 0;     // trainers reporting shadowsync_trainer_finished 1
     int final_polls = 0;  // looks after Succeeded for the final counts
+    absl::Time scraped_at = absl::InfinitePast();
     absl::Time sampled_at = absl::InfinitePast();
     int64_t sampled_examples = 0;
   };
