@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 scripts/install-kube-tools.sh
+scripts/install-node-tools.sh
 
 echo "== format check (clang-format, .clang-format)"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.cc' -o -name '*.h' -not -path './build/*')
