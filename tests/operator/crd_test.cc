@@ -317,10 +317,14 @@ TEST_F(CrdTest, CommittedCrdYamlIsGenerated) {
       << "(or SHADOWSYNC_UPDATE_DOCS=1 crd_test)";
 }
 
+// deploy/examples/ and deploy/examples/sync/ (one job per synchronization
+// algorithm, named after it).
 TEST(DeployExamplesTest, EveryExampleParsesAndValidates) {
   int examples = 0;
   bool has_shadow_easgd_criteo = false;
-  for (const auto& entry : std::filesystem::directory_iterator(SourcePath("deploy/examples"))) {
+  std::set<std::string> sync_examples;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(SourcePath("deploy/examples"))) {
     const std::string path = entry.path().string();
     if (!path.ends_with(".yaml")) continue;
     SCOPED_TRACE(path);
@@ -329,6 +333,11 @@ TEST(DeployExamplesTest, EveryExampleParsesAndValidates) {
     ASSERT_TRUE(job.ok()) << job.status();
     has_shadow_easgd_criteo |= job->spec.sync.algorithm == SyncAlgorithm::kShadowEasgd &&
                                job->spec.data.format == DataFormat::kCriteoTsv;
+    if (entry.path().parent_path().filename() == "sync") {
+      // The file is named after the algorithm it shows.
+      EXPECT_EQ(entry.path().stem().string(), std::string(EnumName(job->spec.sync.algorithm)));
+      sync_examples.insert(entry.path().stem().string());
+    }
     // A CR too: one document, the CRD's group, version and kind.
     const std::vector<json> docs = LoadYamlDocuments(path);
     ASSERT_EQ(docs.size(), 1u);
@@ -337,6 +346,10 @@ TEST(DeployExamplesTest, EveryExampleParsesAndValidates) {
   }
   EXPECT_GE(examples, 2);
   EXPECT_TRUE(has_shadow_easgd_criteo);
+  for (std::string_view algorithm : EnumTraits<SyncAlgorithm>::kNames) {
+    EXPECT_TRUE(sync_examples.contains(std::string(algorithm)))
+        << "no deploy/examples/sync/" << algorithm << ".yaml";
+  }
 }
 
 // --- deploy/rbac.yaml and deploy/operator.yaml --------------------------------
