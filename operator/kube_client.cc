@@ -116,6 +116,24 @@ absl::Status StatusFromHttp(std::string_view method, std::string_view path, int 
   return absl::UnknownError(message);
 }
 
+absl::StatusOr<WatchEvent> ParseWatchLine(std::string_view line) {
+  Json frame = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (frame.is_discarded()) return absl::InvalidArgumentError("watch line is not JSON");
+  if (!frame.is_object()) return absl::InvalidArgumentError("watch line is not a JSON object");
+  auto type = frame.find("type");
+  if (type == frame.end() || !type->is_string()) {
+    return absl::InvalidArgumentError("watch line: \"type\" is missing or not a string");
+  }
+  auto object = frame.find("object");
+  if (object == frame.end() || !object->is_object()) {
+    return absl::InvalidArgumentError("watch line: \"object\" is missing or not an object");
+  }
+  WatchEvent event;
+  event.type = type->get<std::string>();
+  event.object = std::move(*object);
+  return event;
+}
+
 absl::Status RetryOnConflict(const std::function<absl::Status()>& fn, int attempts) {
   absl::BitGen gen;
   absl::Status status;
@@ -405,17 +423,16 @@ class KubeClient::Impl {
             absl::StrCat(method, " ", url, ": stream broken: ", e.what()));
       }
       for (std::string& line : splitter.Feed(chunk)) {
-        Json frame = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!frame.is_object() || !frame.contains("type")) {
+        absl::StatusOr<WatchEvent> parsed = ParseWatchLine(line);
+        if (!parsed.ok()) {
           // One bad line must not stall the stream; the next event or the
           // re-watch carries the state forward.
-          std::fprintf(stderr, "kube: %s %s: skipping a malformed watch line: %.200s\n",
-                       method.c_str(), collection_path.c_str(), line.c_str());
+          std::fprintf(stderr, "kube: %s %s: skipping a malformed watch line (%s): %.200s\n",
+                       method.c_str(), collection_path.c_str(),
+                       std::string(parsed.status().message()).c_str(), line.c_str());
           continue;
         }
-        WatchEvent event;
-        event.type = frame["type"].get<std::string>();
-        event.object = std::move(frame["object"]);
+        WatchEvent& event = *parsed;
         if (event.type == "ERROR") {
           const int code = event.object.is_object() ? event.object.value("code", 500) : 500;
           return StatusFromHttp(method, url, code, event.object.dump());

@@ -182,6 +182,12 @@ struct WatchEvent {
   Json object;
 };
 
+// Decodes one line of a watch stream: {"type": "<string>", "object": {...}}.
+// InvalidArgument naming what is wrong for anything else (not JSON, type
+// missing or not a string, object missing or not an object), so one bad line
+// is skipped rather than ending the watch or the process.
+absl::StatusOr<WatchEvent> ParseWatchLine(std::string_view line);
+
 struct KubeClientOptions {
   // HTTP idle timeout of ordinary calls. Default: 30 s.
   absl::Duration request_timeout = absl::Seconds(30);

@@ -115,6 +115,25 @@ TEST(LineSplitterTest, ByteByByteEqualsWhole) {
   EXPECT_EQ(whole.tail(), bytes.tail());
 }
 
+TEST(ParseWatchLineTest, DecodesEventsAndRefusesMalformedLines) {
+  absl::StatusOr<WatchEvent> event =
+      ParseWatchLine(R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})");
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_EQ(event->type, "ADDED");
+  EXPECT_EQ(event->object["metadata"]["name"], "a");
+
+  EXPECT_THAT(ParseWatchLine("{"), StatusIs(absl::StatusCode::kInvalidArgument, "not JSON"));
+  EXPECT_THAT(ParseWatchLine("[1]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a JSON object"));
+  // A non-string type once threw out of the watch loop.
+  EXPECT_THAT(ParseWatchLine(R"({"type":5,"object":{}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "\"type\""));
+  EXPECT_THAT(ParseWatchLine(R"({"type":"ADDED","object":"x"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "\"object\""));
+  EXPECT_THAT(ParseWatchLine(R"({"type":"ADDED"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "\"object\""));
+}
+
 TEST(CancellationTest, RunsCallbacksOnceAndWakesSleepers) {
   Cancellation cancel;
   std::atomic<int> calls = 0;
