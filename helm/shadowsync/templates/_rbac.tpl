@@ -1,0 +1,41 @@
+{{- /*
+The operator's permissions on the jobs and their children (deploy/rbac.yaml's
+ClusterRole "shadowsync-operator"), shared by the ClusterRole (watchScope
+cluster) and the namespaced Role (watchScope namespace). Least privilege: it
+watches ShadowSyncJobs and writes their status, server-side-applies and deletes
+the children Reconcile renders (StatefulSets, Services, ConfigMaps), reads pods,
+and records events. No secrets, no wildcards.
+*/}}
+{{- define "shadowsync.operatorRules" -}}
+# The jobs: watched; deleted when ttlSecondsAfterFinished expires.
+- apiGroups: ["shadowsync.io"]
+  resources: ["shadowsyncjobs"]
+  verbs: ["get", "list", "watch", "delete"]
+- apiGroups: ["shadowsync.io"]
+  resources: ["shadowsyncjobs/status"]
+  verbs: ["get", "update", "patch"]
+# Trainer scaling through the scale subresource (kubectl scale, HPA).
+- apiGroups: ["shadowsync.io"]
+  resources: ["shadowsyncjobs/scale"]
+  verbs: ["get", "update", "patch"]
+# Children carry ownerReferences with blockOwnerDeletion: true; with the
+# OwnerReferencesPermissionEnforcement admission plugin that needs this.
+- apiGroups: ["shadowsync.io"]
+  resources: ["shadowsyncjobs/finalizers"]
+  verbs: ["update"]
+# The children, created and updated by server-side apply.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Pods are read for phases, readiness, restarts and trainer completion; the
+# StatefulSet controller creates and deletes them.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
