@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -520,9 +521,11 @@ std::string Got(const json& j) {
     case json::value_t::string: {
       std::string s = j.get<std::string>();
       if (s.size() > 40) {
-        s = s.substr(0, 37) + "...";
+        size_t cut = 37;  // Not inside a UTF-8 sequence: JSON could not hold half of one.
+        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+        s = s.substr(0, cut) + "...";
       }
-      return json(s).dump();
+      return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
     }
     case json::value_t::object:
       return "an object";
@@ -1472,23 +1475,94 @@ std::string FormatProblems(const Problems& problems, std::string_view source,
   return absl::StrJoin(out, "\n");
 }
 
+// Parses YAML events and drops them: only the number of documents matters.
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+constexpr int kMaxYamlDocuments = 16;
+
+// The offset of the first byte of `text` that is not well-formed UTF-8
+// (RFC 3629: no overlongs, no surrogates, at most U+10FFFF), or npos.
+size_t FirstInvalidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    int n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // Range of the second byte.
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    for (int k = 1; k <= n; ++k) {
+      if (i + k >= text.size()) return i;
+      const auto b = static_cast<unsigned char>(text[i + k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return std::string_view::npos;
+}
+
 // Text -> JSON value. YAML keeps lines for later messages; JSON has none.
 absl::StatusOr<json> YamlToJson(std::string_view text, std::string_view source, LineMap& lines,
                                 Problems& problems) {
-  std::vector<YAML::Node> docs;
+  // YAML streams are Unicode; and every string we keep is later written as
+  // JSON (status, ConfigMap, job.json), which cannot hold stray bytes.
+  if (const size_t bad = FirstInvalidUtf8(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const size_t line = std::count(before.begin(), before.end(), '\n') + 1;
+    const size_t line_start = before.rfind('\n');
+    const size_t column = bad - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+    return absl::InvalidArgumentError(absl::StrCat(
+        Av(source), ":", line, ":", column, ": not valid UTF-8 (a YAML file must be UTF-8)"));
+  }
+  YAML::Node doc;
+  int docs = 0;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    // Not YAML::LoadAll: on some malformed inputs (e.g. ",*") yaml-cpp 0.7's
+    // parser yields empty documents forever and LoadAll allocates until the
+    // process dies (jbeder/yaml-cpp#1319, found by fuzz_job_spec). Count
+    // documents up to a cap, then load the first.
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (docs < kMaxYamlDocuments && parser.HandleNextDocument(counter)) ++docs;
+    if (docs == 1) doc = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         Av(source), ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg));
   }
-  if (docs.size() != 1) {
+  if (docs != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(Av(source), ": expected exactly one YAML document (one ShadowSyncJob), found ",
-                     docs.size()));
+                     docs, docs == kMaxYamlDocuments ? " or more" : ""));
   }
   YamlConverter converter(lines, problems);
-  return converter.Convert(docs[0], "");
+  return converter.Convert(doc, "");
 }
 
 // Duplicate keys are legal JSON that nlohmann would silently collapse; this

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The one command that sets up and runs every test, exiting non-zero on any
 # failure: installs dependencies, checks formatting, builds the release
-# preset and runs its tests, then runs the concurrency suites again under
-# ThreadSanitizer (the `tsan` preset).
+# preset and runs its tests, runs the concurrency suites again under
+# ThreadSanitizer (the `tsan` preset), then fuzzes each libFuzzer target for
+# 30 s (the `fuzz` preset, scripts/fuzz.sh).
 #
 #   scripts/test.sh              everything CI runs
-#   SHADOWSYNC_SKIP_SANITIZERS=1 scripts/test.sh   release suites only (quick local loop)
+#   SHADOWSYNC_SKIP_SANITIZERS=1 SHADOWSYNC_SKIP_FUZZ=1 scripts/test.sh
+#                                release suites only (quick local loop)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,5 +40,11 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
     sync_switch_test)
   scripts/build.sh tsan --target "${tsan_targets[@]}"
   ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest)\.'
+fi
+if [[ "${SHADOWSYNC_SKIP_FUZZ:-0}" != "1" ]]; then
+  # Every libFuzzer target for 30 s after replaying its kept crash inputs
+  # (bench/run.sh fuzz runs them 5 minutes each).
+  echo "== fuzz targets (30 s each)"
+  scripts/fuzz.sh 30
 fi
 echo "scripts/test.sh: all tests passed"

@@ -24,6 +24,7 @@ using ::shadowsync::testing::StatusIs;
 using ::shadowsync::testing::WriteFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using json = nlohmann::json;
 
@@ -425,6 +426,16 @@ TEST_F(JobSpecTest, TypeErrorNamesPathAndLine) {
             "job.yaml:8: spec.trainer.replicas: expected an integer, got \"two\"");
 }
 
+// Found by fuzz_job_spec: shortening a long value cut a UTF-8 character in
+// half, and quoting the half threw.
+TEST_F(JobSpecTest, LongValuesAreShortenedOnCharacterBoundaries) {
+  // 36 ASCII bytes, then "é" (2 bytes) straddling the 37-byte cut.
+  const std::string value = std::string(36, 'a') + "\xC3\xA9" + "bbbbbbbb";
+  EXPECT_EQ(Msg(ParseSpec("spec:\n  trainer:\n    replicas: \"" + value + "\"\n")),
+            "job.yaml:7: spec.trainer.replicas: expected an integer, got \"" +
+                std::string(36, 'a') + "...\"");
+}
+
 TEST_F(JobSpecTest, TypeErrorsByKind) {
   struct Case {
     std::string spec;
@@ -504,6 +515,31 @@ TEST_F(JobSpecTest, YamlSyntaxErrorHasLineAndColumn) {
 
   job = ParseJobYaml("a: b: c\n", "bad.yaml");
   EXPECT_EQ(Msg(job), "bad.yaml:1:5: YAML syntax error: illegal map value");
+}
+
+// Found by fuzz_job_spec: a stray byte in the name made ValidateJob's
+// message formatting throw (JSON cannot hold it) and ended the process.
+TEST_F(JobSpecTest, YamlThatIsNotUtf8IsRefusedWithItsPosition) {
+  EXPECT_EQ(Msg(ParseJobYaml("apiVersion: shadowsync.io/v1alpha1\nkind: ShadowSyncJob\n"
+                             "metadata: {name: ab\xE9m}\n",
+                             "job.yaml")),
+            "job.yaml:3:20: not valid UTF-8 (a YAML file must be UTF-8)");
+  // Overlong, surrogate and truncated sequences too; real UTF-8 passes.
+  for (const char* bad : {"a: \xC0\xAF\n", "a: \xED\xA0\x80\n", "a: \xF0\x9F\x98\n"}) {
+    EXPECT_THAT(ParseJobYaml(bad, "x.yaml"),
+                StatusIs(absl::StatusCode::kInvalidArgument, "x.yaml:1:4: not valid UTF-8"));
+  }
+  EXPECT_THAT(ParseJobYaml("a: \"caf\xC3\xA9 \xF0\x9F\x98\x80\"\n", "x.yaml"),
+              Not(StatusIs(absl::StatusCode::kInvalidArgument, "UTF-8")));
+}
+
+// Found by fuzz_job_spec: yaml-cpp's LoadAll allocated without bound on
+// these; they are now refused at once.
+TEST_F(JobSpecTest, YamlThatNeverEndsIsRefused) {
+  for (const char* text : {",*\n", ",*#\n\n# x"}) {
+    EXPECT_THAT(ParseJobYaml(text, "x.yaml"),
+                StatusIs(absl::StatusCode::kInvalidArgument, "x.yaml: expected exactly one YAML"));
+  }
 }
 
 TEST_F(JobSpecTest, ExactlyOneYamlDocumentIsAccepted) {
