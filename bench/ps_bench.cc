@@ -65,6 +65,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/model/embedding_table.h"
@@ -243,123 +244,7 @@ double ZipfRank1Probability(int64_t n, double s) {
 }
 
 // ---------------------------------------------------------------------------
-// Child processes and /proc.
-
-// A child process running `argv` with stdout and stderr appended to a log file. It gets
-// SIGTERM if this process dies (PR_SET_PDEATHSIG), so an interrupted benchmark leaves no
-// server behind; the destructor SIGKILLs one still running.
-class ChildProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv,
-                                                             const std::string& log_path) {
-    // Everything the child needs is prepared before fork: after it, only async-signal-safe
-    // calls are allowed (gRPC threads may hold malloc's locks).
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-      return absl::InternalError(absl::StrCat("open ", log_path, ": ", strerror(errno)));
-    }
-    const pid_t parent = getpid();
-    const Clock::time_point start = Clock::now();
-    const pid_t pid = fork();
-    if (pid < 0) {
-      close(log_fd);
-      return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-    }
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);
-      dup2(log_fd, STDOUT_FILENO);
-      dup2(log_fd, STDERR_FILENO);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(log_fd);
-    return std::unique_ptr<ChildProcess>(new ChildProcess(pid, start, log_path));
-  }
-
-  ~ChildProcess() {
-    if (!exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  pid_t pid() const { return pid_; }
-  Clock::time_point started() const { return started_; }
-  const std::string& log_path() const { return log_path_; }
-
-  // True once the child has exited (reaps it).
-  bool Exited() {
-    if (exited_) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) exited_ = true;
-    return exited_;
-  }
-
-  // Sends `sig`, waits for the exit; returns the seconds it took. DeadlineExceeded (and a
-  // SIGKILL) if it outlives `timeout`.
-  absl::StatusOr<double> Stop(int sig, absl::Duration timeout) {
-    if (Exited()) return 0.0;
-    const Clock::time_point start = Clock::now();
-    kill(pid_, sig);
-    const Clock::time_point deadline = start + absl::ToChronoNanoseconds(timeout);
-    while (!Exited()) {
-      if (Clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        exited_ = true;
-        return absl::DeadlineExceededError(
-            absl::StrCat("pid ", pid_, " did not exit within ", absl::FormatDuration(timeout),
-                         " of signal ", sig, " (log: ", log_path_, ")"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return Seconds(Clock::now() - start);
-  }
-
-  // The last lines of the log, for error messages.
-  std::string LogTail() const {
-    std::ifstream in(log_path_);
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    const size_t from = lines.size() > 10 ? lines.size() - 10 : 0;
-    return absl::StrJoin(lines.begin() + from, lines.end(), "\n");
-  }
-
- private:
-  ChildProcess(pid_t pid, Clock::time_point started, std::string log_path)
-      : pid_(pid), started_(started), log_path_(std::move(log_path)) {}
-  const pid_t pid_;
-  const Clock::time_point started_;
-  const std::string log_path_;
-  bool exited_ = false;
-};
-
-// A field of /proc/PID/status in kB (VmRSS, VmHWM); -1 if unreadable.
-int64_t ProcStatusKb(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1);
-  }
-  return -1;
-}
-
-// User + system CPU seconds of a process (all its threads) from /proc/PID/stat.
-double ProcCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command, which may contain spaces, start after the last ')'.
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::vector<std::string> fields = absl::StrSplit(stat.substr(paren + 2), ' ');
-  if (fields.size() < 13) return 0;
-  // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / ticks;
-}
+// /proc.
 
 double SelfCpuSeconds() {
   rusage usage;
@@ -444,19 +329,9 @@ class OurServer {
     // clang-format on
     SS_ASSIGN_OR_RETURN(s->child_, ChildProcess::Spawn(argv, log_path));
     // Startup time = fork to the ready file: exec, RocksDB open, redo-log replay, gRPC bind.
-    const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
-    while (!fs::exists(ready)) {
-      if (s->child_->Exited()) {
-        return absl::InternalError(
-            absl::StrCat("shadowsync ps exited during startup:\n", s->child_->LogTail()));
-      }
-      if (Clock::now() > deadline) return absl::DeadlineExceededError("shadowsync ps startup");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    SS_ASSIGN_OR_RETURN(const auto ports, s->child_->WaitReady(ready, absl::Minutes(10)));
     s->startup_seconds_ = Seconds(Clock::now() - s->child_->started());
-    std::ifstream in(ready);
-    in >> s->grpc_port_ >> s->metrics_port_;
-    if (!in) return absl::InternalError(absl::StrCat("unreadable ready file ", ready));
+    std::tie(s->grpc_port_, s->metrics_port_) = ports;
     worker::PsClientOptions options;
     options.rpc_deadline = absl::Seconds(60);  // A cold 10M-row push batch takes a while.
     SS_ASSIGN_OR_RETURN(s->client_,
