@@ -9,6 +9,7 @@
 #include <iostream>
 #include <system_error>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -121,6 +122,33 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
   return data;
 }
 
+void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files) {
+  cmd.add_option("--tls-ca-file", files.tls_ca_file,
+                 "PEM CA certificate(s) peers must chain to; with --tls-cert-file and "
+                 "--tls-key-file: mutual TLS on every gRPC link (docs/security.md)");
+  cmd.add_option("--tls-cert-file", files.tls_cert_file,
+                 "PEM certificate presented as server and as client");
+  cmd.add_option("--tls-key-file", files.tls_key_file, "PEM private key of --tls-cert-file");
+  cmd.add_option("--tls-server-name", files.tls_server_name,
+                 "name the servers' certificates are verified for (empty: the dialled host)")
+      ->capture_default_str();
+  cmd.add_option("--auth-token-file", files.auth_token_file,
+                 "file holding the shared bearer token sent on (and, by servers, required of) "
+                 "every gRPC call");
+}
+
+GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security) {
+  GrpcSecurityFiles files;
+  if (security.tls) {
+    files.tls_ca_file = security.tls->ca_file;
+    files.tls_cert_file = security.tls->cert_file;
+    files.tls_key_file = security.tls->key_file;
+    files.tls_server_name = security.tls->server_name;
+  }
+  if (security.auth_token) files.auth_token_file = security.auth_token->file;
+  return files;
+}
+
 std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p) {
   const model::OptimizerKind kind = spec.parameter_server.optimizer == Optimizer::kSgd
                                         ? model::OptimizerKind::kSgd
@@ -160,13 +188,19 @@ std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p) {
                                    std::to_string(spec.parameter_server.eviction.max_rows)};
   if (p.join) args.push_back("--join");
   if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  for (std::string& a : GrpcSecurityArgs(SecurityFilesOf(spec.security))) {
+    args.push_back(std::move(a));
+  }
   return args;
 }
 
-std::vector<std::string> SyncerArgs(const SyncerProcess& p) {
+std::vector<std::string> SyncerArgs(const JobSpec& spec, const SyncerProcess& p) {
   std::vector<std::string> args = {"syncer", "--listen", p.listen, "--metrics-listen",
                                    p.metrics_listen};
   if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  for (std::string& a : GrpcSecurityArgs(SecurityFilesOf(spec.security))) {
+    args.push_back(std::move(a));
+  }
   return args;
 }
 
@@ -195,6 +229,15 @@ std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& 
   if (!p.report_json.empty()) args.insert(args.end(), {"--report-json", p.report_json});
   if (!p.progress_file.empty()) args.insert(args.end(), {"--progress-file", p.progress_file});
   if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  // spec.trainer.straggler slows trainers 0..count-1 (docs/job-spec.md).
+  if (spec.trainer.straggler.has_value() && p.index < spec.trainer.straggler->count) {
+    args.insert(args.end(),
+                {"--straggle-delay-ms", std::to_string(spec.trainer.straggler->delay_ms),
+                 "--straggle-jitter-ms", std::to_string(spec.trainer.straggler->jitter_ms)});
+  }
+  for (std::string& a : GrpcSecurityArgs(SecurityFilesOf(spec.security))) {
+    args.push_back(std::move(a));
+  }
   return args;
 }
 

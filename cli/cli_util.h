@@ -10,7 +10,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/grpc_security.h"
 #include "common/job_spec.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace shadowsync::cli {
 
@@ -61,6 +66,12 @@ int ServeUntilSignal(const std::string& name, const std::string& ready_file, Sta
   return 0;
 }
 
+// Registers --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name
+// and --auth-token-file on `cmd`, filling `files`.
+void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files);
+// The file paths of a job's spec.security (empty where a section is absent).
+GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security);
+
 // Splits comma-separated lists given as one or several flags.
 std::vector<std::string> SplitList(const std::vector<std::string>& flags);
 
@@ -75,7 +86,8 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
 
 // The arguments (after the binary) that run one process of a job's role:
 // shared by the local launcher and `shadowsync pod`, so both start servers
-// and trainers the same way from the same spec.
+// and trainers the same way from the same spec. Each carries the security
+// flags of spec.security (file paths only).
 struct PsProcess {
   std::string listen, metrics_listen, db;
   // --peers and --self-index matter only for a server's first start: after
@@ -90,7 +102,7 @@ std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p);
 struct SyncerProcess {
   std::string listen, metrics_listen, ready_file;
 };
-std::vector<std::string> SyncerArgs(const SyncerProcess& p);
+std::vector<std::string> SyncerArgs(const JobSpec& spec, const SyncerProcess& p);
 
 struct TrainerProcess {
   std::string config;  // The job file (as the launcher or the operator rendered it).

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "cli/cli_util.h"
 #include "common/job_spec.h"
 #include "common/model/optimizer.h"
@@ -117,6 +118,7 @@ class Launch {
 
   const LaunchOptions& options_;
   ShadowSyncJob job_;
+  GrpcSecurity security_;  // Of the launcher's own calls to the servers (spec.security).
   std::string run_dir_;
   std::vector<Child> children_;
   std::vector<std::string> ps_addresses_;  // ps-i at [i]; changes with scale
@@ -494,7 +496,8 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
     // Requests already sent still land: wait until the cluster stops changing.
     std::optional<ps::RowSetChecksum> last;
     for (int i = 0; i < 50; ++i) {
-      absl::StatusOr<ps::RowSetChecksum> now = ps::ClusterChecksum(ps_addresses_);
+      absl::StatusOr<ps::RowSetChecksum> now =
+          ps::ClusterChecksum(ps_addresses_, absl::Seconds(120), security_);
       if (now.ok() && last.has_value() && *now == *last) break;
       if (now.ok()) last = *now;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -520,6 +523,7 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   std::cerr << (options_.tty ? "\n" : "") << "resharding " << current << " -> " << n
             << " parameter server(s)" << (pause ? " with training paused" : "") << "\n";
   ps::ReshardOptions o;
+  o.security = security_;
   o.log = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
 
@@ -538,7 +542,8 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   if (!report.ok()) {
     // Completed steps stand (a failed one was rolled back): the servers'
     // map says which of them are in the job now.
-    absl::StatusOr<ShardMap> map = ps::FetchShardMap(ps_addresses_.front());
+    absl::StatusOr<ShardMap> map =
+        ps::FetchShardMap(ps_addresses_.front(), absl::Seconds(30), security_);
     if (map.ok()) {
       ps_addresses_ = map->addresses();
       stop_from(map->num_servers());
@@ -608,6 +613,18 @@ absl::Status Launch::PollControl() {
 absl::StatusOr<nlohmann::json> Launch::Run() {
   SS_ASSIGN_OR_RETURN(job_, LoadJobFile(options_.job_path));
   const JobSpec& spec = job_.spec;
+  if (absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(SecurityFilesOf(spec.security));
+      security.ok()) {
+    security_ = *std::move(security);
+  } else {
+    // Name the job's fields rather than the flags the processes would get.
+    return absl::InvalidArgumentError(
+        absl::StrReplaceAll(std::string(security.status().message()),
+                            {{"--tls-ca-file", "spec.security.tls.caFile"},
+                             {"--tls-cert-file", "spec.security.tls.certFile"},
+                             {"--tls-key-file", "spec.security.tls.keyFile"},
+                             {"--auth-token-file", "spec.security.authToken.file"}}));
+  }
   run_dir_ =
       options_.run_dir.empty() ? absl::StrCat("runs/", job_.metadata.name) : options_.run_dir;
   fs::create_directories(run_dir_);
@@ -674,7 +691,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     Child c{.name = absl::StrCat("syncer-", i), .role = Role::kSyncer};
     c.argv = {bin};
     for (std::string& a :
-         SyncerArgs({.listen = syncer_addresses.back(), .metrics_listen = "127.0.0.1:0"})) {
+         SyncerArgs(spec, {.listen = syncer_addresses.back(), .metrics_listen = "127.0.0.1:0"})) {
       c.argv.push_back(std::move(a));
     }
     children_.push_back(std::move(c));
@@ -723,7 +740,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   }
   if (options_.resume) {
     // The servers came back on new ports, each knowing only its own.
-    SS_RETURN_IF_ERROR(ps::Readdress(ps_addresses_).status());
+    SS_RETURN_IF_ERROR(ps::Readdress(ps_addresses_, absl::Seconds(30), security_).status());
   }
   WriteLaunchState();
   start_ = Clock::now();

@@ -37,6 +37,7 @@ struct OperatorFlags {
   int pod_metrics_port = 9100;
   std::string address_template = std::string(op::kDefaultAddressTemplate);
   int reshard_slots_per_step = 256;
+  GrpcSecurityFiles security;
 };
 
 std::string Hostname() {
@@ -49,6 +50,12 @@ int RunOperator(const OperatorFlags& f) {
   if (!InstallStopSignals()) {
     std::cerr << "shadowsync operator: cannot create the signal pipe\n";
     return 1;
+  }
+  // Checked first: a bad path is a bad flag, whatever the cluster.
+  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
+  if (!security.ok()) {
+    std::cerr << "shadowsync operator: " << security.status().message() << "\n";
+    return 2;
   }
   absl::StatusOr<kube::KubeConfig> config = kube::ResolveConfig(f.kubeconfig);
   if (!config.ok()) {
@@ -97,6 +104,7 @@ int RunOperator(const OperatorFlags& f) {
   options.reconcile.metrics_port = f.pod_metrics_port;
   options.reconcile.address_template = f.address_template;
   options.reshard_slots_per_step = f.reshard_slots_per_step;
+  options.ps_security = *std::move(security);
   options.registry = registry.get();
   absl::StatusOr<std::unique_ptr<op::Controller>> controller =
       op::Controller::Create(client->get(), options);
@@ -165,6 +173,9 @@ Action AddOperatorCommand(CLI::App& app) {
   cmd->add_option("--reshard-slots-per-step", f->reshard_slots_per_step,
                   "slots moved per shard-map epoch")
       ->capture_default_str();
+  // The operator's own certificate and token for its calls to the parameter
+  // servers while resharding (used for jobs whose spec.security asks).
+  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunOperator(*f); };
 }
 

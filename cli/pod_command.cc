@@ -43,6 +43,7 @@ struct PodFlags {
   std::string listen;
   std::string metrics_listen = "0.0.0.0:9100";
   int index = -1;
+  GrpcSecurityFiles security;  // Overrides spec.security's paths where given.
 };
 
 // The ordinal of a StatefulSet pod name: "job-ps-3" -> 3.
@@ -146,6 +147,25 @@ int RunPod(const PodFlags& f) {
     std::cerr << "shadowsync pod: " << job.status().message() << "\n";
     return 2;
   }
+  // The security flags override the spec's paths (the children get them
+  // through PsArgs, SyncerArgs and TrainerArgs).
+  auto apply_security_flags = [&f](SecuritySpec& security) {
+    if (!f.security.tls_cert_file.empty() || !f.security.tls_ca_file.empty() ||
+        !f.security.tls_key_file.empty()) {
+      TlsSpec tls = security.tls.value_or(TlsSpec{});
+      tls.ca_file = f.security.tls_ca_file;
+      tls.cert_file = f.security.tls_cert_file;
+      tls.key_file = f.security.tls_key_file;
+      tls.server_name = f.security.tls_server_name;
+      security.tls = tls;
+    }
+    if (!f.security.auth_token_file.empty()) {
+      AuthTokenSpec token = security.auth_token.value_or(AuthTokenSpec{});
+      token.file = f.security.auth_token_file;
+      security.auth_token = token;
+    }
+  };
+  apply_security_flags(job->spec.security);
   std::ifstream in(f.shard_map);
   const nlohmann::json map = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!map.is_object() || !map.contains("numServers") || !map["numServers"].is_number_integer()) {
@@ -172,7 +192,7 @@ int RunPod(const PodFlags& f) {
                               .self_index = index,
                               .join = join});
   } else if (f.role == "syncer") {
-    args = SyncerArgs({.listen = f.listen, .metrics_listen = f.metrics_listen});
+    args = SyncerArgs(job->spec, {.listen = f.listen, .metrics_listen = f.metrics_listen});
   } else if (f.role == "trainer") {
     if (ps.empty()) {
       std::cerr << "shadowsync pod: --shard-map " << f.shard_map << ": no psAddresses\n";
@@ -192,7 +212,10 @@ int RunPod(const PodFlags& f) {
                 << " trainers\n";
       std::this_thread::sleep_for(std::chrono::seconds(2));
       absl::StatusOr<ShadowSyncJob> reread = LoadJobFile(f.config);
-      if (reread.ok()) *job = *std::move(reread);
+      if (reread.ok()) {
+        *job = *std::move(reread);
+        apply_security_flags(job->spec.security);
+      }
     }
     absl::StatusOr<JobData> data = PrepareJobData(job->spec, f.data_dir + "/data");
     if (!data.ok()) {
@@ -239,6 +262,7 @@ Action AddPodCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--index", f->index,
                   "this pod's index (default: the ordinal ending $POD_NAME or $HOSTNAME)");
+  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunPod(*f); };
 }
 

@@ -48,6 +48,7 @@ struct PsFlags {
   double shutdown_grace_seconds = 5;
   bool sync_writes = false;
   std::string ready_file;
+  GrpcSecurityFiles security;
 };
 
 int RunPs(const PsFlags& f) {
@@ -83,6 +84,12 @@ int RunPs(const PsFlags& f) {
   o.service.max_request_rows = f.max_request_rows;
   o.eviction_interval = absl::Seconds(f.eviction_interval_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
+  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
+  if (!security.ok()) {
+    std::cerr << "shadowsync ps: " << security.status().message() << "\n";
+    return 2;
+  }
+  o.security = *std::move(security);
 
   return ServeUntilSignal("ps", f.ready_file, [&] { return ps::PsServer::Start(std::move(o)); });
 }
@@ -141,6 +148,7 @@ Action AddPsCommand(CLI::App& app) {
                 "fsync the WAL before acknowledging a push (see docs/durability.md)");
   cmd->add_option("--ready-file", f->ready_file,
                   "write \"GRPC_PORT METRICS_PORT\" here once serving");
+  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunPs(*f); };
 }
 

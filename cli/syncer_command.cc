@@ -25,6 +25,7 @@ struct SyncerFlags {
   double member_timeout_seconds = 10;
   double shutdown_grace_seconds = 5;
   std::string ready_file;
+  GrpcSecurityFiles security;
 };
 
 int RunSyncer(const SyncerFlags& f) {
@@ -37,6 +38,12 @@ int RunSyncer(const SyncerFlags& f) {
   o.metrics_address = f.metrics_listen;
   o.service.member_timeout = absl::Seconds(f.member_timeout_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
+  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
+  if (!security.ok()) {
+    std::cerr << "shadowsync syncer: " << security.status().message() << "\n";
+    return 2;
+  }
+  o.security = *std::move(security);
 
   return ServeUntilSignal("syncer", f.ready_file,
                           [&] { return syncer::SyncerServer::Start(std::move(o)); });
@@ -63,6 +70,7 @@ Action AddSyncerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ready-file", f->ready_file,
                   "write \"GRPC_PORT METRICS_PORT\" here once serving");
+  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunSyncer(*f); };
 }
 

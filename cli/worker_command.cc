@@ -40,6 +40,7 @@ struct WorkerFlags {
   std::string report_json;
   std::string progress_file;
   std::string ready_file;
+  GrpcSecurityFiles security;
 };
 
 int RunWorkerCommand(const WorkerFlags& f) {
@@ -51,6 +52,9 @@ int RunWorkerCommand(const WorkerFlags& f) {
   if (!job.ok()) return fail(job.status());
   worker::WorkerOptions o;
   o.spec = job->spec;
+  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
+  if (!security.ok()) return fail(security.status());
+  o.security = *std::move(security);
   if (!f.algorithm.empty()) {
     auto algorithm = ParseEnumName<SyncAlgorithm>(f.algorithm);
     if (!algorithm.has_value()) {
@@ -163,6 +167,7 @@ Action AddWorkerCommand(CLI::App& app) {
                   "rewrite progress (examples, examples/s, train NE) as JSON here");
   cmd->add_option("--ready-file", flags->ready_file,
                   "write \"0 METRICS_PORT\" here once training starts");
+  AddSecurityFlags(*cmd, flags->security);
   return [flags] { return RunWorkerCommand(*flags); };
 }
 

@@ -463,6 +463,43 @@ void Fields(V& v, S& s) {
                                 "trainer pods for their logs."});
 }
 
+template <typename V, Is<TlsSpec> S>
+void Fields(V& v, S& s) {
+  v(s.ca_file, {.name = "caFile",
+                .doc = "PEM CA certificate(s) a peer's certificate must chain to (path as the "
+                       "processes see it)."});
+  v(s.cert_file, {.name = "certFile",
+                  .doc = "PEM certificate every process presents, as server and as client; its "
+                         "SANs must include serverName."});
+  v(s.key_file, {.name = "keyFile", .doc = "PEM private key of certFile."});
+  v(s.server_name, {.name = "serverName",
+                    .doc = "DNS name clients verify the servers' certificate for, whatever "
+                           "address they dial; empty = the dialled host."});
+  v(s.secret_name, {.name = "secretName",
+                    .doc = "Kubernetes only: a Secret with ca.crt, tls.crt and tls.key that the "
+                           "operator mounts read-only at /etc/shadowsync/tls in every pod."});
+}
+
+template <typename V, Is<AuthTokenSpec> S>
+void Fields(V& v, S& s) {
+  v(s.file, {.name = "file",
+             .doc = "File holding the shared bearer token (surrounding whitespace is "
+                    "ignored). The token itself never appears in the spec, flags or logs."});
+  v(s.secret_name, {.name = "secretName",
+                    .doc = "Kubernetes only: a Secret with the key `token` that the operator "
+                           "mounts read-only at /etc/shadowsync/auth in every pod."});
+}
+
+template <typename V, Is<SecuritySpec> S>
+void Fields(V& v, S& s) {
+  v(s.tls, {.name = "tls",
+            .doc = "Mutual TLS on every gRPC link (docs/security.md); absent = plaintext."});
+  v(s.auth_token,
+    {.name = "authToken",
+     .doc = "Shared bearer token every gRPC call carries and parameter servers and syncers "
+            "check; absent = none."});
+}
+
 template <typename V, Is<JobSpec> S>
 void Fields(V& v, S& s) {
   v(s.model, {.name = "model", .doc = "The DLRM model. Default: DLRM-small."});
@@ -475,6 +512,8 @@ void Fields(V& v, S& s) {
   v(s.checkpoint, {.name = "checkpoint", .doc = "Periodic checkpoints."});
   v(s.run_policy,
     {.name = "runPolicy", .doc = "Lifecycle policy, as in Kubeflow's TFJob/PyTorchJob."});
+  v(s.security, {.name = "security",
+                 .doc = "Transport security: mutual TLS and a bearer token (docs/security.md)."});
 }
 
 template <typename V, Is<ShadowSyncJob> S>
@@ -1728,6 +1767,48 @@ void ValidateMetadata(const JobMetadata& m, Problems& p) {
   }
 }
 
+// A path the pods read from a Secret mounted at `mount` must lie under it.
+void CheckMountedFile(const std::string& path, const std::string& field, std::string_view mount,
+                      std::string_view secret_field, Problems& p) {
+  if (path.empty()) {
+    p.push_back({field, "must not be empty"});
+  } else if (!secret_field.empty() && !absl::StartsWith(path, absl::StrCat(Av(mount), "/"))) {
+    p.push_back(
+        {field, absl::StrCat("with ", Av(secret_field), " set the Secret is mounted at ", Av(mount),
+                             ", so the file must be under it, got ", json(path).dump())});
+  }
+}
+
+void SecurityProblems(const SecuritySpec& sec, Problems& p) {
+  if (sec.tls) {
+    const TlsSpec& tls = *sec.tls;
+    const std::string_view secret = tls.secret_name.empty() ? "" : "spec.security.tls.secretName";
+    CheckMountedFile(tls.ca_file, "spec.security.tls.caFile", kTlsMountPath, secret, p);
+    CheckMountedFile(tls.cert_file, "spec.security.tls.certFile", kTlsMountPath, secret, p);
+    CheckMountedFile(tls.key_file, "spec.security.tls.keyFile", kTlsMountPath, secret, p);
+    if (!tls.server_name.empty() && !IsDns1123Subdomain(tls.server_name)) {
+      p.push_back({"spec.security.tls.serverName",
+                   absl::StrCat("must be a DNS name (a DNS-1123 subdomain) or empty, got ",
+                                json(tls.server_name).dump())});
+    }
+    if (!tls.secret_name.empty() && !IsDns1123Subdomain(tls.secret_name)) {
+      p.push_back({"spec.security.tls.secretName",
+                   absl::StrCat("must be a Secret name (a DNS-1123 subdomain), got ",
+                                json(tls.secret_name).dump())});
+    }
+  }
+  if (sec.auth_token) {
+    const AuthTokenSpec& token = *sec.auth_token;
+    CheckMountedFile(token.file, "spec.security.authToken.file", kAuthMountPath,
+                     token.secret_name.empty() ? "" : "spec.security.authToken.secretName", p);
+    if (!token.secret_name.empty() && !IsDns1123Subdomain(token.secret_name)) {
+      p.push_back({"spec.security.authToken.secretName",
+                   absl::StrCat("must be a Secret name (a DNS-1123 subdomain), got ",
+                                json(token.secret_name).dump())});
+    }
+  }
+}
+
 void ValidateSpec(const JobSpec& s, Problems& p) {
   const ModelSpec& model = s.model;
   if (model.dense_features != kCriteoDense) {
@@ -1799,6 +1880,8 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
                  absl::StrCat("must be a DNS-1123 subdomain, got ",
                               json(ps.storage.storage_class_name).dump())});
   }
+
+  SecurityProblems(s.security, p);
 
   const SyncSpec& sync = s.sync;
   if (sync.algorithm != SyncAlgorithm::kNone && s.syncer.replicas == 0) {

@@ -361,6 +361,42 @@ struct RunPolicySpec {
   bool operator==(const RunPolicySpec&) const = default;
 };
 
+// Transport security (docs/security.md). The paths are where the processes
+// read the files: in pods, where the operator mounts the Secrets.
+inline constexpr std::string_view kTlsMountPath = "/etc/shadowsync/tls";
+inline constexpr std::string_view kAuthMountPath = "/etc/shadowsync/auth";
+
+// Mutual TLS on every gRPC link: each process presents cert_file (as server
+// and as client) and trusts peers signed by ca_file.
+struct TlsSpec {
+  std::string ca_file = "/etc/shadowsync/tls/ca.crt";     // "caFile".
+  std::string cert_file = "/etc/shadowsync/tls/tls.crt";  // "certFile".
+  std::string key_file = "/etc/shadowsync/tls/tls.key";   // "keyFile".
+  // "serverName". The name clients check the servers' certificate for
+  // (a DNS SAN); "" = the host each client dials.
+  std::string server_name = "shadowsync";
+  // "secretName". Kubernetes: the Secret (ca.crt, tls.crt, tls.key) the
+  // operator mounts read-only at kTlsMountPath; "" = none mounted.
+  std::string secret_name;
+  bool operator==(const TlsSpec&) const = default;
+};
+
+// A shared bearer token on every gRPC call, checked by parameter servers
+// and syncers.
+struct AuthTokenSpec {
+  std::string file = "/etc/shadowsync/auth/token";
+  // "secretName". Kubernetes: the Secret (key `token`) the operator mounts
+  // read-only at kAuthMountPath; "" = none mounted.
+  std::string secret_name;
+  bool operator==(const AuthTokenSpec&) const = default;
+};
+
+struct SecuritySpec {
+  std::optional<TlsSpec> tls;               // Absent: plaintext gRPC.
+  std::optional<AuthTokenSpec> auth_token;  // "authToken". Absent: no token.
+  bool operator==(const SecuritySpec&) const = default;
+};
+
 struct JobSpec {
   ModelSpec model;
   DataSpec data;
@@ -370,6 +406,7 @@ struct JobSpec {
   SyncSpec sync;
   CheckpointSpec checkpoint;
   RunPolicySpec run_policy;  // "runPolicy".
+  SecuritySpec security;
   bool operator==(const JobSpec&) const = default;
 };
 

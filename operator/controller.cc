@@ -33,6 +33,27 @@ std::string Rfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
 }
 
+// The operator's security, narrowed to what the job's spec.security asks
+// for: a job without it keeps plaintext servers.
+GrpcSecurity SecurityFor(const Json& job, const GrpcSecurity& mine) {
+  GrpcSecurity out = mine;
+  const Json* security = nullptr;
+  if (job.contains("spec") && job["spec"].is_object() && job["spec"].contains("security")) {
+    security = &job["spec"]["security"];
+  }
+  auto has = [&](const char* key) {
+    return security != nullptr && security->is_object() && security->contains(key) &&
+           (*security)[key].is_object();
+  };
+  if (!has("tls")) {
+    out.ca_pem.clear();
+    out.cert_pem.clear();
+    out.key_pem.clear();
+  }
+  if (!has("authToken")) out.auth_token.clear();
+  return out;
+}
+
 std::string NamespaceOf(const Json& object) {
   return object.value("/metadata/namespace"_json_pointer, std::string());
 }
@@ -134,6 +155,23 @@ struct Controller::Metrics {
                   .Help("1 while this replica holds the Lease.")
                   .Register(*registry)
                   .Add({});
+    // Summed over the reshards running now; all 0 when none is (so the
+    // dashboards' resharding panels show a flat line, not "no data").
+    reshards_running = &prometheus::BuildGauge()
+                            .Name("shadowsync_operator_reshards_running")
+                            .Help("Reshards of the parameter servers in progress.")
+                            .Register(*registry)
+                            .Add({});
+    reshard_slots_moved = &prometheus::BuildGauge()
+                               .Name("shadowsync_operator_reshard_slots_moved")
+                               .Help("Shard-map slots moved so far by the reshards in progress.")
+                               .Register(*registry)
+                               .Add({});
+    reshard_slots_planned = &prometheus::BuildGauge()
+                                 .Name("shadowsync_operator_reshard_slots_planned")
+                                 .Help("Shard-map slots the reshards in progress are to move.")
+                                 .Register(*registry)
+                                 .Add({});
     duration = &prometheus::BuildHistogram()
                     .Name("shadowsync_operator_reconcile_duration_seconds")
                     .Help("Time of one reconcile.")
@@ -147,6 +185,9 @@ struct Controller::Metrics {
   prometheus::Counter* reshards_error = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* leader = nullptr;
+  prometheus::Gauge* reshards_running = nullptr;
+  prometheus::Gauge* reshard_slots_moved = nullptr;
+  prometheus::Gauge* reshard_slots_planned = nullptr;
   prometheus::Histogram* duration = nullptr;
 };
 
@@ -366,7 +407,8 @@ std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers
   bool disagree = false;
   for (int i = 0; i < servers; ++i) {
     absl::StatusOr<ShardMap> map =
-        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline);
+        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline,
+                          SecurityFor(job, options_.ps_security));
     if (!map.ok()) continue;  // Not up yet, or joined without a map.
     disagree = disagree || (newest.has_value() && map->epoch() != newest->epoch());
     if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *std::move(map);
@@ -528,6 +570,24 @@ absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
   });
 }
 
+void Controller::PublishReshardProgress() {
+  if (metrics_->reshards_running == nullptr) return;
+  int running = 0;
+  int64_t moved = 0, planned = 0;
+  {
+    MutexLock l(&mu_);
+    for (const auto& [key, task] : reshards_) {
+      if (task->done.load()) continue;
+      ++running;
+      moved += task->moved.load();
+      planned += task->total.load();
+    }
+  }
+  metrics_->reshards_running->Set(running);
+  metrics_->reshard_slots_moved->Set(static_cast<double>(moved));
+  metrics_->reshard_slots_planned->Set(static_cast<double>(planned));
+}
+
 void Controller::StartReshard(const std::string& key, const Json& job,
                               const ReshardRequest& request) {
   auto task = std::make_shared<ReshardTask>();
@@ -541,14 +601,16 @@ void Controller::StartReshard(const std::string& key, const Json& job,
     }
     reshards_[key] = task;
   }
+  PublishReshardProgress();
   const int from = request.from_servers, to = request.to_servers;
   const std::vector<std::string> all = PsAddresses(job, std::max(from, to));
   Log(absl::StrFormat("%s: resharding %d -> %d parameter servers", key, from, to));
-  task->thread = std::thread([this, key, task, all, to] {
+  const GrpcSecurity security = SecurityFor(job, options_.ps_security);
+  task->thread = std::thread([this, key, task, all, to, security] {
     absl::Status status = [&]() -> absl::Status {
       // A step cut in half by a previous leader's death is undone first.
       SS_ASSIGN_OR_RETURN(ps::RepairReport repair,
-                          ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24));
+                          ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24, security));
       if (repair.repaired) {
         Log(
             absl::StrFormat("%s: repaired an interrupted reshard: %d slots back at their "
@@ -560,10 +622,12 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       const std::vector<std::string> before = repair.map.addresses();
       const std::vector<std::string> after(all.begin(), all.begin() + to);
       ps::ReshardOptions options{.slots_per_step = options_.reshard_slots_per_step};
+      options.security = security;
       options.log = [this](const std::string& line) { Log(line); };
       options.progress = [this, key, task](int64_t moved, int64_t total, uint64_t) {
         task->moved.store(moved);
         task->total.store(total);
+        PublishReshardProgress();
         queue_.Add(key);  // The Resharding condition shows the progress.
       };
       SS_ASSIGN_OR_RETURN(ps::ReshardReport report, ps::Reshard(before, after, options));
@@ -600,6 +664,8 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
   }
   if (finished != nullptr) {
     if (finished->thread.joinable()) finished->thread.join();
+    // Not from the reshard's thread: StartReshard joins it holding mu_.
+    PublishReshardProgress();
     {
       MutexLock l(&mu_);
       ++(finished->status.ok() ? stats_.reshards : stats_.reshard_failures);

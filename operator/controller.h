@@ -29,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/mutex.h"
 #include "operator/informer.h"
 #include "operator/kube_client.h"
@@ -57,6 +58,10 @@ struct ControllerOptions {
   // Slots per reshard step and the RPC deadlines toward the servers.
   int reshard_slots_per_step = 256;
   absl::Duration ps_rpc_deadline = absl::Seconds(5);
+  // The operator's own certificate and token for its calls to the servers
+  // (`shadowsync operator --tls-* --auth-token-file`). Per job, TLS is used
+  // only if its spec.security.tls is set, the token only if authToken is.
+  GrpcSecurity ps_security;
   kube::InformerOptions informer;
   kube::RateLimiterOptions queue;
   // Receives the shadowsync_operator_* metrics; may be null.
@@ -112,6 +117,8 @@ class Controller {
   absl::Status WriteStatus(const kube::Json& job, const kube::Json& status);
   absl::Status RecordEvent(const kube::Json& job, const EventSpec& event);
   void StartReshard(const std::string& key, const kube::Json& job, const ReshardRequest& request);
+  // Sets the reshard gauges from the reshards still running.
+  void PublishReshardProgress();
   void OnStartedLeading();
   void OnStoppedLeading();
   std::string Address(const kube::Json& job, Role role, int index) const;

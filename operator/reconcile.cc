@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +27,11 @@ absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.
 constexpr std::string_view kConfigVolume = "config";
 constexpr std::string_view kDataVolume = "data";  // PS: the PVC; others: an emptyDir.
 constexpr std::string_view kTmpVolume = "tmp";
+// spec.security's Secrets, mounted read-only at kTlsMountPath / kAuthMountPath.
+constexpr std::string_view kTlsVolume = "shadowsync-tls";
+constexpr std::string_view kAuthVolume = "shadowsync-auth-token";
+// Secret files readable by the pod's fsGroup only (0440).
+constexpr int kSecretMode = 0440;
 constexpr std::string_view kJobConfigKey = "job.json";
 constexpr std::string_view kShardMapKey = "shard-map.json";
 
@@ -487,6 +493,17 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   }
   args.push_back(absl::StrCat("--metrics-listen=0.0.0.0:", opt.metrics_port));
   ports.push_back({{"name", "metrics"}, {"containerPort", opt.metrics_port}, {"protocol", "TCP"}});
+  // Security: file paths only (the token never appears in the pod spec).
+  const SecuritySpec& security = spec.security;
+  if (security.tls) {
+    args.push_back(absl::StrCat("--tls-ca-file=", security.tls->ca_file));
+    args.push_back(absl::StrCat("--tls-cert-file=", security.tls->cert_file));
+    args.push_back(absl::StrCat("--tls-key-file=", security.tls->key_file));
+    args.push_back(absl::StrCat("--tls-server-name=", security.tls->server_name));
+  }
+  if (security.auth_token) {
+    args.push_back(absl::StrCat("--auth-token-file=", security.auth_token->file));
+  }
 
   auto field_env = [](std::string_view name, std::string_view path) {
     return json{{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", path}}}}}};
@@ -517,6 +534,54 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   json volumes = {{{"name", kConfigVolume}, {"configMap", {{"name", ConfigMapName(ref.name)}}}},
                   {{"name", kTmpVolume}, {"emptyDir", json::object()}}};
   if (role != Role::kPs) volumes.push_back({{"name", kDataVolume}, {"emptyDir", json::object()}});
+  // spec.security's Secrets. Under the ConfigMap's mount (the default
+  // /etc/shadowsync) they are projected into the same volume: a separate
+  // mount nested in a read-only one cannot get its mount point.
+  struct SecretFiles {
+    std::string_view volume;
+    std::string secret;
+    std::string_view mount;
+    std::vector<std::string> files;
+  };
+  std::vector<SecretFiles> secrets;
+  if (security.tls && !security.tls->secret_name.empty()) {
+    secrets.push_back({kTlsVolume,
+                       security.tls->secret_name,
+                       kTlsMountPath,
+                       {security.tls->ca_file, security.tls->cert_file, security.tls->key_file}});
+  }
+  if (security.auth_token && !security.auth_token->secret_name.empty()) {
+    secrets.push_back({kAuthVolume,
+                       security.auth_token->secret_name,
+                       kAuthMountPath,
+                       {security.auth_token->file}});
+  }
+  const std::string config_prefix = opt.config_dir + "/";
+  json projected = json::array();
+  for (const SecretFiles& sf : secrets) {
+    const std::string mount(sf.mount);
+    if (!absl::StartsWith(mount, config_prefix)) {
+      volumes.push_back({{"name", sf.volume},
+                         {"secret", {{"secretName", sf.secret}, {"defaultMode", kSecretMode}}}});
+      container["volumeMounts"].push_back(
+          {{"name", sf.volume}, {"mountPath", mount}, {"readOnly", true}});
+      continue;
+    }
+    // Each file is the Secret's key of its base name (ca.crt, tls.crt,
+    // tls.key, token), at its path relative to the ConfigMap's mount.
+    json items = json::array();
+    for (const std::string& file : sf.files) {
+      if (!absl::StartsWith(file, mount + "/")) continue;  // Validation rejects it.
+      items.push_back(
+          {{"key", file.substr(file.rfind('/') + 1)}, {"path", file.substr(config_prefix.size())}});
+    }
+    projected.push_back({{"secret", {{"name", sf.secret}, {"items", std::move(items)}}}});
+  }
+  if (!projected.empty()) {
+    projected.insert(projected.begin(), json{{"configMap", {{"name", ConfigMapName(ref.name)}}}});
+    volumes[0] = {{"name", kConfigVolume},
+                  {"projected", {{"sources", std::move(projected)}, {"defaultMode", kSecretMode}}}};
+  }
 
   json pod_spec = {{"containers", {std::move(container)}},
                    {"volumes", std::move(volumes)},

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
@@ -25,6 +26,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (options.service.shard_map_path.empty()) {
     options.service.shard_map_path = options.store.db_path + "/SHADOWSYNC_SHARD_MAP";
   }
+  options.service.auth_token = options.security.auth_token;
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 
@@ -40,7 +42,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   s.service_ = std::make_unique<PsService>(s.store_.get(), s.metrics_.get(), opts.service);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port_);
+  builder.AddListeningPort(opts.grpc_address, ServerCredentials(opts.security), &s.grpc_port_);
   builder.RegisterService(s.service_.get());
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
   builder.SetMaxSendMessageSize(opts.max_message_bytes);
@@ -102,7 +104,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   Log(absl::StrCat("ps listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
                    opts.metrics_address.empty() ? std::string("off")
                                                 : WithPort(opts.metrics_address, s.metrics_port_),
-                   " advertise=", s.advertise_address_));
+                   " advertise=", s.advertise_address_, " ", opts.security.Describe()));
   return server;
 }
 

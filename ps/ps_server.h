@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/mutex.h"
 #include "ps/ps_service.h"
 #include "ps/row_store.h"
@@ -64,6 +65,10 @@ struct PsServerOptions {
   // Limits and executor size. service.shard_map_path defaults to
   // <store.db_path>/SHADOWSYNC_SHARD_MAP.
   PsServiceOptions service;
+
+  // Mutual TLS and the bearer token every call must carry (service.auth_token
+  // is set from it). Default: plaintext, no token.
+  GrpcSecurity security;
 
   // Largest gRPC message received or sent. Default: 256 MiB.
   int max_message_bytes = 256 << 20;

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -469,6 +470,10 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
                                             v1::LookupResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kLookup, start, auth, 0, 0);
+    return reactor;
+  }
   const absl::Status status = [&]() -> absl::Status {
     std::vector<model::TableRows> rows;
     SS_RETURN_IF_ERROR(ParseTables(request->tables(), /*with_values=*/false, rows));
@@ -493,6 +498,10 @@ grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* 
                                                    v1::PushGradientsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kPushGradients, start, auth, 0, 0);
+    return reactor;
+  }
   const absl::Status status = [&]() -> absl::Status {
     std::vector<model::TableRows> rows;
     SS_RETURN_IF_ERROR(ParseTables(request->tables(), /*with_values=*/true, rows));
@@ -511,6 +520,10 @@ grpc::ServerUnaryReactor* PsService::GetShardMap(grpc::CallbackServerContext* co
                                                  v1::ShardMap* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kGetShardMap, start, auth, 0, 0);
+    return reactor;
+  }
   absl::Status status;
   if (std::shared_ptr<const ShardMap> map = shard_map(); map != nullptr) {
     *response = map->ToProto();
@@ -527,6 +540,10 @@ grpc::ServerUnaryReactor* PsService::SetShardMap(grpc::CallbackServerContext* co
                                                  v1::SetShardMapResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kSetShardMap, start, auth, 0, 0);
+    return reactor;
+  }
   // Persisting the map fsyncs: off the gRPC thread.
   executor_.Schedule([this, context, reactor, request, start] {
     absl::Status status;
@@ -548,6 +565,10 @@ grpc::ServerUnaryReactor* PsService::DropSlots(grpc::CallbackServerContext* cont
                                                v1::DropSlotsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kDropSlots, start, auth, 0, 0);
+    return reactor;
+  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       if (request->slots().empty()) return absl::InvalidArgumentError("slots: empty");
@@ -586,6 +607,10 @@ grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* con
                                                 v1::CheckpointResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kCheckpoint, start, auth, 0, 0);
+    return reactor;
+  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       if (request->path().empty()) return absl::InvalidArgumentError("path: empty");
@@ -604,6 +629,10 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
                                            v1::StatsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kStats, start, auth, 0, 0);
+    return reactor;
+  }
   // The checksums scan every row: off the gRPC thread.
   executor_.Schedule([this, context, reactor, response, start] {
     const absl::Status status = [&]() -> absl::Status {
@@ -780,6 +809,9 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
 
 grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
     grpc::CallbackServerContext* context, const v1::ExportSlotsRequest* request) {
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    return RefuseStream<grpc::ServerWriteReactor<v1::SlotChunk>>(ToGrpcStatus(auth));
+  }
   absl::Status status;
   std::vector<uint32_t> slots;
   std::vector<int> first_at(num_slots_, -1);
@@ -971,6 +1003,9 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
 
 grpc::ServerReadReactor<v1::SlotChunk>* PsService::ImportSlots(grpc::CallbackServerContext* context,
                                                                v1::ImportSlotsResponse* response) {
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    return RefuseStream<grpc::ServerReadReactor<v1::SlotChunk>>(ToGrpcStatus(auth));
+  }
   auto* reactor = new ImportReactor(this, response);
   reactor->Start();
   return reactor;

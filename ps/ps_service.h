@@ -117,6 +117,9 @@ struct PsServiceOptions {
   std::string shard_map_path;
   // Threads running the admin RPCs and slot streams. Default: 2.
   int admin_threads = 2;
+  // The bearer token every call must carry (common/grpc_security.h); a call
+  // without it is refused UNAUTHENTICATED. Empty = none required.
+  std::string auth_token;
 };
 
 // A shard map as persisted at PsServiceOptions::shard_map_path.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -21,12 +22,11 @@ namespace {
 
 using Stub = v1::ParameterServer::Stub;
 
-std::unique_ptr<Stub> Connect(const std::string& address) {
+std::unique_ptr<Stub> Connect(const std::string& address, const GrpcSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  return v1::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  return v1::ParameterServer::NewStub(CreateChannel(address, security, args));
 }
 
 absl::Status Annotate(const grpc::Status& status, const std::string& what,
@@ -38,9 +38,9 @@ absl::Status Annotate(const grpc::Status& status, const std::string& what,
 
 class Cluster {
  public:
-  Cluster(std::vector<std::string> addresses, absl::Duration deadline)
+  Cluster(std::vector<std::string> addresses, absl::Duration deadline, const GrpcSecurity& security)
       : addresses_(std::move(addresses)), deadline_(deadline) {
-    for (const std::string& a : addresses_) stubs_.push_back(Connect(a));
+    for (const std::string& a : addresses_) stubs_.push_back(Connect(a, security));
   }
 
   int size() const { return static_cast<int>(addresses_.size()); }
@@ -194,8 +194,9 @@ nlohmann::json ReshardReportToJson(const ReshardReport& r) {
 }
 
 absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& addresses,
-                                               absl::Duration rpc_deadline) {
-  Cluster cluster(addresses, rpc_deadline);
+                                               absl::Duration rpc_deadline,
+                                               const GrpcSecurity& security) {
+  Cluster cluster(addresses, rpc_deadline, security);
   RowSetChecksum total;
   for (int i = 0; i < cluster.size(); ++i) {
     SS_ASSIGN_OR_RETURN(RowSetChecksum c, cluster.Stats(i));
@@ -223,7 +224,7 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     return absl::InvalidArgumentError(
         absl::StrCat("slots_per_step = ", options.slots_per_step, ", must be >= 1"));
   }
-  Cluster cluster(longer, options.rpc_deadline);
+  Cluster cluster(longer, options.rpc_deadline, options.security);
   const int n_before = static_cast<int>(before.size());
   const int n_after = static_cast<int>(after.size());
   ReshardReport report{.servers_before = n_before, .servers_after = n_after};
@@ -363,9 +364,10 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
 }
 
 absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
-                                             absl::Duration rpc_deadline) {
+                                             absl::Duration rpc_deadline,
+                                             const GrpcSecurity& security) {
   if (addresses.empty()) return absl::InvalidArgumentError("addresses: empty");
-  Cluster cluster(addresses, rpc_deadline);
+  Cluster cluster(addresses, rpc_deadline, security);
   std::vector<std::optional<ShardMap>> maps(addresses.size());
   std::optional<ShardMap> newest, oldest;
   for (int i = 0; i < cluster.size(); ++i) {
@@ -415,14 +417,15 @@ absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& add
   return report;
 }
 
-absl::StatusOr<ShardMap> FetchShardMap(const std::string& address, absl::Duration rpc_deadline) {
-  Cluster cluster({address}, rpc_deadline);
+absl::StatusOr<ShardMap> FetchShardMap(const std::string& address, absl::Duration rpc_deadline,
+                                       const GrpcSecurity& security) {
+  Cluster cluster({address}, rpc_deadline, security);
   return cluster.GetMap(0);
 }
 
 absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
-                                   absl::Duration rpc_deadline) {
-  Cluster cluster(addresses, rpc_deadline);
+                                   absl::Duration rpc_deadline, const GrpcSecurity& security) {
+  Cluster cluster(addresses, rpc_deadline, security);
   SS_ASSIGN_OR_RETURN(ShardMap map, AgreedMap(cluster, cluster.size()));
   if (map.num_servers() != cluster.size()) {
     return absl::FailedPreconditionError(absl::StrCat("the shard map has ", map.num_servers(),

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/shard_map.h"
 #include "nlohmann/json.hpp"
 
@@ -60,6 +61,8 @@ struct ReshardOptions {
   // After each step: slots moved so far, of `total`, and the epoch reached
   // (the operator's Resharding condition). Default: none.
   std::function<void(int64_t moved, int64_t total, uint64_t epoch)> progress;
+  // Mutual TLS and the bearer token of the calls to the servers.
+  GrpcSecurity security;
 };
 
 struct ReshardReport {
@@ -83,8 +86,10 @@ struct ReshardReport {
 nlohmann::json ReshardReportToJson(const ReshardReport& report);
 
 // Sums Stats' row counts and checksums over `addresses`.
+// `security` (here and below): mutual TLS and the bearer token of the calls.
 absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& addresses,
-                                               absl::Duration rpc_deadline = absl::Seconds(120));
+                                               absl::Duration rpc_deadline = absl::Seconds(120),
+                                               const GrpcSecurity& security = {});
 
 // Moves slots so that `after` (which extends `before`, or is a prefix of it)
 // owns them all, balanced. Every server of both lists must be serving; the
@@ -114,17 +119,20 @@ struct RepairReport {
 // finish. Agreeing servers keep their map (only that clean-up runs). A
 // server without any map yet (`ps --join`, never reached) is skipped.
 absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
-                                             absl::Duration rpc_deadline = absl::Seconds(120));
+                                             absl::Duration rpc_deadline = absl::Seconds(120),
+                                             const GrpcSecurity& security = {});
 
 // The shard map of the server at `address`.
 absl::StatusOr<ShardMap> FetchShardMap(const std::string& address,
-                                       absl::Duration rpc_deadline = absl::Seconds(30));
+                                       absl::Duration rpc_deadline = absl::Seconds(30),
+                                       const GrpcSecurity& security = {});
 
 // Installs the servers' newest shard map with `addresses` as the server
 // list (same ownership, next epoch) on every one of them: servers that came
 // back on new ports (a resumed job) learn each other's addresses.
 absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
-                                   absl::Duration rpc_deadline = absl::Seconds(30));
+                                   absl::Duration rpc_deadline = absl::Seconds(30),
+                                   const GrpcSecurity& security = {});
 
 }  // namespace shadowsync::ps
 

@@ -21,6 +21,8 @@ build_pkgs=(
   # tests and tooling
   libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
+  # the mutual-TLS tests make their certificates at test time (tests/util/gen_test_certs.sh)
+  openssl
 )
 bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev iptables)
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
@@ -106,8 +107,7 @@ absl::StatusOr<std::unique_ptr<SyncerClient>> SyncerClient::Connect(SyncerClient
     client->replicas_.push_back(Replica{
         .address = address,
         .range = ReplicaRange(i, replicas, num_params),
-        .stub = v1::Syncer::NewStub(
-            grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)),
+        .stub = v1::Syncer::NewStub(CreateChannel(address, client->options_.security, args)),
     });
   }
   return client;

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/dense_range.h"
 
@@ -51,6 +52,8 @@ struct SyncerClientOptions {
   // Deadline of each RPC; an all-reduce's wait for its round counts.
   // Default: 60s.
   absl::Duration rpc_deadline = absl::Seconds(60);
+  // Mutual TLS and the bearer token of every call. Default: plaintext, none.
+  GrpcSecurity security;
 };
 
 struct RoundResult {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "grpcpp/grpcpp.h"
@@ -19,6 +20,7 @@ void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
 absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOptions options) {
   std::unique_ptr<SyncerServer> server(new SyncerServer());
   SyncerServer& s = *server;
+  options.service.auth_token = options.security.auth_token;
   s.options_ = std::move(options);
   const SyncerServerOptions& opts = s.options_;
 
@@ -27,7 +29,7 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
   s.service_ = std::make_unique<SyncerService>(s.metrics_.get(), opts.service);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port_);
+  builder.AddListeningPort(opts.grpc_address, ServerCredentials(opts.security), &s.grpc_port_);
   builder.RegisterService(s.service_.get());
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
   builder.SetMaxSendMessageSize(opts.max_message_bytes);
@@ -53,7 +55,8 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
   Log(absl::StrCat("syncer listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
                    opts.metrics_address.empty() ? std::string("off")
                                                 : WithPort(opts.metrics_address, s.metrics_port_),
-                   " member_timeout=", absl::FormatDuration(opts.service.member_timeout)));
+                   " member_timeout=", absl::FormatDuration(opts.service.member_timeout), " ",
+                   opts.security.Describe()));
   return server;
 }
 

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/mutex.h"
 #include "syncer/syncer_service.h"
 
@@ -38,6 +39,9 @@ struct SyncerServerOptions {
   // free port (metrics_port()); empty = no HTTP server. Default: 127.0.0.1:0.
   std::string metrics_address = "127.0.0.1:0";
   SyncerServiceOptions service;
+  // Mutual TLS and the bearer token every call must carry (service.auth_token
+  // is set from it). Default: plaintext, no token.
+  GrpcSecurity security;
   // Largest gRPC message received or sent. Default: 256 MiB (a 0.5M-float
   // range is 2 MB).
   int max_message_bytes = 256 << 20;

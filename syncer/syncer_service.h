@@ -95,6 +95,9 @@ struct SyncerServiceOptions {
   absl::Duration member_timeout = absl::Seconds(10);
   // Longest group and member names, in bytes. Default: 256.
   size_t max_name_bytes = 256;
+  // The bearer token every call must carry (common/grpc_security.h); a call
+  // without it is refused UNAUTHENTICATED. Empty = none required.
+  std::string auth_token;
 };
 
 class SyncerService final : public v1::Syncer::CallbackService {

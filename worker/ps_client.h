@@ -52,6 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/model/embedding_table.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
@@ -78,6 +79,8 @@ struct PsClientOptions {
   int max_rows_per_rpc = 1 << 18;
   // Largest gRPC message sent or received. Default: 256 MiB.
   int max_message_bytes = 256 << 20;
+  // Mutual TLS and the bearer token of every call. Default: plaintext, none.
+  GrpcSecurity security;
 };
 
 class PsClient final : public model::EmbeddingStore {

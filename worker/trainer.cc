@@ -368,6 +368,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
       MutexLock lock(&mu);
       p.examples = entropy.count();
       p.train_ne = entropy.ne();
+      p.train_logloss = entropy.logloss();
       p.loss = interval_examples > 0 ? interval_loss / interval_examples : 0;
       p.examples_per_second = interval_examples / std::max(p.seconds - last_tick, 1e-9);
       interval_loss = 0;

@@ -37,6 +37,7 @@ struct Progress {
   double examples_per_second = 0;  // Over the last interval.
   double loss = 0;                 // Mean training loss over the last interval.
   double train_ne = 0;             // Progressive NE since the start.
+  double train_logloss = 0;        // Progressive log loss since the start.
   nlohmann::json sync_details;     // SyncStrategy::Details(), when there is one.
 };
 

@@ -45,6 +45,17 @@ absl::StatusOr<std::optional<DenseCheckpoint>> LoadResumeCheckpoint(
   return std::optional<DenseCheckpoint>(std::move(*c));
 }
 
+// Examples this run trains: line i of the job's data goes to trainer
+// i mod N, max_examples caps the share, and skipped examples count against
+// it. 0 when neither the job's size nor a cap is known.
+int64_t RunTarget(int64_t job_examples, int64_t max_examples, int trainers, int index,
+                  int64_t skip) {
+  int64_t share = -1;
+  if (job_examples > 0) share = job_examples / trainers + (index < job_examples % trainers ? 1 : 0);
+  if (max_examples >= 0) share = share < 0 ? max_examples : std::min(share, max_examples);
+  return share < 0 ? 0 : std::max<int64_t>(share - skip, 0);
+}
+
 }  // namespace
 
 absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
@@ -117,9 +128,27 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
                                     .Help("Progressive normalized entropy since the start.")
                                     .Register(*registry)
                                     .Add(labels);
+  prometheus::Gauge& train_logloss = prometheus::BuildGauge()
+                                         .Name("shadowsync_trainer_train_logloss")
+                                         .Help("Progressive training log loss since the start.")
+                                         .Register(*registry)
+                                         .Add(labels);
+  // Job progress on a dashboard is examples_total / examples_target.
+  prometheus::Gauge& examples_target =
+      prometheus::BuildGauge()
+          .Name("shadowsync_trainer_examples_target")
+          .Help(
+              "Examples this trainer is to train in this run (its share of the job, capped by "
+              "--max-examples, less those skipped on resume); 0 = not known.")
+          .Register(*registry)
+          .Add(labels);
+  examples_target.Set(static_cast<double>(
+      RunTarget(options.job_examples, options.max_examples, trainers, options.index, skip)));
 
-  SS_ASSIGN_OR_RETURN(
-      auto store, PsClient::Connect(options.ps_address, config.embedding_dim, config.num_tables));
+  PsClientOptions ps_options;
+  ps_options.security = options.security;
+  SS_ASSIGN_OR_RETURN(auto store, PsClient::Connect(options.ps_address, config.embedding_dim,
+                                                    config.num_tables, ps_options));
 
   std::unique_ptr<syncer::SyncerClient> syncer_client;
   SyncConfig sync_config = SyncConfigFromJob(spec);
@@ -133,6 +162,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     syncer::SyncerClientOptions co;
     co.addresses = options.syncer_addresses;
     co.member = absl::StrCat("trainer-", options.index);
+    co.security = options.security;
     SS_ASSIGN_OR_RETURN(syncer_client, syncer::SyncerClient::Connect(co, num_params));
   }
   SS_ASSIGN_OR_RETURN(auto sync,
@@ -183,6 +213,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     reported = p.examples;
     examples_per_second.Set(p.examples_per_second);
     train_ne.Set(p.train_ne);
+    train_logloss.Set(p.train_logloss);
     if (options.on_progress) {
       Progress with_sync = p;
       with_sync.sync_details = sync->Details();

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/eval_metrics.h"
+#include "common/grpc_security.h"
 #include "common/job_spec.h"
 #include "nlohmann/json.hpp"
 #include "worker/sync_strategy.h"
@@ -35,9 +36,10 @@ struct WorkerOptions {
   std::string ps_address;                     // Any parameter server (the shard map comes from it).
   std::vector<std::string> syncer_addresses;  // Replica i owns dense range i; empty only for none.
   std::string metrics_address = "127.0.0.1:0";  // /metrics and /healthz; "" = none.
-  std::vector<std::string> data;                // Training files (this trainer reads its share).
-  std::vector<std::string> eval_data;           // Held-out files; empty = no evaluation.
-  int64_t max_examples = -1;                    // Of this trainer; -1 = its whole share.
+  GrpcSecurity security;               // Mutual TLS and bearer token of the ps and syncer calls.
+  std::vector<std::string> data;       // Training files (this trainer reads its share).
+  std::vector<std::string> eval_data;  // Held-out files; empty = no evaluation.
+  int64_t max_examples = -1;           // Of this trainer; -1 = its whole share.
   // Training examples of the whole job (all trainers), when known: sync-switch
   // places its switch by it. -1 = max_examples x trainers if that is set.
   int64_t job_examples = -1;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/grpc_security.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ps/resharder.h"
@@ -48,11 +51,14 @@ spec:
 class RunTest : public ::testing::Test {
  protected:
   std::string Bin() { return testing::BinDir() + "/shadowsync"; }
-  std::string WriteJob(int examples) {
+  static std::string WriteJobText(int examples) {
     std::string text = kJob;
     text.replace(text.find("EXAMPLES"), 8, std::to_string(examples));
+    return text;
+  }
+  std::string WriteJob(int examples) {
     const std::string path = dir_.File("job.yaml");
-    testing::WriteFile(path, text);
+    testing::WriteFile(path, WriteJobText(examples));
     return path;
   }
   testing::ScratchDir dir_;
@@ -506,6 +512,148 @@ TEST_F(RunTest, KillsOfEveryRoleKeepTheRowsAndTheQuality) {
   EXPECT_EQ(r["examples"], 150000);
   const double ne = r["eval_ne"];
   EXPECT_NEAR(ne, calm_ne, 0.01 * calm_ne) << "undisturbed " << calm_ne << ", killed " << ne;
+}
+
+// A job with spec.security: every link is mutual TLS with a bearer token;
+// the token never shows in any process's output.
+TEST_F(RunTest, SecuredJobTrainsOverMutualTlsWithATokenThatNeverShows) {
+  const std::string certs = dir_.File("certs");
+  ASSERT_EQ(
+      std::system(
+          ("bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " + certs).c_str()),
+      0);
+  const std::string token = testing::ReadFile(certs + "/token");
+  ASSERT_GE(token.size(), 32u);
+  const std::string token_value = token.substr(0, token.find('\n'));
+  std::string text = WriteJobText(6000);
+  text += "  security:\n    tls: {caFile: " + certs + "/ca.crt, certFile: " + certs +
+          "/tls.crt, keyFile: " + certs + "/tls.key}\n    authToken: {file: " + certs + "/token}\n";
+  const std::string job = dir_.File("secure.yaml");
+  testing::WriteFile(job, text);
+  std::string out;
+  ASSERT_EQ(
+      RunShell(Bin() + " run " + job + " --out " + dir_.File("run") + " --progress-interval 0.2",
+               &out),
+      0)
+      << out;
+  const auto r = nlohmann::json::parse(testing::ReadFile(dir_.File("run/report.json")));
+  EXPECT_EQ(r["examples"], 6000);
+  EXPECT_GT(r["sync"]["rounds"].get<int64_t>(), 0);  // The syncer was reached.
+  EXPECT_EQ(r["restarts"], 0);
+
+  // Every server said it serves mutual TLS with a token; nothing printed it.
+  std::string all = out;
+  int logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.File("run"))) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name.starts_with("data")) continue;
+    const std::string content = testing::ReadFile(entry.path().string());
+    if (name.ends_with(".log")) {
+      ++logs;
+      if (name.starts_with("ps-") || name.starts_with("syncer-")) {
+        EXPECT_THAT(content, ::testing::HasSubstr("tls=mutual tls_server_name=shadowsync token=on"))
+            << name;
+      }
+    }
+    all += content;
+  }
+  EXPECT_EQ(logs, 5);  // ps-0, ps-1, syncer-0, trainer-0, trainer-1
+  EXPECT_EQ(all.find(token_value), std::string::npos) << "the token leaked";
+  EXPECT_EQ(all.find("PRIVATE KEY"), std::string::npos) << "a key leaked";
+
+  // A server of this job refuses a client without the job's certificate:
+  // plaintext and a certificate of another CA fail, the job's one passes.
+  // (Servers are stopped now; start one ps with the job's flags.)
+  const std::string ready = dir_.File("ps.ready");
+  const std::string ps_cmd =
+      Bin() + " ps --listen 127.0.0.1:0 --metrics-listen '' --db " + dir_.File("db") +
+      " --ready-file " + ready + " --tls-ca-file " + certs + "/ca.crt --tls-cert-file " + certs +
+      "/tls.crt --tls-key-file " + certs + "/tls.key --auth-token-file " + certs + "/token";
+  const pid_t ps = fork();
+  if (ps == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + ps_cmd + " 2>" + dir_.File("ps.log")).c_str(), nullptr);
+    _exit(127);
+  }
+  int port = 0;
+  for (int i = 0; i < 200 && port == 0; ++i) {
+    std::ifstream in(ready);
+    in >> port;
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(port, 0) << testing::ReadFile(dir_.File("ps.log"));
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto load = [&](const std::string& leaf, const std::string& token_file) {
+    GrpcSecurityFiles files;
+    files.tls_ca_file = certs + "/ca.crt";
+    files.tls_cert_file = certs + "/" + leaf + ".crt";
+    files.tls_key_file = certs + "/" + leaf + ".key";
+    files.auth_token_file = certs + "/" + token_file;
+    return *LoadGrpcSecurity(files);
+  };
+  EXPECT_TRUE(ps::FetchShardMap(address, absl::Seconds(5), load("tls", "token")).ok());
+  EXPECT_EQ(ps::FetchShardMap(address, absl::Seconds(5), GrpcSecurity()).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ps::FetchShardMap(address, absl::Seconds(5), load("other", "token")).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      ps::FetchShardMap(address, absl::Seconds(5), load("tls", "wrong-token")).status().code(),
+      absl::StatusCode::kUnauthenticated);
+  kill(ps, SIGTERM);
+  int status = 0;
+  waitpid(ps, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(testing::ReadFile(dir_.File("ps.log")).find(token_value), std::string::npos);
+}
+
+TEST_F(RunTest, SecuredJobWithAMissingFileFailsNamingTheField) {
+  std::string text = WriteJobText(1000);
+  text += "  security:\n    authToken: {file: " + dir_.File("nope") + "}\n";
+  const std::string job = dir_.File("bad.yaml");
+  testing::WriteFile(job, text);
+  std::string out;
+  EXPECT_NE(RunShell(Bin() + " run " + job + " --out " + dir_.File("run"), &out), 0);
+  EXPECT_NE(out.find("spec.security.authToken.file: cannot read " + dir_.File("nope")),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("run/ps-0.log"))) << "nothing should start";
+}
+
+// `shadowsync pod` (the operator's pods) hands its --tls-* and
+// --auth-token-file paths to the process it runs; `shadowsync operator`
+// refuses a bad path by name.
+TEST_F(RunTest, PodPassesSecurityFlagsToItsServerAndOperatorChecksItsFiles) {
+  const std::string certs = dir_.File("certs");
+  ASSERT_EQ(
+      std::system(
+          ("bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " + certs).c_str()),
+      0);
+  const std::string token = testing::ReadFile(certs + "/token");
+  const std::string token_value = token.substr(0, token.find('\n'));
+  const std::string map = dir_.File("shard-map.json");
+  testing::WriteFile(map, R"({"numServers": 1, "psAddresses": ["127.0.0.1:1"]})");
+  const std::string flags = " --tls-ca-file=" + certs + "/ca.crt --tls-cert-file=" + certs +
+                            "/tls.crt --tls-key-file=" + certs +
+                            "/tls.key --auth-token-file=" + certs + "/token";
+  std::string out;
+  // Runs until `timeout` stops it (the pod forwards SIGTERM; the ps drains).
+  RunShell("timeout -s TERM 4 " + Bin() + " pod --index 0 --role ps --config " +
+               testing::SourceDir() + "/deploy/examples/quickstart.yaml --shard-map " + map +
+               " --data-dir " + dir_.File("pod") +
+               " --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0" + flags,
+           &out);
+  EXPECT_THAT(out, ::testing::HasSubstr("--tls-cert-file " + certs + "/tls.crt")) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--auth-token-file " + certs + "/token")) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("tls=mutual tls_server_name=shadowsync token=on")) << out;
+  EXPECT_EQ(out.find(token_value), std::string::npos) << "the token leaked";
+
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --auth-token-file " +
+                         dir_.File("missing-token") + " --kubeconfig " + dir_.File("none"),
+                     &out),
+            2);
+  EXPECT_THAT(out,
+              ::testing::HasSubstr("--auth-token-file: cannot read " + dir_.File("missing-token")))
+      << out;
 }
 
 }  // namespace

@@ -1060,5 +1060,85 @@ TEST_F(JobSpecTest, QuickstartParsesAndValidates) {
   EXPECT_EQ(s.model.tables.size(), 26u);
 }
 
+// --- Security ------------------------------------------------------------------
+
+TEST_F(JobSpecTest, SecurityIsAbsentByDefaultAndDecodesWithDefaults) {
+  EXPECT_FALSE(DefaultJob().spec.security.tls.has_value());
+  EXPECT_FALSE(DefaultJob().spec.security.auth_token.has_value());
+  absl::StatusOr<ShadowSyncJob> job = ParseSpec(
+      "spec:\n  security:\n    tls: {secretName: my-tls}\n"
+      "    authToken: {secretName: my-token}\n");
+  SS_ASSERT_OK(job);
+  const SecuritySpec& sec = job->spec.security;
+  ASSERT_TRUE(sec.tls.has_value());
+  EXPECT_EQ(sec.tls->ca_file, "/etc/shadowsync/tls/ca.crt");
+  EXPECT_EQ(sec.tls->cert_file, "/etc/shadowsync/tls/tls.crt");
+  EXPECT_EQ(sec.tls->key_file, "/etc/shadowsync/tls/tls.key");
+  EXPECT_EQ(sec.tls->server_name, "shadowsync");
+  EXPECT_EQ(sec.tls->secret_name, "my-tls");
+  ASSERT_TRUE(sec.auth_token.has_value());
+  EXPECT_EQ(sec.auth_token->file, "/etc/shadowsync/auth/token");
+  EXPECT_EQ(sec.auth_token->secret_name, "my-token");
+  // Round trip through the JSON the operator's ConfigMap carries.
+  absl::StatusOr<ShadowSyncJob> again = JobFromJson(JobToJson(*job));
+  SS_ASSERT_OK(again);
+  EXPECT_EQ(*again, *job);
+}
+
+TEST_F(JobSpecTest, SecurityLocalPathsAreFree) {
+  absl::StatusOr<ShadowSyncJob> job = ParseSpec(
+      "spec:\n  security:\n    tls: {caFile: /x/ca.pem, certFile: /x/c.pem, keyFile: /x/k.pem, "
+      "serverName: \"\"}\n    authToken: {file: /x/token}\n");
+  SS_ASSERT_OK(job);
+  EXPECT_EQ(job->spec.security.tls->server_name, "");
+  EXPECT_EQ(job->spec.security.auth_token->file, "/x/token");
+}
+
+TEST_F(JobSpecTest, SecurityValidationNamesTheField) {
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.tls = TlsSpec{};
+                j.spec.security.tls->cert_file = "";
+              }),
+              HasSubstr("spec.security.tls.certFile: must not be empty"));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.tls = TlsSpec{.secret_name = "my-tls"};
+                j.spec.security.tls->key_file = "/elsewhere/tls.key";
+              }),
+              HasSubstr("spec.security.tls.keyFile: with spec.security.tls.secretName set the "
+                        "Secret is mounted at /etc/shadowsync/tls, so the file must be under it, "
+                        "got \"/elsewhere/tls.key\""));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.tls = TlsSpec{.secret_name = "My_Secret"};
+              }),
+              HasSubstr("spec.security.tls.secretName: must be a Secret name (a DNS-1123 "
+                        "subdomain), got \"My_Secret\""));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.tls = TlsSpec{.server_name = "bad name"};
+              }),
+              HasSubstr("spec.security.tls.serverName: must be a DNS name"));
+  EXPECT_THAT(ValidationError(
+                  [](ShadowSyncJob& j) { j.spec.security.auth_token = AuthTokenSpec{.file = ""}; }),
+              HasSubstr("spec.security.authToken.file: must not be empty"));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.auth_token =
+                    AuthTokenSpec{.file = "/tmp/token", .secret_name = "tok"};
+              }),
+              HasSubstr("spec.security.authToken.file: with spec.security.authToken.secretName "
+                        "set the Secret is mounted at /etc/shadowsync/auth"));
+  EXPECT_THAT(ValidationError([](ShadowSyncJob& j) {
+                j.spec.security.auth_token = AuthTokenSpec{.secret_name = "-bad"};
+              }),
+              HasSubstr("spec.security.authToken.secretName: must be a Secret name"));
+}
+
+TEST_F(JobSpecTest, SecurityTypeErrorsAndUnknownFieldsNameThePath) {
+  EXPECT_THAT(Msg(ParseSpec("spec:\n  security:\n    tls: {certfile: /a}\n")),
+              HasSubstr("spec.security.tls.certfile"));
+  EXPECT_THAT(Msg(ParseSpec("spec:\n  security:\n    authToken: {file: [1]}\n")),
+              HasSubstr("spec.security.authToken.file"));
+  EXPECT_THAT(Msg(ParseSpec("spec:\n  security:\n    token: {file: /a}\n")),
+              HasSubstr("spec.security.token"));
+}
+
 }  // namespace
 }  // namespace shadowsync

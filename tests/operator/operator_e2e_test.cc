@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -148,6 +149,21 @@ class OperatorE2eTest : public ::testing::Test {
   // /metrics, /healthz and /readyz of the n-th operator started.
   std::string OperatorHttp(int n) const {
     return absl::StrCat("127.9.", octet_, ".", 10 + n, ":", port_);
+  }
+  // The n-th operator's /metrics; "" if it does not answer.
+  std::string OperatorMetrics(int n) const {
+    const std::string http = OperatorHttp(n);
+    std::string body;
+    if (testing::HttpGet(http.substr(0, http.rfind(':')), port_, "/metrics", &body) != 200) {
+      return "";
+    }
+    return body;
+  }
+  // The value of `series` (name and labels, as exposed); nullopt if absent.
+  static std::optional<double> MetricValue(const std::string& text, const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return std::nullopt;
+    return std::stod(text.substr(at + series.size() + 2));
   }
   // SIGTERM, then SIGKILL after 10 s; the exit code, or -1 if killed.
   int StopOperator(pid_t pid) {
@@ -354,6 +370,22 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
   PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
   ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  // The dashboards' resharding progress: slots moved of planned, mid-move.
+  std::optional<double> moved, planned, running;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string text = OperatorMetrics(0);
+        moved = MetricValue(text, "shadowsync_operator_reshard_slots_moved");
+        planned = MetricValue(text, "shadowsync_operator_reshard_slots_planned");
+        running = MetricValue(text, "shadowsync_operator_reshards_running");
+        return moved.value_or(0) > 0;
+      },
+      std::chrono::seconds(30)));
+  EXPECT_EQ(running, 1);
+  // 1024 slots over 3 servers: the new one's third.
+  EXPECT_GE(planned.value_or(0), 341);
+  EXPECT_LE(planned.value_or(0), 342);
+  EXPECT_LE(moved.value_or(0), planned.value_or(0));
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
   operators_.erase(operators_.begin());
@@ -371,6 +403,14 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(*after, before) << "rows changed across the interrupted reshard";
+  // Done: the gauges are back at 0 (data, not an empty panel).
+  ASSERT_TRUE(WaitFor(
+      [&] { return MetricValue(OperatorMetrics(1), "shadowsync_operator_reshards_running") == 0; },
+      std::chrono::seconds(10)));
+  const std::string text = OperatorMetrics(1);
+  EXPECT_EQ(MetricValue(text, "shadowsync_operator_reshard_slots_moved"), 0) << text;
+  EXPECT_EQ(MetricValue(text, "shadowsync_operator_reshard_slots_planned"), 0) << text;
+  EXPECT_EQ(MetricValue(text, R"(shadowsync_operator_reshards_total{result="ok"})"), 1) << text;
   kubelet_->Signal("default", "big", "trainer", SIGCONT);
 }
 

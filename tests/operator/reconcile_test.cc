@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -337,6 +338,87 @@ TEST(ReconcileTest, StatefulSetsRunThePodCommand) {
   EXPECT_EQ(claims[0]["metadata"]["name"], "data");
   EXPECT_EQ(claims[0]["spec"]["resources"]["requests"]["storage"], "1Gi");
   EXPECT_FALSE(c.StatefulSet(Role::kTrainer)["spec"].contains("volumeClaimTemplates"));
+}
+
+TEST(ReconcileTest, SecuredJobsMountTheSecretsAndPassFilePathsOnly) {
+  json job = BaseJob();
+  job["spec"]["security"] = {{"tls", {{"secretName", "my-tls"}}},
+                             {"authToken", {{"secretName", "my-token"}}}};
+  Cluster c(job);
+  c.Step();
+  for (Role role : kRoles) {
+    SCOPED_TRACE(std::string(RoleName(role)));
+    const json& pod = c.StatefulSet(role)["spec"]["template"]["spec"];
+    const json& main = pod["containers"][0];
+    const std::vector<std::string> args = main["args"];
+    EXPECT_THAT(args, ::testing::IsSupersetOf({"--tls-ca-file=/etc/shadowsync/tls/ca.crt",
+                                               "--tls-cert-file=/etc/shadowsync/tls/tls.crt",
+                                               "--tls-key-file=/etc/shadowsync/tls/tls.key",
+                                               "--tls-server-name=shadowsync",
+                                               "--auth-token-file=/etc/shadowsync/auth/token"}));
+    // The Secrets are projected, read-only, into the config volume at
+    // /etc/shadowsync/{tls,auth}: a mount nested in the read-only config
+    // mount could not be created.
+    const json* config = nullptr;
+    for (const json& v : pod["volumes"]) {
+      if (v["name"] == "config") config = &v;
+    }
+    ASSERT_NE(config, nullptr);
+    ASSERT_TRUE(config->contains("projected")) << config->dump();
+    const json& sources = (*config)["projected"]["sources"];
+    EXPECT_EQ((*config)["projected"]["defaultMode"], 0440);
+    EXPECT_EQ(sources[0], json({{"configMap", {{"name", "j-config"}}}}));
+    EXPECT_EQ(sources[1], json::parse(R"({"secret": {"name": "my-tls", "items": [
+                  {"key": "ca.crt", "path": "tls/ca.crt"},
+                  {"key": "tls.crt", "path": "tls/tls.crt"},
+                  {"key": "tls.key", "path": "tls/tls.key"}]}})"));
+    EXPECT_EQ(sources[2], json::parse(R"({"secret": {"name": "my-token", "items": [
+                  {"key": "token", "path": "auth/token"}]}})"));
+    bool config_read_only = false;
+    for (const json& m : main["volumeMounts"]) {
+      if (m["name"] == "config") {
+        EXPECT_EQ(m["mountPath"], "/etc/shadowsync");
+        config_read_only = m.value("readOnly", false);
+      }
+    }
+    EXPECT_TRUE(config_read_only);
+    // Nothing carries a secret's value: no env from Secrets, no token flag.
+    for (const std::string& a : args) {
+      EXPECT_FALSE(absl::StartsWith(a, "--auth-token=")) << a;
+    }
+    EXPECT_THAT(main.dump(), Not(HasSubstr("secretKeyRef")));
+  }
+}
+
+TEST(ReconcileTest, SecretsOutsideTheConfigDirGetTheirOwnReadOnlyVolumes) {
+  json job = BaseJob();
+  job["spec"]["security"] = {{"tls", {{"secretName", "my-tls"}}}};
+  Cluster c(job);
+  c.options.config_dir = "/config";
+  c.Step();
+  const json& pod = c.StatefulSet(Role::kPs)["spec"]["template"]["spec"];
+  std::map<std::string, json> volumes;
+  for (const json& v : pod["volumes"]) volumes[v["name"]] = v;
+  EXPECT_EQ(volumes["shadowsync-tls"]["secret"],
+            json({{"secretName", "my-tls"}, {"defaultMode", 0440}}));
+  EXPECT_TRUE(volumes["config"].contains("configMap"));
+  EXPECT_FALSE(volumes.contains("shadowsync-auth-token"));
+  std::map<std::string, json> mounts;
+  for (const json& m : pod["containers"][0]["volumeMounts"]) mounts[m["name"]] = m;
+  EXPECT_EQ(mounts["shadowsync-tls"]["mountPath"], "/etc/shadowsync/tls");
+  EXPECT_EQ(mounts["shadowsync-tls"]["readOnly"], true);
+  const std::vector<std::string> args = pod["containers"][0]["args"];
+  EXPECT_THAT(args, Contains("--tls-cert-file=/etc/shadowsync/tls/tls.crt"));
+  EXPECT_THAT(args, Not(Contains(HasSubstr("--auth-token-file"))));
+}
+
+TEST(ReconcileTest, UnsecuredJobsGetNoSecurityFlagsOrSecrets) {
+  Cluster c;
+  c.Step();
+  const json& pod = c.StatefulSet(Role::kTrainer)["spec"]["template"]["spec"];
+  EXPECT_THAT(pod.dump(), Not(HasSubstr("--tls-")));
+  EXPECT_THAT(pod.dump(), Not(HasSubstr("--auth-token")));
+  EXPECT_THAT(pod.dump(), Not(HasSubstr("\"secret")));
 }
 
 TEST(ReconcileTest, ConfigMapHoldsTheRenderedJobAndTheShardMap) {

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "ps/ps_server.h"
 #include "syncer/syncer_server.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 #include "worker/checkpoint.h"
 
@@ -255,6 +258,69 @@ TEST_F(WorkerProcessTest, CheckpointResumesTheRemainderFromTheSavedWeights) {
   EXPECT_EQ(j["skipped_examples"], 1000);
   EXPECT_EQ(j["examples"], share - 1000);
   EXPECT_EQ(j["checkpoints_written"], rest->checkpoints_written);
+}
+
+// The value of the sample `series` (name and labels, as exposed) in a
+// Prometheus text exposition; nullopt when absent.
+std::optional<double> Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return std::nullopt;
+}
+
+// /metrics while training: the dashboards' progress (examples_total over
+// examples_target) and loss panels read these.
+TEST_F(WorkerProcessTest, MetricsExposeLossAndTheRunsExampleTarget) {
+  WorkerOptions o = Solo("");
+  o.metrics_address = "127.0.0.1:0";
+  o.job_examples = kExamples;  // Trainer 0 of 2: a share of 3000 ...
+  o.max_examples = 1000;       // ... capped at 1000 ...
+  o.skip_examples = 200;       // ... of which 200 were trained before.
+  o.progress_interval_seconds = 0.005;
+  o.step_delay = absl::Milliseconds(5);  // Several progress reports before the end.
+  int port = 0;
+  o.on_ready = [&](int p) { port = p; };
+  std::string text;
+  double logloss = 0;
+  o.on_progress = [&](const Progress& p) {
+    // The gauges are set before on_progress runs.
+    if (p.examples == 0 || !text.empty()) return;
+    ASSERT_EQ(testing::HttpGet(port, "/metrics", &text), 200);
+    logloss = p.train_logloss;
+  };
+  auto report = RunWorker(o);
+  SS_ASSERT_OK(report);
+  EXPECT_EQ(report->train.examples, 800);
+  ASSERT_FALSE(text.empty()) << "no progress report with examples";
+  EXPECT_EQ(Sample(text, R"(shadowsync_trainer_examples_target{trainer="0"})"), 800) << text;
+  const std::optional<double> exposed =
+      Sample(text, R"(shadowsync_trainer_train_logloss{trainer="0"})");
+  ASSERT_TRUE(exposed.has_value()) << text;
+  EXPECT_GT(*exposed, 0.1);  // A log loss near ln 2 for a fresh model.
+  EXPECT_LT(*exposed, 2.0);
+  EXPECT_NEAR(*exposed, logloss, 1e-6 * logloss);
+  EXPECT_TRUE(Sample(text, R"(shadowsync_trainer_train_ne{trainer="0"})").has_value()) << text;
+}
+
+// The target is set before training starts; without the job's size or a
+// cap it is unknown: 0.
+TEST_F(WorkerProcessTest, ExampleTargetIsZeroWhenUnknown) {
+  WorkerOptions o = Solo("");
+  o.metrics_address = "127.0.0.1:0";
+  o.max_examples = 300;
+  std::string text;
+  o.on_ready = [&](int port) { ASSERT_EQ(testing::HttpGet(port, "/metrics", &text), 200); };
+  SS_ASSERT_OK(RunWorker(o));
+  EXPECT_EQ(Sample(text, R"(shadowsync_trainer_examples_target{trainer="0"})"), 300) << text;
+
+  o.max_examples = -1;
+  o.skip_examples = kExamples / 2 - 10;  // Keep the run short.
+  text.clear();
+  SS_ASSERT_OK(RunWorker(o));
+  EXPECT_EQ(Sample(text, R"(shadowsync_trainer_examples_target{trainer="0"})"), 0) << text;
 }
 
 TEST_F(WorkerProcessTest, CorruptOrMismatchedCheckpointFailsNamingTheFile) {
