@@ -21,6 +21,8 @@ build_pkgs=(
   # tests and tooling
   libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
+  # the monitoring test runs a real Prometheus and promtool (tests/deploy/monitoring.cmake)
+  prometheus
   # the mutual-TLS tests make their certificates at test time (tests/util/gen_test_certs.sh)
   openssl
 )

@@ -13,11 +13,6 @@
 #  - helm_crds_in_sync: crds/ is a copy of deploy/crd.yaml.
 #  - helm_operator_flags: every flag the chart passes exists in `shadowsync operator`.
 #  - deploy_manifests_valid: every object under deploy/ validates.
-find_program(SHADOWSYNC_NODE node)
-if(NOT SHADOWSYNC_NODE)
-  set(SHADOWSYNC_NODE node)  # The test then fails, naming the missing program.
-endif()
-
 # test name : helm_test.mjs case. The cases that start the fake API server are
 # integration tests.
 foreach(pair helm_lint:lint helm_render:render helm_notes:notes helm_kubectl:kubectl
