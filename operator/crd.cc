@@ -81,22 +81,24 @@ json Rule(std::string rule, std::string message) {
 // The spec schema with the rules on what cannot change while a job exists.
 // A `self == oldSelf` rule on a field runs only when the old and the new
 // object both have it, so rules on `spec` itself catch adding or removing.
+// json::array() explicitly: `j = {one_json}` is a copy under clang (CWG 1467),
+// an array under gcc.
 json SpecSchema() {
   json spec = JobSpecOpenApiSchema();
   json& props = spec["properties"];
   json& ps = props["parameterServer"]["properties"];
-  ps["slots"]["x-kubernetes-validations"] = {
-      Rule("self == oldSelf",
-           "spec.parameterServer.slots is immutable: every row's place is slot = H(table, id) mod "
-           "slots")};
-  ps["storage"]["x-kubernetes-validations"] = {
-      Rule("self == oldSelf",
-           "spec.parameterServer.storage is immutable: a StatefulSet's volumeClaimTemplates "
-           "cannot change")};
-  props["model"]["x-kubernetes-validations"] = {
-      Rule("self == oldSelf",
-           "spec.model is immutable: the tables, embedding dimension and layers are fixed for "
-           "the life of the job")};
+  ps["slots"]["x-kubernetes-validations"] = json::array(
+      {Rule("self == oldSelf",
+            "spec.parameterServer.slots is immutable: every row's place is slot = H(table, id) mod "
+            "slots")});
+  ps["storage"]["x-kubernetes-validations"] = json::array(
+      {Rule("self == oldSelf",
+            "spec.parameterServer.storage is immutable: a StatefulSet's volumeClaimTemplates "
+            "cannot change")});
+  props["model"]["x-kubernetes-validations"] = json::array(
+      {Rule("self == oldSelf",
+            "spec.model is immutable: the tables, embedding dimension and layers are fixed for "
+            "the life of the job")});
   const std::string default_slots = std::to_string(ParameterServerSpec{}.slots);
   auto slots_of = [&](const char* self) {
     return absl::StrCat("(has(", self, ".parameterServer) && has(", self,

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset: clang-14 with ASan and
-# UBSan) and runs each one: first over its kept crash regressions
+# Builds the libFuzzer targets (the `asan` configure preset: clang-14 with ASan
+# and UBSan; the `fuzz` build preset) and runs each one: first over its kept crash regressions
 # (tests/fuzz/regressions/<target>/, must all pass), then fuzzing from its seed
 # corpus (tests/fuzz/corpus/<target>/) for SECONDS.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   default: 300 s each, every target
 #
 # CI runs it with 30 s (scripts/test.sh); bench/run.sh fuzz with the default.
-# New corpus entries go to build/fuzz/corpus/<target> (not the committed seeds);
-# a crash leaves its input in build/fuzz/artifacts/<target>/ and fails the run:
+# New corpus entries go to build/asan/corpus/<target> (not the committed seeds);
+# a crash leaves its input in build/asan/artifacts/<target>/ and fails the run:
 # fix it, then copy the input into tests/fuzz/regressions/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ seconds=${1:-300}
 shift || true
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2; }
 
-cmake --preset fuzz >/dev/null
+cmake --preset asan >/dev/null
 cmake --build --preset fuzz -j"$(nproc)"
 
 targets=("$@")
@@ -25,7 +25,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
   targets=($(sed -n 's/^shadowsync_fuzz_target(\([a-z_]*\) .*/\1/p' tests/fuzz/CMakeLists.txt))
 fi
 
-work=build/fuzz
+work=build/asan
 total_execs=0
 failed=()
 for t in "${targets[@]}"; do
@@ -50,7 +50,7 @@ for t in "${targets[@]}"; do
   if "$bin" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=16384 \
       -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "${seeds[@]}" >"$log" 2>&1; then
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n1 | cut -d' ' -f2)
+    cov=$(grep -ao 'cov: [0-9]*' "$log" | tail -n1 | cut -d' ' -f2)
     echo "   ${execs:-0} inputs, coverage ${cov:-?} edges, corpus $(ls "$corpus" | wc -l) files"
     total_execs=$((total_execs + ${execs:-0}))
   else

@@ -574,7 +574,7 @@ TEST_F(FakeKubeApiServerTest, DeleteCascadesToOwnedObjects) {
   json pod_json = Post(kPods, pod).Json();
   EXPECT_EQ(pod_json["status"]["phase"], "Pending");
   json grandchild = ConfigMap("pod-data");
-  grandchild["metadata"]["ownerReferences"] = {ref(pod_json, "Pod", "v1")};
+  grandchild["metadata"]["ownerReferences"] = json::array({ref(pod_json, "Pod", "v1")});
   ASSERT_EQ(Post(kCms, grandchild).code, 201);
   json shared = ConfigMap("shared");
   shared["metadata"]["ownerReferences"] = {ref(owner, "StatefulSet", "apps/v1"),
@@ -591,7 +591,7 @@ TEST_F(FakeKubeApiServerTest, DeleteCascadesToOwnedObjects) {
   // Orphan keeps the dependents and drops the reference.
   json owner2 = Post(kSts, StatefulSet("owner2", 1)).Json();
   json orphan = ConfigMap("orphan");
-  orphan["metadata"]["ownerReferences"] = {ref(owner2, "StatefulSet", "apps/v1")};
+  orphan["metadata"]["ownerReferences"] = json::array({ref(owner2, "StatefulSet", "apps/v1")});
   ASSERT_EQ(Post(kCms, orphan).code, 201);
   ASSERT_EQ(Delete(absl::StrCat(kSts, "/owner2"), {{"propagationPolicy", "Orphan"}}).code, 200);
   Response orphaned = Get(absl::StrCat(kCms, "/orphan"));
