@@ -56,6 +56,16 @@ class RunTest : public ::testing::Test {
     text.replace(text.find("EXAMPLES"), 8, std::to_string(examples));
     return text;
   }
+  // Test certificates and a token (tests/util/gen_test_certs.sh) in
+  // <dir>/certs; returns the token's value.
+  std::string MakeCerts() {
+    const std::string certs = dir_.File("certs");
+    const std::string cmd =
+        "bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " + certs;
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    const std::string token = testing::ReadFile(certs + "/token");
+    return token.substr(0, token.find('\n'));
+  }
   std::string WriteJob(int examples) {
     const std::string path = dir_.File("job.yaml");
     testing::WriteFile(path, WriteJobText(examples));
@@ -518,13 +528,8 @@ TEST_F(RunTest, KillsOfEveryRoleKeepTheRowsAndTheQuality) {
 // the token never shows in any process's output.
 TEST_F(RunTest, SecuredJobTrainsOverMutualTlsWithATokenThatNeverShows) {
   const std::string certs = dir_.File("certs");
-  ASSERT_EQ(
-      std::system(
-          ("bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " + certs).c_str()),
-      0);
-  const std::string token = testing::ReadFile(certs + "/token");
-  ASSERT_GE(token.size(), 32u);
-  const std::string token_value = token.substr(0, token.find('\n'));
+  const std::string token_value = MakeCerts();
+  ASSERT_GE(token_value.size(), 32u);
   std::string text = WriteJobText(6000);
   text += "  security:\n    tls: {caFile: " + certs + "/ca.crt, certFile: " + certs +
           "/tls.crt, keyFile: " + certs + "/tls.key}\n    authToken: {file: " + certs + "/token}\n";
@@ -623,12 +628,7 @@ TEST_F(RunTest, SecuredJobWithAMissingFileFailsNamingTheField) {
 // refuses a bad path by name.
 TEST_F(RunTest, PodPassesSecurityFlagsToItsServerAndOperatorChecksItsFiles) {
   const std::string certs = dir_.File("certs");
-  ASSERT_EQ(
-      std::system(
-          ("bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " + certs).c_str()),
-      0);
-  const std::string token = testing::ReadFile(certs + "/token");
-  const std::string token_value = token.substr(0, token.find('\n'));
+  const std::string token_value = MakeCerts();
   const std::string map = dir_.File("shard-map.json");
   testing::WriteFile(map, R"({"numServers": 1, "psAddresses": ["127.0.0.1:1"]})");
   const std::string flags = " --tls-ca-file=" + certs + "/ca.crt --tls-cert-file=" + certs +

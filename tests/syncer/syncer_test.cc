@@ -744,6 +744,50 @@ TEST_F(SyncerTest, RequestsForAnotherRangeAreInvalidArgumentAndChangeNothing) {
   EXPECT_EQ(r->members, 1);
 }
 
+// Limits (docs/reliability.md): a message over the server's max_message_bytes
+// is refused with RESOURCE_EXHAUSTED before any handler runs, and the server
+// keeps serving with its centre unchanged.
+TEST(SyncerLimitsTest, OversizeRequestIsResourceExhaustedAndChangesNothing) {
+  SyncerServerOptions o;
+  o.metrics_address = "";
+  o.max_message_bytes = 1 << 20;
+  o.shutdown_grace = absl::Milliseconds(200);
+  auto server = SyncerServer::Start(std::move(o));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Syncer::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  constexpr int kN = 1000;
+  {
+    grpc::ClientContext context;
+    v1::InitCentreRequest request;
+    request.set_offset(0);
+    request.set_total(kN);
+    request.mutable_values()->Resize(kN, 2.0f);
+    v1::CentreResponse response;
+    ASSERT_TRUE(stub->InitCentre(&context, request, &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    v1::AllReduceRequest request;
+    request.set_member("trainer-0");
+    request.set_offset(0);
+    request.set_total(kN);
+    request.mutable_values()->Resize(1 << 19, 1.0f);  // 2 MiB of floats.
+    v1::AllReduceResponse response;
+    const grpc::Status status = stub->AllReduce(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  }
+  grpc::ClientContext context;
+  v1::PullCentreRequest pull;
+  pull.set_offset(0);
+  pull.set_total(kN);
+  pull.set_length(kN);
+  v1::CentreResponse centre;
+  ASSERT_TRUE(stub->PullCentre(&context, pull, &centre).ok());
+  ASSERT_EQ(centre.values_size(), kN);
+  EXPECT_EQ(centre.values(0), 2.0f);
+}
+
 TEST(SyncerClientTest, ConnectRejectsBadAddressesAndSizes) {
   EXPECT_THAT(SyncerClient::Connect({.addresses = {}, .member = "m"}, 10),
               StatusIs(absl::StatusCode::kInvalidArgument, "addresses"));
