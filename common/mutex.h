@@ -32,9 +32,12 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   // Wakes Await()ers, whose predicates may have changed under the lock.
+  // Notifies before unlocking: a waiter that then returns may destroy this
+  // mutex (an object whose last owner awaited "done"), and notify_all after
+  // the unlock would touch the destroyed condition variable.
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    mu_.unlock();
     if (waiters_.load(std::memory_order_acquire) > 0) cv_.notify_all();
+    mu_.unlock();
   }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock_shared(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }

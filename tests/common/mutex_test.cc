@@ -1,5 +1,6 @@
 #include "common/mutex.h"
 
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -45,6 +46,31 @@ TEST(MutexTest, ExclusiveLockSerialisesIncrements) {
   for (auto& t : threads) t.join();
   ReaderMutexLock l(&mu);
   EXPECT_EQ(counter, 40000);
+}
+
+// An object whose owner awaits a flag another thread sets may be destroyed
+// as soon as Await returns, so Unlock must not touch the mutex once another
+// thread can hold it. It once notified after unlocking: a use after free
+// that hung a pull callback in StalenessStrategiesTest, and that the tsan
+// preset reports here as a race with the delete.
+TEST(MutexTest, AwaiterMayDestroyTheMutexOnceThePredicateHolds) {
+  struct Flag {
+    Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  for (int i = 0; i < 3000; ++i) {
+    auto flag = std::make_unique<Flag>();
+    std::thread setter([f = flag.get()] {
+      MutexLock l(&f->mu);
+      f->done = true;
+    });
+    {
+      MutexLock l(&flag->mu);
+      flag->mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flag->mu) { return flag->done; });
+    }
+    flag.reset();
+    setter.join();
+  }
 }
 
 }  // namespace

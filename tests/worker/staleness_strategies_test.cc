@@ -300,44 +300,38 @@ TEST_F(StalenessStrategiesTest, PsPlusEveryUpdateLandsOnce) {
   EXPECT_GE(a.ps_plus()->mean_staleness(), 0.0);
 }
 
-// Staleness and modulation by hand. a's step 2 starts on weights of version
-// <= 1 and b's 8 pushes land while it computes; the eager pull a issues when
-// it pushes step 2 sees them, and a's step 3, computed on those old weights,
-// has tau >= 8 (step 2 does instead if its own pull was answered after b's
-// pushes). Under lr / max(1, tau) that push moves the global weights by
-// 1/tau only; the centre is the sum of every push's modulated update.
+// Staleness and modulation by hand. a's thread 0 starts its step 2 on
+// weights of version <= 1 (b has not pushed yet); b's 8 adds land while it
+// computes; a's thread 1 then lands a pull that sees them, so thread 0's
+// step-2 push has tau >= 8 however its own pulls were timed. Under
+// lr / max(1, tau) that push moves the global weights by at most 1/8; the
+// centre is the sum of every push's modulated update.
 TEST_F(StalenessStrategiesTest, PsPlusStalenessCountsTheAddsMissedAndScalesTheUpdate) {
   const SyncConfig c = PsPlus(StalenessLrRule::kInverse);
-  Member a = Make("a", c, {0});
+  Member a = Make("a", c, {0}, {model::OptimizerKind::kSgd, 1.0f}, /*threads=*/2);
   Member b = Make("b", c, {0});
   std::vector<int64_t> taus;
-  // a's step 1: its eager first pull (version 0) lands; fresh.
-  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
-  EXPECT_EQ(a.ps_plus()->last_staleness(0), 0);
-  taus.push_back(0);
-  // a's step 2 starts at once, on the weights of version 0 (its pull for
-  // step 2 is still in flight).
-  SS_ASSERT_OK(a.strategy->AfterStep(0));
-  // b's 8 steps land meanwhile.
-  for (int k = 0; k < 8; ++k) {
-    SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
-    taus.push_back(b.ps_plus()->last_staleness(0));
-    SS_ASSERT_OK(b.strategy->AfterStep(0));
-  }
-  SS_ASSERT_OK(b.strategy->Finish());
-  for (int k = 0; k < 2; ++k) {
-    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
-    taus.push_back(a.ps_plus()->last_staleness(0));
-    SS_ASSERT_OK(a.strategy->AfterStep(0));
-  }
+  auto step = [&taus](Member& m, int thread) {
+    SS_ASSERT_OK(m.strategy->ApplyGradient(thread, std::vector<float>{1.0f}));
+    taus.push_back(m.ps_plus()->last_staleness(thread));
+    SS_ASSERT_OK(m.strategy->AfterStep(thread));
+  };
+  step(a, 0);  // Its first pull (version 0) landed first: fresh.
+  EXPECT_EQ(taus[0], 0);
+  for (int k = 0; k < 8; ++k) step(b, 0);
+  SS_ASSERT_OK(b.strategy->Finish());  // b's 8 adds are in the centre.
+  // Thread 1's second step waits for the pull its first issued, after b's adds.
+  step(a, 1);
+  step(a, 1);
+  step(a, 0);
+  EXPECT_GE(taus.back(), 8) << "a's thread-0 staleness after b's 8 adds";
   SS_ASSERT_OK(a.strategy->Finish());
-  EXPECT_GE(std::max(taus[9], taus[10]), 8) << "a's staleness after b's 8 adds";
   double expected = 0;
   for (int64_t tau : taus) {
     expected -= StalenessLearningRate(StalenessLrRule::kInverse, 1.0f, tau, 0.9);
   }
   EXPECT_NEAR(Centre(a)[0], expected, 1e-5);
-  EXPECT_GT(Centre(a)[0], -10.5f);  // 11 pushes of lr 1, one scaled to <= 1/8
+  EXPECT_GT(Centre(a)[0], -11.5f);  // 12 pushes of lr 1, one scaled to <= 1/8
 }
 
 // The point of the eager pull: with a slow syncer call (a 4 MB vector each
