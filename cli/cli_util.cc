@@ -137,6 +137,18 @@ void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files) {
                  "every gRPC call");
 }
 
+void AddServerLimitFlags(CLI::App& cmd, GrpcServerLimits& limits) {
+  cmd.add_option("--max-message-bytes", limits.max_message_bytes,
+                 "largest gRPC message received or sent; larger is RESOURCE_EXHAUSTED")
+      ->capture_default_str();
+  cmd.add_option("--max-concurrent-streams", limits.max_concurrent_streams,
+                 "calls one client connection may have open at once; clients queue the rest")
+      ->capture_default_str();
+  cmd.add_option("--grpc-memory-bytes", limits.memory_bytes,
+                 "gRPC's memory quota for connection buffers and call state")
+      ->capture_default_str();
+}
+
 GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security) {
   GrpcSecurityFiles files;
   if (security.tls) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "common/grpc_security.h"
+#include "common/grpc_util.h"
 #include "common/job_spec.h"
 
 namespace CLI {
@@ -69,6 +70,10 @@ int ServeUntilSignal(const std::string& name, const std::string& ready_file, Sta
 // Registers --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name
 // and --auth-token-file on `cmd`, filling `files`.
 void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files);
+// Registers --max-message-bytes, --max-concurrent-streams and
+// --grpc-memory-bytes on a server command, filling `limits`
+// (docs/reliability.md, "Limits").
+void AddServerLimitFlags(CLI::App& cmd, GrpcServerLimits& limits);
 // The file paths of a job's spec.security (empty where a section is absent).
 GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security);
 

@@ -44,6 +44,8 @@ struct PsFlags {
   double ttl_seconds = 0;
   int64_t max_rows = 0;
   int64_t max_request_rows = int64_t{1} << 20;
+  int64_t max_import_bytes = ps::PsServiceOptions().max_import_bytes;
+  GrpcServerLimits limits;
   double eviction_interval_seconds = 10;
   double shutdown_grace_seconds = 5;
   bool sync_writes = false;
@@ -82,6 +84,8 @@ int RunPs(const PsFlags& f) {
   o.store.max_rows = f.max_rows;
   o.store.sync_writes = f.sync_writes;
   o.service.max_request_rows = f.max_request_rows;
+  o.service.max_import_bytes = f.max_import_bytes;
+  o.limits = f.limits;
   o.eviction_interval = absl::Seconds(f.eviction_interval_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
@@ -138,6 +142,10 @@ Action AddPsCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-request-rows", f->max_request_rows, "ids per request")
       ->capture_default_str();
+  cmd->add_option("--max-import-bytes", f->max_import_bytes,
+                  "row bytes all open ImportSlots streams may stage together")
+      ->capture_default_str();
+  AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--eviction-interval-seconds", f->eviction_interval_seconds,
                   "period of the eviction pass (0: off)")
       ->capture_default_str();

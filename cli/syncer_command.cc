@@ -24,6 +24,8 @@ struct SyncerFlags {
   std::string metrics_listen = "0.0.0.0:7101";
   double member_timeout_seconds = 10;
   double shutdown_grace_seconds = 5;
+  int64_t max_waiting_bytes = syncer::SyncerServiceOptions().max_waiting_bytes;
+  GrpcServerLimits limits;
   std::string ready_file;
   GrpcSecurityFiles security;
 };
@@ -38,6 +40,8 @@ int RunSyncer(const SyncerFlags& f) {
   o.metrics_address = f.metrics_listen;
   o.service.member_timeout = absl::Seconds(f.member_timeout_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
+  o.service.max_waiting_bytes = f.max_waiting_bytes;
+  o.limits = f.limits;
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
   if (!security.ok()) {
     std::cerr << "shadowsync syncer: " << security.status().message() << "\n";
@@ -68,6 +72,10 @@ Action AddSyncerCommand(CLI::App& app) {
   cmd->add_option("--shutdown-grace-seconds", f->shutdown_grace_seconds,
                   "time in-flight RPCs get at shutdown")
       ->capture_default_str();
+  cmd->add_option("--max-waiting-bytes", f->max_waiting_bytes,
+                  "bytes the waiting all-reduce and clock calls may hold together")
+      ->capture_default_str();
+  AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--ready-file", f->ready_file,
                   "write \"GRPC_PORT METRICS_PORT\" here once serving");
   AddSecurityFlags(*cmd, f->security);

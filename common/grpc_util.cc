@@ -22,6 +22,32 @@ std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout) {
              absl::ToChronoNanoseconds(timeout));
 }
 
+absl::Status ValidateServerLimits(const GrpcServerLimits& limits) {
+  if (limits.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: must be positive, got ", limits.max_message_bytes));
+  }
+  if (limits.max_concurrent_streams <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_concurrent_streams: must be positive, got ",
+                                                   limits.max_concurrent_streams));
+  }
+  if (limits.memory_bytes < 2 * int64_t{limits.max_message_bytes}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_bytes: must hold at least two messages of max_message_bytes (",
+                     limits.max_message_bytes, " bytes), got ", limits.memory_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyServerLimits(const GrpcServerLimits& limits, grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
+  builder.SetMaxSendMessageSize(limits.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  grpc::ResourceQuota quota("shadowsync-server");
+  quota.Resize(static_cast<size_t>(limits.memory_bytes));
+  builder.SetResourceQuota(quota);
+}
+
 bool IsWrongOwner(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
          absl::StartsWith(status.error_message(), kWrongOwnerPrefix);

@@ -1,7 +1,8 @@
 // Helpers at the gRPC edge, shared by every service and client: the one
 // conversion per direction between absl::Status and grpc::Status (the codes
-// are numerically identical), deadlines from absl durations, and the
-// parameter server's wrong-owner protocol (proto/shadowsync/v1/ps.proto).
+// are numerically identical), deadlines from absl durations, the bounds every
+// server applies, and the parameter server's wrong-owner protocol
+// (proto/shadowsync/v1/ps.proto).
 #ifndef SHADOWSYNC_COMMON_GRPC_UTIL_H_
 #define SHADOWSYNC_COMMON_GRPC_UTIL_H_
 
@@ -23,6 +24,32 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // The absolute deadline `timeout` from now, as gRPC wants it.
 std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout);
+
+// The bounds a gRPC server puts on what clients can make it hold
+// (docs/reliability.md, "Limits"). Each makes the server answer
+// RESOURCE_EXHAUSTED, or a client wait, instead of growing without bound.
+// The services use gRPC's callback API, so a waiting call holds no thread;
+// what such calls hold in memory each service bounds itself
+// (PsServiceOptions::max_import_bytes, SyncerServiceOptions::max_waiting_bytes).
+struct GrpcServerLimits {
+  // Largest message received or sent; gRPC refuses a larger one with
+  // RESOURCE_EXHAUSTED before any handler runs. Default: 256 MiB.
+  int max_message_bytes = 256 << 20;
+  // Streams one client connection may have open at once (HTTP/2
+  // SETTINGS_MAX_CONCURRENT_STREAMS); the client queues any beyond.
+  // Default: 256.
+  int max_concurrent_streams = 256;
+  // gRPC's memory quota for connection buffers and call state; under pressure
+  // gRPC shrinks read buffers and then refuses new streams. Default: 4 GiB.
+  int64_t memory_bytes = int64_t{4} << 30;
+};
+
+// InvalidArgument naming the field if a bound is not positive, or the quota
+// cannot hold two maximal messages.
+absl::Status ValidateServerLimits(const GrpcServerLimits& limits);
+
+// Applies `limits` to a server about to be built.
+void ApplyServerLimits(const GrpcServerLimits& limits, grpc::ServerBuilder& builder);
 
 // Trailing metadata key of a WRONG_OWNER error: the server's shard-map epoch.
 inline constexpr char kShardEpochMetadataKey[] = "shadowsync-shard-epoch";

@@ -30,6 +30,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 
+  if (absl::Status limits = ValidateServerLimits(opts.limits); !limits.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("ps: limits.", limits.message()));
+  }
   Log(absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d", opts.store.db_path,
                       opts.store.dim, opts.store.tables.size(), opts.store.num_slots));
   SS_ASSIGN_OR_RETURN(s.store_, RowStore::Open(opts.store));
@@ -44,8 +47,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.grpc_address, ServerCredentials(opts.security), &s.grpc_port_);
   builder.RegisterService(s.service_.get());
-  builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
-  builder.SetMaxSendMessageSize(opts.max_message_bytes);
+  ApplyServerLimits(opts.limits, builder);
   s.server_ = builder.BuildAndStart();
   // On any error below, ~PsServer tears down whatever was started.
   if (s.server_ == nullptr || s.grpc_port_ == 0) {

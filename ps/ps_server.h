@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
+#include "common/grpc_util.h"
 #include "common/mutex.h"
 #include "ps/ps_service.h"
 #include "ps/row_store.h"
@@ -70,8 +71,8 @@ struct PsServerOptions {
   // is set from it). Default: plaintext, no token.
   GrpcSecurity security;
 
-  // Largest gRPC message received or sent. Default: 256 MiB.
-  int max_message_bytes = 256 << 20;
+  // Message size, streams per connection, handler threads and gRPC memory.
+  GrpcServerLimits limits;
   // Period of RowStore::EvictNow(); 0 disables the loop. Default: 10s.
   absl::Duration eviction_interval = absl::Seconds(10);
   // How long Shutdown() lets in-flight RPCs finish before cancelling them.

@@ -45,6 +45,7 @@ constexpr int kLatencyMetric = 0;
 constexpr int kErrorsMetric = 1;
 constexpr int kBytesInMetric = 2;
 constexpr int kBytesOutMetric = 3;
+constexpr int kImportStagedMetric = 4;
 
 constexpr MetricDef kMetrics[] = {
     // Service-side; indices above.
@@ -56,6 +57,9 @@ constexpr MetricDef kMetrics[] = {
      prometheus::MetricType::Counter, nullptr},
     {"shadowsync_ps_bytes_out_total", "Response payload bytes sent.",
      prometheus::MetricType::Counter, nullptr},
+    {"shadowsync_ps_import_staged_bytes",
+     "Row bytes the open ImportSlots streams hold staged (bounded by max_import_bytes).",
+     prometheus::MetricType::Gauge, nullptr},
     // From RowStore::stats() at scrape time.
     {"shadowsync_ps_rows_stored", "Embedding rows stored.", prometheus::MetricType::Gauge,
      [](const RowStoreStats& s) { return static_cast<double>(s.rows_stored); }},
@@ -203,6 +207,11 @@ PsMetrics::PsMetrics(prometheus::Registry& registry) {
                     .Help(kMetrics[kBytesOutMetric].help)
                     .Register(registry)
                     .Add({});
+  import_staged_ = &prometheus::BuildGauge()
+                        .Name(kMetrics[kImportStagedMetric].name)
+                        .Help(kMetrics[kImportStagedMetric].help)
+                        .Register(registry)
+                        .Add({});
   for (int r = 0; r < kNumRpcs; ++r) {
     latency_[r] = &latency_family_->Add({{"rpc", kRpcNames[r]}}, LatencyBuckets());
     for (auto& counter : errors_[r]) counter.store(nullptr, std::memory_order_relaxed);
@@ -434,6 +443,13 @@ absl::Status PsService::ParseTables(const RepeatedPtrField<v1::TableRows>& table
     if (with_values) r.values.assign(t.values().begin(), t.values().end());
   }
   return absl::OkStatus();
+}
+
+int64_t PsService::ChargeImportStaging(int64_t delta) {
+  MutexLock lock(&import_mu_);  // So the gauge is set in the order of the updates.
+  import_staged_bytes_ += delta;
+  metrics_->SetImportStaged(import_staged_bytes_);
+  return import_staged_bytes_;
 }
 
 absl::Status PsService::CheckOwned(const RepeatedPtrField<v1::TableRows>& tables) const {
@@ -925,12 +941,16 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
                                                        row.table(), ", id ", row.id(),
                                                        ") was already sent"));
       }
-      staged_bytes_ += static_cast<int64_t>(sizeof(StoredRow) + row.values_size() * sizeof(float));
-      if (staged_bytes_ > service_->options_.max_import_bytes) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("ImportSlots: stream exceeds this server's staging limit of ",
-                         service_->options_.max_import_bytes, " bytes at row ", rows_.size(),
-                         "; nothing stored; import fewer slots per stream"));
+      const int64_t row_bytes =
+          static_cast<int64_t>(sizeof(StoredRow) + row.values_size() * sizeof(float));
+      staged_bytes_ += row_bytes;
+      const int64_t server_staged = service_->ChargeImportStaging(row_bytes);
+      if (server_staged > service_->options_.max_import_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "ImportSlots: the server's import streams would stage ", server_staged,
+            " bytes (this one ", staged_bytes_, ") at row ", rows_.size(),
+            ", over its staging limit of ", service_->options_.max_import_bytes,
+            " bytes; nothing stored; import fewer slots per stream or fewer streams at once"));
       }
       StoredRow& staged = rows_.emplace_back();
       staged.table = row.table();
@@ -976,6 +996,8 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
       bytes_in = bytes_in_;
       rows_.clear();
       rows_.shrink_to_fit();
+      service_->ChargeImportStaging(-staged_bytes_);
+      staged_bytes_ = 0;
     }
     service_->metrics_->RecordRpc(Rpc::kImportSlots, Clock::now() - start_, status.code(), bytes_in,
                                   0);

@@ -42,6 +42,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "ps/row_store.h"
@@ -80,6 +81,7 @@ class PsMetrics {
                  int64_t bytes_in, int64_t bytes_out);
   void AddBytesIn(int64_t bytes) { bytes_in_->Increment(static_cast<double>(bytes)); }
   void AddBytesOut(int64_t bytes) { bytes_out_->Increment(static_cast<double>(bytes)); }
+  void SetImportStaged(int64_t bytes) { import_staged_->Set(static_cast<double>(bytes)); }
 
   // A collectable emitting the store's metrics from `store->stats()` when
   // scraped. `store` must outlive every Collect() call (unregister it from the
@@ -97,6 +99,7 @@ class PsMetrics {
   std::array<prometheus::Histogram*, kNumRpcs> latency_{};
   prometheus::Counter* bytes_in_;
   prometheus::Counter* bytes_out_;
+  prometheus::Gauge* import_staged_;
   // Created on the first error of each (rpc, code), then cached.
   static constexpr int kNumCodes = 17;
   std::array<std::array<std::atomic<prometheus::Counter*>, kNumCodes>, kNumRpcs> errors_{};
@@ -108,9 +111,10 @@ struct PsServiceOptions {
   int64_t max_request_rows = int64_t{1} << 20;
   // Rows per SlotChunk of an ExportSlots stream. Default: 1024.
   int export_chunk_rows = 1024;
-  // Bytes of rows one ImportSlots stream may stage before it is applied; more
-  // is RESOURCE_EXHAUSTED (split the import into smaller slot batches).
-  // Default: 1 GiB.
+  // Bytes of rows all open ImportSlots streams together may stage before
+  // they are applied; a stream whose row would pass it is RESOURCE_EXHAUSTED
+  // and stores nothing (import fewer slots per stream, or fewer streams at
+  // once). Default: 1 GiB.
   int64_t max_import_bytes = int64_t{1} << 30;
   // Where every accepted shard map (with self_index) is persisted, so a
   // restarted server answers GetShardMap; empty = not persisted.
@@ -243,6 +247,12 @@ class PsService final : public v1::ParameterServer::CallbackService {
   mutable Mutex map_mu_;
   std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
   uint32_t self_index_ ABSL_GUARDED_BY(map_mu_) = 0;
+
+  // Adds `delta` to the bytes all import streams hold staged; returns the new
+  // total.
+  int64_t ChargeImportStaging(int64_t delta) ABSL_LOCKS_EXCLUDED(import_mu_);
+  Mutex import_mu_;
+  int64_t import_staged_bytes_ ABSL_GUARDED_BY(import_mu_) = 0;
 
   // Last member: destroyed (drained and joined) first.
   Executor executor_;

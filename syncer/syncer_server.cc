@@ -24,6 +24,9 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
   s.options_ = std::move(options);
   const SyncerServerOptions& opts = s.options_;
 
+  if (absl::Status limits = ValidateServerLimits(opts.limits); !limits.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("syncer: limits.", limits.message()));
+  }
   s.registry_ = std::make_shared<prometheus::Registry>();
   s.metrics_ = std::make_unique<SyncerMetrics>(*s.registry_);
   s.service_ = std::make_unique<SyncerService>(s.metrics_.get(), opts.service);
@@ -31,8 +34,7 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.grpc_address, ServerCredentials(opts.security), &s.grpc_port_);
   builder.RegisterService(s.service_.get());
-  builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
-  builder.SetMaxSendMessageSize(opts.max_message_bytes);
+  ApplyServerLimits(opts.limits, builder);
   s.server_ = builder.BuildAndStart();
   // On any error below, ~SyncerServer tears down whatever was started.
   if (s.server_ == nullptr || s.grpc_port_ == 0) {

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
+#include "common/grpc_util.h"
 #include "common/mutex.h"
 #include "syncer/syncer_service.h"
 
@@ -42,9 +43,8 @@ struct SyncerServerOptions {
   // Mutual TLS and the bearer token every call must carry (service.auth_token
   // is set from it). Default: plaintext, no token.
   GrpcSecurity security;
-  // Largest gRPC message received or sent. Default: 256 MiB (a 0.5M-float
-  // range is 2 MB).
-  int max_message_bytes = 256 << 20;
+  // Message size, streams per connection, handler threads and gRPC memory.
+  GrpcServerLimits limits;
   // How long Shutdown() lets in-flight RPCs finish before cancelling them;
   // waiting all-reduce calls are answered UNAVAILABLE at once. Default: 5s.
   absl::Duration shutdown_grace = absl::Seconds(5);

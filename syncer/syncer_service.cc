@@ -270,6 +270,22 @@ grpc::ServerUnaryReactor* SyncerService::AddToCentre(grpc::CallbackServerContext
   return reactor;
 }
 
+absl::Status SyncerService::HoldWaiting(const char* method, int64_t bytes) {
+  MutexLock lock(&waiting_mu_);
+  if (waiting_bytes_ + bytes > options_.max_waiting_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        method, ": the waiting calls hold ", waiting_bytes_, " bytes; this one's ", bytes,
+        " would pass this syncer's max_waiting_bytes of ", options_.max_waiting_bytes));
+  }
+  waiting_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void SyncerService::ReleaseWaiting(int64_t bytes) {
+  MutexLock lock(&waiting_mu_);
+  waiting_bytes_ -= bytes;
+}
+
 grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* context,
                                                    const v1::AllReduceRequest* request,
                                                    v1::AllReduceResponse* response) {
@@ -281,11 +297,13 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
   }
   const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
   const int64_t n = request->values_size();
+  const int64_t held = bytes_in + kWaitingCallOverhead;
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
     SS_RETURN_IF_ERROR(CheckName("member", request->member()));
     SS_RETURN_IF_ERROR(CheckName("group", request->group()));
-    return range_.Check(RangeOf(request->offset(), n, request->total()), "values");
+    SS_RETURN_IF_ERROR(range_.Check(RangeOf(request->offset(), n, request->total()), "values"));
+    return HoldWaiting("AllReduce", held);
   }();
   if (!status.ok()) {
     Finish(reactor, Method::kAllReduce, start, status, bytes_in, 0);
@@ -294,7 +312,8 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
   // The request (and so the span) lives until the reactor finishes.
   rounds_.Contribute(
       request->group(), request->member(), {request->values().data(), static_cast<size_t>(n)},
-      [this, reactor, response, start, bytes_in](absl::StatusOr<RoundOutcome> outcome) {
+      [this, reactor, response, start, bytes_in, held](absl::StatusOr<RoundOutcome> outcome) {
+        ReleaseWaiting(held);
         if (!outcome.ok()) {
           Finish(reactor, Method::kAllReduce, start, outcome.status(), bytes_in, 0);
           return;
@@ -376,6 +395,7 @@ grpc::ServerUnaryReactor* SyncerService::Clock(grpc::CallbackServerContext* cont
     return reactor;
   }
   const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+  const int64_t held = bytes_in + kWaitingCallOverhead;
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
     SS_RETURN_IF_ERROR(CheckName("member", request->member()));
@@ -391,7 +411,7 @@ grpc::ServerUnaryReactor* SyncerService::Clock(grpc::CallbackServerContext* cont
       return absl::InvalidArgumentError(
           absl::StrCat("max_wait_seconds: must be >= 0, got ", request->max_wait_seconds()));
     }
-    return absl::OkStatus();
+    return HoldWaiting("Clock", held);
   }();
   if (!status.ok()) {
     Finish(reactor, Method::kClock, start, status, bytes_in, 0);
@@ -400,21 +420,23 @@ grpc::ServerUnaryReactor* SyncerService::Clock(grpc::CallbackServerContext* cont
   const absl::Duration max_wait = request->max_wait_seconds() > 0
                                       ? absl::Seconds(request->max_wait_seconds())
                                       : absl::InfiniteDuration();
-  clocks_.Report(request->member(), request->clock(), request->staleness(), max_wait,
-                 [this, reactor, response, start, bytes_in](absl::StatusOr<ClockOutcome> outcome) {
-                   if (!outcome.ok()) {
-                     Finish(reactor, Method::kClock, start, outcome.status(), bytes_in, 0);
-                     return;
-                   }
-                   response->set_released(outcome->released);
-                   response->set_min_clock(outcome->min_clock);
-                   response->set_member_clock(outcome->member_clock);
-                   response->set_joined(outcome->joined);
-                   response->set_live_members(static_cast<uint32_t>(outcome->live_members));
-                   response->set_waited_seconds(absl::ToDoubleSeconds(outcome->waited));
-                   Finish(reactor, Method::kClock, start, absl::OkStatus(), bytes_in,
-                          static_cast<int64_t>(response->ByteSizeLong()));
-                 });
+  clocks_.Report(
+      request->member(), request->clock(), request->staleness(), max_wait,
+      [this, reactor, response, start, bytes_in, held](absl::StatusOr<ClockOutcome> outcome) {
+        ReleaseWaiting(held);
+        if (!outcome.ok()) {
+          Finish(reactor, Method::kClock, start, outcome.status(), bytes_in, 0);
+          return;
+        }
+        response->set_released(outcome->released);
+        response->set_min_clock(outcome->min_clock);
+        response->set_member_clock(outcome->member_clock);
+        response->set_joined(outcome->joined);
+        response->set_live_members(static_cast<uint32_t>(outcome->live_members));
+        response->set_waited_seconds(absl::ToDoubleSeconds(outcome->waited));
+        Finish(reactor, Method::kClock, start, absl::OkStatus(), bytes_in,
+               static_cast<int64_t>(response->ByteSizeLong()));
+      });
   return reactor;
 }
 

@@ -95,6 +95,11 @@ struct SyncerServiceOptions {
   absl::Duration member_timeout = absl::Seconds(10);
   // Longest group and member names, in bytes. Default: 256.
   size_t max_name_bytes = 256;
+  // Bytes the waiting AllReduce and Clock calls may hold together, each
+  // counted as its request plus kWaitingCallOverhead; a call that would pass
+  // it is answered RESOURCE_EXHAUSTED at once and changes nothing. It must
+  // hold one contribution per trainer. Default: 2 GiB.
+  int64_t max_waiting_bytes = int64_t{2} << 30;
   // The bearer token every call must carry (common/grpc_security.h); a call
   // without it is refused UNAUTHENTICATED. Empty = none required.
   std::string auth_token;
@@ -102,6 +107,10 @@ struct SyncerServiceOptions {
 
 class SyncerService final : public v1::Syncer::CallbackService {
  public:
+  // What a waiting call counts as beyond its request, against
+  // max_waiting_bytes: its gRPC call and reactor state.
+  static constexpr int64_t kWaitingCallOverhead = 1024;
+
   // `metrics` must outlive the service.
   SyncerService(SyncerMetrics* metrics, SyncerServiceOptions options);
   // Close()s. REQUIRES: the gRPC server is shut down.
@@ -149,6 +158,13 @@ class SyncerService final : public v1::Syncer::CallbackService {
   const SyncerServiceOptions options_;
   RangeBinding range_;
   Centre centre_;
+  // OK and counts `bytes` as held by a waiting call, or RESOURCE_EXHAUSTED
+  // naming `method` if that would pass max_waiting_bytes.
+  absl::Status HoldWaiting(const char* method, int64_t bytes) ABSL_LOCKS_EXCLUDED(waiting_mu_);
+  void ReleaseWaiting(int64_t bytes) ABSL_LOCKS_EXCLUDED(waiting_mu_);
+  Mutex waiting_mu_;
+  int64_t waiting_bytes_ ABSL_GUARDED_BY(waiting_mu_) = 0;
+
   AllReduceRounds rounds_;
   SspClocks clocks_;
 };

@@ -113,6 +113,23 @@ TEST_F(CliTest, BadFlagsAndMissingFilesGiveClearErrors) {
   EXPECT_NE(out.find("--bottom-mlp"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(RunShell(Bin() + " frobnicate", &out), 2);
+  // Server limits that cannot work are refused before serving.
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " syncer --listen 127.0.0.1:0 --metrics-listen '' " +
+                         "--max-concurrent-streams 0",
+                     &out),
+            2);
+  EXPECT_NE(out.find("limits.max_concurrent_streams: must be positive"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " ps --db " + dir_.File("limits-db") +
+                         " --listen 127.0.0.1:0 --metrics-listen '' --max-message-bytes 1048576 " +
+                         "--grpc-memory-bytes 1000",
+                     &out),
+            2);
+  EXPECT_NE(out.find("limits.memory_bytes: must hold at least two messages of "
+                     "max_message_bytes (1048576 bytes), got 1000"),
+            std::string::npos)
+      << out;
 }
 
 // `shadowsync pod` and `shadowsync operator` refuse what they cannot run

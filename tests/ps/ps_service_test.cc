@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/model/embedding_table.h"
 #include "common/shard_map.h"
@@ -40,6 +42,7 @@ namespace shadowsync {
 namespace {
 
 using ::shadowsync::testing::StatusIs;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 constexpr int kDim = 4;
@@ -976,7 +979,7 @@ TEST_F(PsServiceBadInputTest, OversizedBatch) {
   // Over the row limit of a dedicated server.
   ps::PsServerOptions o = Options("limited");
   o.service.max_request_rows = 100;
-  o.max_message_bytes = 64 << 10;
+  o.limits.max_message_bytes = 64 << 10;
   nodes_.push_back(Start(o));
   const int limited = static_cast<int>(nodes_.size()) - 1;
   v1::LookupRequest lookup;
@@ -996,6 +999,64 @@ TEST_F(PsServiceBadInputTest, OversizedBatch) {
   ok.add_tables()->add_ids(5);
   EXPECT_TRUE(Lookup(limited, ok).ok());
   ExpectServingAndIntact();
+}
+
+// Limits: one connection carries at most max_concurrent_streams calls; a
+// further call waits in the client (here until its deadline) while another
+// connection is served, and goes through once a stream ends.
+TEST_F(PsServiceBadInputTest, StreamsPerConnectionAreBounded) {
+  ps::PsServerOptions o = Options("streams");
+  o.limits.max_concurrent_streams = 2;
+  nodes_.push_back(Start(o));
+  const std::string address = nodes_.back().address;
+  // A channel of its own: gRPC would otherwise share one connection between
+  // channels to the same address.
+  auto connect = [&] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return v1::ParameterServer::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  };
+  auto held = connect(), other = connect();
+  auto lookup = [](v1::ParameterServer::Stub& stub, absl::Duration timeout) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(timeout));
+    v1::LookupRequest request;
+    request.add_tables()->add_ids(5);
+    v1::LookupResponse response;
+    return stub.Lookup(&context, request, &response);
+  };
+  ASSERT_TRUE(lookup(*held, absl::Seconds(10)).ok());  // Connected; the server's SETTINGS are in.
+
+  std::unique_ptr<grpc::ClientContext> contexts[2];
+  v1::ImportSlotsResponse responses[2];
+  std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writers[2];
+  for (int i = 0; i < 2; ++i) {
+    contexts[i] = std::make_unique<grpc::ClientContext>();
+    contexts[i]->set_deadline(DeadlineFromNow(absl::Seconds(60)));
+    writers[i] = held->ImportSlots(contexts[i].get(), &responses[i]);
+  }
+  EXPECT_EQ(lookup(*held, absl::Seconds(1)).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(lookup(*other, absl::Seconds(10)).ok());
+  contexts[0]->TryCancel();
+  EXPECT_EQ(writers[0]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const grpc::Status after = lookup(*held, absl::Seconds(10));
+  EXPECT_TRUE(after.ok()) << after.error_message();
+  contexts[1]->TryCancel();
+  EXPECT_EQ(writers[1]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ExpectServingAndIntact();
+}
+
+// Limits that cannot work are refused at start, naming the field.
+TEST_F(PsServiceBadInputTest, UnworkableLimitsAreRefusedAtStart) {
+  ps::PsServerOptions o = Options("unworkable");
+  o.limits.max_message_bytes = 0;
+  EXPECT_THAT(ps::PsServer::Start(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               "ps: limits.max_message_bytes: must be positive"));
+  o = Options("unworkable");
+  o.limits.memory_bytes = o.limits.max_message_bytes;
+  EXPECT_THAT(ps::PsServer::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "ps: limits.memory_bytes"));
 }
 
 TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {
@@ -1171,6 +1232,58 @@ TEST_F(PsServiceImportTest, IncomingRowsOfOwnedSlotsAreRefused) {
   ExpectFreshStillEmpty();
 }
 
+// The staging limit is one budget for all of a server's import streams: with
+// one stream's rows staged, a second that would take the total over it is
+// refused and stores nothing; the first still completes, and releases its
+// bytes when it ends.
+TEST_F(PsServiceImportTest, StagingLimitIsSharedByConcurrentStreams) {
+  const int64_t row_bytes = static_cast<int64_t>(sizeof(ps::StoredRow) +
+                                                 chunks_[0].rows(0).values_size() * sizeof(float));
+  int64_t stream_bytes = 0, held_bytes = 0;  // Every chunk; every chunk but the done one.
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    stream_bytes += chunks_[i].rows_size() * row_bytes;
+    if (i + 1 < chunks_.size()) held_bytes += chunks_[i].rows_size() * row_bytes;
+  }
+  ASSERT_GT(held_bytes, 0);
+  ps::PsServerOptions o = Options("shared");
+  o.service.max_import_bytes = held_bytes + stream_bytes - 1;  // Each fits, not both.
+  nodes_.push_back(Start(o));
+  const int shared = static_cast<int>(nodes_.size()) - 1;
+  auto await_staged = [&](int64_t want) {
+    const std::string line = absl::StrCat("\nshadowsync_ps_import_staged_bytes ", want, "\n");
+    std::string body;
+    for (const absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
+      testing::HttpGet(nodes_[shared].server->metrics_port(), "/metrics", &body);
+      if (absl::StrContains(body, line)) return;
+      absl::SleepFor(absl::Milliseconds(5));  // Polling the server's staging.
+    }
+    ADD_FAILURE() << "import_staged_bytes never became " << want << ":\n" << body;
+  };
+
+  // Stream 1 stages every chunk but the done one, and holds.
+  grpc::ClientContext held_context;
+  held_context.set_deadline(DeadlineFromNow(absl::Seconds(60)));
+  v1::ImportSlotsResponse held_response;
+  auto held = nodes_[shared].stub->ImportSlots(&held_context, &held_response);
+  for (size_t i = 0; i + 1 < chunks_.size(); ++i) ASSERT_TRUE(held->Write(chunks_[i]));
+  await_staged(held_bytes);
+
+  v1::ImportSlotsResponse response;
+  EXPECT_GRPC_ERROR(Import(*nodes_[shared].stub, chunks_, &response), RESOURCE_EXHAUSTED,
+                    absl::StrCat("over its staging limit of ", held_bytes + stream_bytes - 1));
+  await_staged(held_bytes);  // The refused stream's rows are released.
+
+  ASSERT_TRUE(held->Write(chunks_.back()));
+  held->WritesDone();
+  const grpc::Status done = held->Finish();
+  ASSERT_TRUE(done.ok()) << done.error_message();
+  EXPECT_EQ(held_response.checksum(), chunks_.back().checksum());
+  await_staged(0);
+  auto stats = Stats(shared);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->rows_stored(), held_response.rows());
+}
+
 TEST_F(PsServiceImportTest, StagingLimitIsResourceExhausted) {
   ps::PsServerOptions o = Options("small");
   o.service.max_import_bytes = 1000;
@@ -1178,7 +1291,7 @@ TEST_F(PsServiceImportTest, StagingLimitIsResourceExhausted) {
   const int small = static_cast<int>(nodes_.size()) - 1;
   v1::ImportSlotsResponse response;
   EXPECT_GRPC_ERROR(Import(*nodes_[small].stub, chunks_, &response), RESOURCE_EXHAUSTED,
-                    "staging limit of 1000 bytes");
+                    "over its staging limit of 1000 bytes");
   auto stats = Stats(small);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->rows_stored(), 0u);

@@ -4,12 +4,14 @@
 // timeouts, leave from one group or all, replacement, group isolation), input
 // checks, and the metrics and health endpoints.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -56,13 +58,15 @@ std::vector<float> Values(int64_t n, int seed) {
 
 class SyncerTest : public ::testing::Test {
  protected:
-  void StartSyncers(int replicas, absl::Duration member_timeout = absl::Seconds(10)) {
+  void StartSyncers(int replicas, absl::Duration member_timeout = absl::Seconds(10),
+                    const std::function<void(SyncerServerOptions&)>& configure = nullptr) {
     for (int i = 0; i < replicas; ++i) {
       SyncerServerOptions o;
       o.grpc_address = "127.0.0.1:0";
       o.metrics_address = "127.0.0.1:0";
       o.service.member_timeout = member_timeout;
       o.shutdown_grace = absl::Milliseconds(500);
+      if (configure) configure(o);
       auto server = SyncerServer::Start(std::move(o));
       ASSERT_TRUE(server.ok()) << server.status();
       addresses_.push_back((*server)->address());
@@ -744,13 +748,13 @@ TEST_F(SyncerTest, RequestsForAnotherRangeAreInvalidArgumentAndChangeNothing) {
   EXPECT_EQ(r->members, 1);
 }
 
-// Limits (docs/reliability.md): a message over the server's max_message_bytes
+// Limits (docs/reliability.md): a message over the server's limits.max_message_bytes
 // is refused with RESOURCE_EXHAUSTED before any handler runs, and the server
 // keeps serving with its centre unchanged.
 TEST(SyncerLimitsTest, OversizeRequestIsResourceExhaustedAndChangesNothing) {
   SyncerServerOptions o;
   o.metrics_address = "";
-  o.max_message_bytes = 1 << 20;
+  o.limits.max_message_bytes = 1 << 20;
   o.shutdown_grace = absl::Milliseconds(200);
   auto server = SyncerServer::Start(std::move(o));
   ASSERT_TRUE(server.ok()) << server.status();
@@ -786,6 +790,51 @@ TEST(SyncerLimitsTest, OversizeRequestIsResourceExhaustedAndChangesNothing) {
   ASSERT_TRUE(stub->PullCentre(&context, pull, &centre).ok());
   ASSERT_EQ(centre.values_size(), kN);
   EXPECT_EQ(centre.values(0), 2.0f);
+}
+
+// Limits: the waiting all-reduce calls together hold at most
+// max_waiting_bytes. A call that would pass it is RESOURCE_EXHAUSTED at once
+// (it neither waits nor joins the round), and the bytes come back when the
+// round completes.
+TEST_F(SyncerTest, WaitingCallsBeyondTheirByteLimitAreResourceExhausted) {
+  constexpr int64_t kN = 1000;
+  // Room for two waiting contributions of kN floats, not three.
+  StartSyncers(1, absl::Seconds(30), [](SyncerServerOptions& o) {
+    o.service.max_waiting_bytes = 2 * (kN * 4 + 64 + SyncerService::kWaitingCallOverhead) + 100;
+  });
+  auto m0 = Client("m0", kN), m1 = Client("m1", kN), m2 = Client("m2", kN), x = Client("x", kN);
+  for (SyncerClient* c : {m0.get(), m1.get(), m2.get()}) SS_ASSERT_OK(c->Join("g"));
+  const std::vector<float> v0 = Values(kN, 1), v1 = Values(kN, 2);
+  std::vector<float> out0(kN), out1(kN);
+  absl::StatusOr<RoundResult> r0, r1;
+  std::thread t0([&] { r0 = m0->AllReduceMean("g", v0, out0); });
+  std::thread t1([&] { r1 = m1->AllReduceMean("g", v1, out1); });
+  AwaitContributors("g", {"m0", "m1"});  // Both wait for m2.
+
+  std::vector<float> out(kN);
+  EXPECT_THAT(x->AllReduceMean("g", Values(kN, 3), out),
+              StatusIs(absl::StatusCode::kResourceExhausted, "max_waiting_bytes"));
+  EXPECT_THAT(Stats(0).groups(0).live_members(), ElementsAre("m0", "m1", "m2"));
+  SS_ASSERT_OK(m2->LeaveGroup("g"));  // The round completes with m0 and m1.
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r0->members, 2);
+  EXPECT_EQ(out0, Mean({{"m0", v0}, {"m1", v1}}));
+  // The bytes are back: a fresh group's first round completes with x alone.
+  auto alone = x->AllReduceMean("h", Values(kN, 3), out);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->members, 1);
+}
+
+TEST(SyncerLimitsTest, UnworkableLimitsAreRefusedAtStart) {
+  SyncerServerOptions o;
+  o.metrics_address = "";
+  o.limits.max_concurrent_streams = 0;
+  EXPECT_THAT(SyncerServer::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "syncer: limits.max_concurrent_streams: must be positive, got 0"));
 }
 
 TEST(SyncerClientTest, ConnectRejectsBadAddressesAndSizes) {
