@@ -1,13 +1,15 @@
 """Chaos on a local job (bench/chaos.sh).
 
 Runs one job (`shadowsync run`) undisturbed, then again while injecting one
-fault per round into a random process of the job (trainer, parameter server
-or syncer):
+fault per round into a random process of the job (a random role, trainer,
+parameter server or syncer, then a random process of it):
   kill   SIGKILL (the launcher restarts the process);
   stop   SIGSTOP for longer than the RPC deadlines, then SIGCONT;
   net    drop the process's loopback gRPC traffic for a while (iptables;
          skipped when iptables is not usable here).
-Then it checks that the job finished, that every embedding key exists
+Every trainer sleeps after each step so that the job outlasts the faults'
+schedule. Then it checks that every fault was injected, that the job finished,
+that every embedding key exists
 exactly once and on the server owning its slot (bench/chaos_check.cc), that
 the key set equals the undisturbed run's, and that eval NE is within
 --max-ne-gap of the undisturbed run's.
@@ -17,6 +19,7 @@ Last line:
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -27,7 +30,10 @@ import sys
 import time
 
 
-def write_job(path, name, examples, trainers, restarts):
+BATCH_SIZE = 256
+
+
+def write_job(path, name, examples, trainers, restarts, step_delay_ms):
     job = {
         "apiVersion": "shadowsync.io/v1alpha1",
         "kind": "ShadowSyncJob",
@@ -37,8 +43,11 @@ def write_job(path, name, examples, trainers, restarts):
                       "topMlp": [256, 128], "criteoTables": {"hashBuckets": 100000}},
             "data": {"format": "synthetic",
                      "synthetic": {"examples": examples, "evalExamples": 20000, "seed": 1}},
-            "trainer": {"replicas": trainers, "threads": 1, "batchSize": 256,
-                        "learningRate": 0.02, "optimizer": "adagrad"},
+            # Every trainer sleeps after each step, so the job outlasts the
+            # faults however fast the machine trains (the same in both runs).
+            "trainer": {"replicas": trainers, "threads": 1, "batchSize": BATCH_SIZE,
+                        "learningRate": 0.02, "optimizer": "adagrad",
+                        "straggler": {"count": trainers, "delayMs": step_delay_ms}},
             "parameterServer": {"replicas": 2, "slots": 4096, "optimizer": "adagrad"},
             "syncer": {"replicas": 1},
             "sync": {"algorithm": "shadow-easgd"},
@@ -113,7 +122,9 @@ def run_job(args, job, out, chaos):
             procs = children(launcher.pid)
             if not procs:
                 continue
-            name = rng.choice(sorted(procs))
+            # A role first, so the lone syncer is hit as often as the trainers.
+            role = rng.choice(sorted({r for _, r, _ in procs.values()}))
+            name = rng.choice(sorted(n for n, (_, r, _) in procs.items() if r == role))
             pid, role, port = procs[name]
             kind = rng.choice(kinds)
             if kind == "net" and port is None:
@@ -171,7 +182,15 @@ def main():
         print("chaos: iptables is not usable here: no network faults (kill and stop only)")
 
     job = os.path.join(args.workdir, "job.json")
-    write_job(job, "chaos", args.examples, args.trainers, restarts=args.rounds + 5)
+    # The undisturbed job's length: the faults' schedule plus a margin.
+    fault_seconds = max(args.stop_seconds, args.net_seconds)
+    wanted_seconds = args.first_fault_seconds + args.rounds * (args.interval + fault_seconds) + 20
+    steps = args.examples / (args.trainers * BATCH_SIZE)
+    step_delay_ms = math.ceil(1000 * wanted_seconds / steps)
+    print(f"chaos: {args.rounds} faults want a job of >= {wanted_seconds:.0f} s: every trainer"
+          f" sleeps {step_delay_ms} ms after each of its {steps:.0f} steps", flush=True)
+    write_job(job, "chaos", args.examples, args.trainers, restarts=args.rounds + 5,
+              step_delay_ms=step_delay_ms)
     base_dir = os.path.join(args.workdir, "undisturbed")
     chaos_dir = os.path.join(args.workdir, "chaos")
     rc, _, log = run_job(args, job, base_dir, chaos=False)
@@ -202,6 +221,9 @@ def main():
               and abs(ne_gap) <= args.max_ne_gap)
     else:
         print(f"chaos: the job did not finish (exit {rc}); see {log}")
+    if len(faults) < args.rounds:
+        print(f"chaos: the job ended after {len(faults)} of {args.rounds} faults")
+        ok = False
     by_kind = {k: sum(1 for f in faults if f[1] == k) for k in ("kill", "stop", "net")}
     print(f"RESULT name=chaos rounds={args.rounds} faults={len(faults)} kills={by_kind['kill']}"
           f" stops={by_kind['stop']} nets={by_kind['net']} completed={int(completed)}"
