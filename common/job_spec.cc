@@ -425,6 +425,14 @@ void Fields(V& v, S& s) {
                    .doc = "How a round's result reaches the live replica: `delta` applies it "
                           "as a delta on the round's snapshot, keeping Hogwild progress made "
                           "meanwhile; `overwrite` replaces the replica (ablation)."});
+  v(s.learning_rate_scale,
+    {.name = "learningRateScale",
+     .doc = "asp, ssp, ps-plus: the dense learning rate is spec.trainer.learningRate times this. "
+            "Each trainer's update goes straight to the shared weights, so N trainers move them "
+            "N times per round of batches where bsp moves them once by the mean.",
+     .min = 0,
+     .exclusive_min = true,
+     .default_doc = "`1 / spec.trainer.replicas`"});
   v(s.easgd, {.name = "easgd", .doc = "Parameters of shadow-easgd and fg-easgd."});
   v(s.bmuf, {.name = "bmuf", .doc = "Parameters of shadow-bmuf and fg-bmuf."});
   v(s.ds_sync, {.name = "dsSync", .doc = "Parameters of ds-sync."});
@@ -2055,6 +2063,10 @@ double EffectiveAspLearningRateScale(const JobSpec& spec) {
                                                                 std::max(1, spec.trainer.replicas));
 }
 
+double EffectiveSharedLearningRateScale(const JobSpec& spec) {
+  return spec.sync.learning_rate_scale.value_or(1.0 / std::max(1, spec.trainer.replicas));
+}
+
 int EffectiveAspBatchSize(const JobSpec& spec) {
   return spec.sync.sync_switch.asp_batch_size.value_or(spec.trainer.batch_size);
 }
@@ -2151,8 +2163,12 @@ std::string JobSummary(const ShadowSyncJob& job) {
       add("block_lr", EffectiveBlockLearningRate(s));
       add("nesterov", sync.bmuf.nesterov ? "true" : "false");
       break;
+    case SyncAlgorithm::kAsp:
+      add("lr_scale", EffectiveSharedLearningRateScale(s));
+      break;
     case SyncAlgorithm::kSsp:
       add("staleness", sync.ssp.staleness);
+      add("lr_scale", EffectiveSharedLearningRateScale(s));
       break;
     case SyncAlgorithm::kDsSync:
       add("group_size", sync.ds_sync.group_size);
@@ -2172,6 +2188,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
       }
       break;
     case SyncAlgorithm::kPsPlus:
+      add("lr_scale", EffectiveSharedLearningRateScale(s));
       add("lr_modulation", EnumName(sync.ps_plus.lr_modulation));
       if (sync.ps_plus.lr_modulation == StalenessLrRule::kExponential) {
         add("gamma", sync.ps_plus.gamma);

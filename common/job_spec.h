@@ -334,11 +334,17 @@ struct SyncSpec {
   // in rounds; it pauses latency * (1 - d) / d after each (1 = back to back).
   double duty_cycle = 0.03;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;  // "applyMode".
-  EasgdSpec easgd;                                   // shadow-easgd, fg-easgd.
-  BmufSpec bmuf;                                     // shadow-bmuf, fg-bmuf.
-  DsSyncSpec ds_sync;                                // "dsSync".
-  SyncSwitchSpec sync_switch;                        // "syncSwitch".
-  PsPlusSpec ps_plus;                                // "psPlus".
+  // "learningRateScale". asp, ssp, ps-plus: every trainer's update goes
+  // straight to the shared weights, so N trainers move them N times per
+  // round of batches where BSP moves them once; their dense learning rate is
+  // trainer.learningRate times this. Default: 1 / trainer.replicas
+  // (EffectiveSharedLearningRateScale).
+  std::optional<double> learning_rate_scale;
+  EasgdSpec easgd;             // shadow-easgd, fg-easgd.
+  BmufSpec bmuf;               // shadow-bmuf, fg-bmuf.
+  DsSyncSpec ds_sync;          // "dsSync".
+  SyncSwitchSpec sync_switch;  // "syncSwitch".
+  PsPlusSpec ps_plus;          // "psPlus".
   SspSpec ssp;
   bool operator==(const SyncSpec&) const = default;
 };
@@ -424,6 +430,7 @@ double EffectiveBlockMomentum(const JobSpec& spec);
 double EffectiveBlockLearningRate(const JobSpec& spec);
 double EffectivePsLearningRate(const JobSpec& spec);
 double EffectiveAspLearningRateScale(const JobSpec& spec);
+double EffectiveSharedLearningRateScale(const JobSpec& spec);
 int EffectiveAspBatchSize(const JobSpec& spec);
 
 // ---------------------------------------------------------------------------

@@ -366,6 +366,7 @@ class AspStrategy final : public SyncStrategy {
       b.delta.resize(n);
       b.global.resize(n);
     }
+    replica_.optimizer.learning_rate *= static_cast<float>(config_.shared_lr_scale);
     std::vector<float> init(replica.params.begin(), replica.params.end());
     SS_RETURN_IF_ERROR(client_->InitCentre(init, buffers_[0].global));
     StoreRelaxed(replica.params, buffers_[0].global);
@@ -502,6 +503,7 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.bmuf.block_lr = static_cast<float>(EffectiveBlockLearningRate(spec));
   c.bmuf.nesterov = spec.sync.bmuf.nesterov;
   c.num_trainers = spec.trainer.replicas;
+  c.shared_lr_scale = EffectiveSharedLearningRateScale(spec);
   c.ssp = spec.sync.ssp;
   c.ds_sync = spec.sync.ds_sync;
   c.sync_switch = spec.sync.sync_switch;

@@ -64,6 +64,10 @@ struct SyncConfig {
   // sync-switch medians).
   int trainer_index = 0;
   int num_trainers = 1;
+  // asp, ssp, ps-plus: the factor on the replica's dense learning rate
+  // (JobSpec's sync.learningRateScale; SyncConfigFromJob defaults it to
+  // 1 / num_trainers).
+  double shared_lr_scale = 1.0;
   SspSpec ssp;
   DsSyncSpec ds_sync;
   SyncSwitchSpec sync_switch;

@@ -217,6 +217,24 @@ TEST_F(SyncStrategyTest, AspSendsUpdatesToTheGlobalWeights) {
   EXPECT_GT(b.strategy->stats().blocked_seconds, 0);
 }
 
+// ASP applies lr * shared_lr_scale: N trainers' updates all land, so a job
+// defaults the scale to 1 / N (sync.learningRateScale).
+TEST_F(SyncStrategyTest, AspScalesItsLearningRate) {
+  SyncConfig c = Config(SyncAlgorithm::kAsp);
+  c.shared_lr_scale = 0.25;
+  Member a = Make("a", c, {1, 1});
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{4, 8}));
+  EXPECT_THAT(a.params, ElementsAre(0.0f, -1.0f));
+}
+
+TEST(SyncConfigFromJobTest, SharedLearningRateScaleDefaultsToOneOverTrainers) {
+  JobSpec spec;
+  spec.trainer.replicas = 4;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).shared_lr_scale, 0.25);
+  spec.sync.learning_rate_scale = 0.5;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).shared_lr_scale, 0.5);
+}
+
 // Shadow MA with no training: the loop converges both replicas on the mean.
 TEST_F(SyncStrategyTest, ShadowMaAveragesInTheBackground) {
   SyncConfig c = Config(SyncAlgorithm::kShadowMa);
