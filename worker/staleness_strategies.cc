@@ -215,9 +215,8 @@ PsPlusStrategy::~PsPlusStrategy() {
 
 void PsPlusStrategy::WaitIdle(ThreadState& ts) {
   MutexLock l(&ts.mu);
-  ts.mu.Await([&ts]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ts.mu) {
-    return (!ts.pull_pending || ts.pull_done) && !ts.push_pending;
-  });
+  ts.mu.Await(
+      [&ts]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ts.mu) { return !ts.pull_pending || ts.pull_done; });
 }
 
 absl::Status PsPlusStrategy::Start(const DenseReplica& replica) {
@@ -241,23 +240,29 @@ absl::Status PsPlusStrategy::Start(const DenseReplica& replica) {
     threads_.push_back(std::move(ts));
   }
   // The eager pull of every thread's first step.
-  for (auto& ts : threads_) IssuePull(*ts);
+  for (auto& ts : threads_) IssuePull(*ts, /*push=*/false);
   return absl::OkStatus();
 }
 
-void PsPlusStrategy::IssuePull(ThreadState& ts) {
+void PsPlusStrategy::IssuePull(ThreadState& ts, bool push) {
   {
     MutexLock l(&ts.mu);
     ts.pull_pending = true;
     ts.pull_done = false;
   }
   ts.pull_issued = absl::Now();
-  client_->PullCentreAsync(ts.pulled, &ts.pulled_version, [&ts](absl::Status s) {
+  auto done = [&ts, push](absl::Status s) {
     MutexLock l(&ts.mu);
+    if (push && !s.ok() && ts.push_status.ok()) ts.push_status = s;
     ts.pull_status = std::move(s);
     ts.pull_done = true;
     ts.pull_answered = absl::Now();
-  });
+  };
+  if (push) {
+    client_->AddAndPullAsync(ts.delta, ts.pulled, &ts.pulled_version, std::move(done));
+  } else {
+    client_->PullCentreAsync(ts.pulled, &ts.pulled_version, std::move(done));
+  }
 }
 
 absl::Status PsPlusStrategy::Land(ThreadState& ts, bool wait) {
@@ -291,6 +296,7 @@ absl::Status PsPlusStrategy::Land(ThreadState& ts, bool wait) {
 
 absl::Status PsPlusStrategy::ApplyGradient(int thread, std::span<const float> grad) {
   ThreadState& ts = *threads_[thread];
+  // Also completes the thread's previous push (one call carried both).
   SS_RETURN_IF_ERROR(Land(ts, /*wait=*/true));
   const uint64_t now_version = replica_version();
   // R only grows, so this is >= 0; the min guards the invariant anyway.
@@ -300,30 +306,20 @@ absl::Status PsPlusStrategy::ApplyGradient(int thread, std::span<const float> gr
   optimizer.learning_rate = StalenessLearningRate(
       config_.ps_plus.lr_modulation, optimizer.learning_rate, tau, config_.ps_plus.gamma);
   {
-    // One push in flight per thread bounds the syncer's backlog; its buffer
-    // is free again once the call is built, but its status is wanted.
     MutexLock l(&ts.mu);
-    if (ts.push_pending) {
-      const SteadyClock::time_point start = SteadyClock::now();
-      ts.mu.Await([&ts]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ts.mu) { return !ts.push_pending; });
-      RecordBlocked(Since(start));
-    }
     SS_RETURN_IF_ERROR(ts.push_status);
-    ts.push_pending = true;
   }
   OptimizerDelta(optimizer, replica_.state, grad, ts.delta);
   // The thread's own update shows at once, as Hogwild's would.
   AddRelaxed(replica_.params, ts.delta);
-  client_->AddToCentreAsync(ts.delta, [&ts](absl::Status s) {
-    MutexLock l(&ts.mu);
-    ts.push_pending = false;
-    if (!s.ok() && ts.push_status.ok()) ts.push_status = std::move(s);
-  });
   pushes_.fetch_add(1, std::memory_order_relaxed);
   tau_sum_.fetch_add(tau, std::memory_order_relaxed);
   if (staleness_histogram_ != nullptr) staleness_histogram_->Observe(static_cast<double>(tau));
-  // The eager pull of the next step, overlapping its computation.
-  IssuePull(ts);
+  // The push, and the eager pull of the next step overlapping its
+  // computation, in one call: the centre right after this add comes back.
+  // One RPC per step, as asp's, with the same bytes; the delta buffer is
+  // free again once the call is built.
+  IssuePull(ts, /*push=*/true);
   return absl::OkStatus();
 }
 

@@ -7,7 +7,8 @@
 //            s = sync.ssp.staleness clocks ahead of the slowest live trainer.
 //   ps-plus  decoupled push and eager pull: each thread's pull of the global
 //            weights for its next step is issued before that step computes,
-//            its push goes out asynchronously, and the pushed update uses a
+//            together with its push (one asynchronous AddAndPull: the centre
+//            right after the add comes back), and the pushed update uses a
 //            learning rate f(lr, tau) lowered by the gradient's staleness tau.
 //
 // SSP clock. A trainer's clock is base + floor(S / T): S the Hogwild steps
@@ -159,13 +160,14 @@ class PsPlusStrategy final : public SyncStrategy {
     bool pull_done ABSL_GUARDED_BY(mu) = false;
     absl::Status pull_status ABSL_GUARDED_BY(mu);
     absl::Time pull_answered ABSL_GUARDED_BY(mu);
-    bool push_pending ABSL_GUARDED_BY(mu) = false;
-    absl::Status push_status ABSL_GUARDED_BY(mu);
+    absl::Status push_status ABSL_GUARDED_BY(mu);  // The first failed push's.
   };
 
   PsPlusStrategy(const SyncConfig& config, syncer::SyncerClient* client,
                  prometheus::Registry* registry);
-  void IssuePull(ThreadState& ts);
+  // The thread's next pull; with `push`, in one call with the push of
+  // ts.delta. REQUIRES: no pull of the thread pending.
+  void IssuePull(ThreadState& ts, bool push);
   // Lands the thread's pull if it is done (or, with `wait`, once it is).
   absl::Status Land(ThreadState& ts, bool wait);
   void WaitIdle(ThreadState& ts);
