@@ -143,7 +143,7 @@ Action AddPsCommand(CLI::App& app) {
   cmd->add_option("--max-request-rows", f->max_request_rows, "ids per request")
       ->capture_default_str();
   cmd->add_option("--max-import-bytes", f->max_import_bytes,
-                  "row bytes all open ImportSlots streams may stage together")
+                  "row bytes all open ImportSlots streams may stage together (> 0)")
       ->capture_default_str();
   AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--eviction-interval-seconds", f->eviction_interval_seconds,

@@ -73,7 +73,7 @@ Action AddSyncerCommand(CLI::App& app) {
                   "time in-flight RPCs get at shutdown")
       ->capture_default_str();
   cmd->add_option("--max-waiting-bytes", f->max_waiting_bytes,
-                  "bytes the waiting all-reduce and clock calls may hold together")
+                  "bytes the waiting all-reduce and clock calls may hold together (> 0)")
       ->capture_default_str();
   AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--ready-file", f->ready_file,

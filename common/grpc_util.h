@@ -39,8 +39,8 @@ struct GrpcServerLimits {
   // SETTINGS_MAX_CONCURRENT_STREAMS); the client queues any beyond.
   // Default: 256.
   int max_concurrent_streams = 256;
-  // gRPC's memory quota for connection buffers and call state; under pressure
-  // gRPC shrinks read buffers and then refuses new streams. Default: 4 GiB.
+  // gRPC's memory quota for connection buffers and call state, enforced by
+  // gRPC itself. Default: 4 GiB.
   int64_t memory_bytes = int64_t{4} << 30;
 };
 

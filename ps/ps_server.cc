@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (absl::Status limits = ValidateServerLimits(opts.limits); !limits.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("ps: limits.", limits.message()));
   }
+  if (opts.service.max_import_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps: service.max_import_bytes: must be positive, got ", opts.service.max_import_bytes));
+  }
   Log(absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d", opts.store.db_path,
                       opts.store.dim, opts.store.tables.size(), opts.store.num_slots));
   SS_ASSIGN_OR_RETURN(s.store_, RowStore::Open(opts.store));

@@ -27,6 +27,11 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
   if (absl::Status limits = ValidateServerLimits(opts.limits); !limits.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("syncer: limits.", limits.message()));
   }
+  if (opts.service.max_waiting_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("syncer: service.max_waiting_bytes: must be positive, got ",
+                     opts.service.max_waiting_bytes));
+  }
   s.registry_ = std::make_shared<prometheus::Registry>();
   s.metrics_ = std::make_unique<SyncerMetrics>(*s.registry_);
   s.service_ = std::make_unique<SyncerService>(s.metrics_.get(), opts.service);

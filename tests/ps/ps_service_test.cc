@@ -1057,6 +1057,11 @@ TEST_F(PsServiceBadInputTest, UnworkableLimitsAreRefusedAtStart) {
   o.limits.memory_bytes = o.limits.max_message_bytes;
   EXPECT_THAT(ps::PsServer::Start(o),
               StatusIs(absl::StatusCode::kInvalidArgument, "ps: limits.memory_bytes"));
+  o = Options("unworkable");
+  o.service.max_import_bytes = 0;
+  EXPECT_THAT(ps::PsServer::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "ps: service.max_import_bytes: must be positive, got 0"));
 }
 
 TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {

@@ -835,6 +835,11 @@ TEST(SyncerLimitsTest, UnworkableLimitsAreRefusedAtStart) {
   EXPECT_THAT(SyncerServer::Start(o),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "syncer: limits.max_concurrent_streams: must be positive, got 0"));
+  o.limits = GrpcServerLimits();
+  o.service.max_waiting_bytes = -1;
+  EXPECT_THAT(SyncerServer::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "syncer: service.max_waiting_bytes: must be positive, got -1"));
 }
 
 TEST(SyncerClientTest, ConnectRejectsBadAddressesAndSizes) {
