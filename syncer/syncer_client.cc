@@ -9,6 +9,7 @@
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace shadowsync::syncer {
@@ -412,6 +413,22 @@ absl::Status SyncerClient::LeaveGroup(std::string_view group) {
         stub.Leave(context, request, response, std::move(done));
       },
       [](int i, const v1::LeaveResponse& response) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<uint64_t> SyncerClient::RoundsCompleted(std::string_view group) {
+  std::vector<uint64_t> rounds(num_replicas(), 0);
+  SS_RETURN_IF_ERROR((CallAll<v1::SyncerStatsRequest, v1::SyncerStatsResponse>(
+      [](int i, v1::SyncerStatsRequest& request) {},
+      [](auto& stub, auto* context, auto* request, auto* response, auto done) {
+        stub.Stats(context, request, response, std::move(done));
+      },
+      [&](int i, const v1::SyncerStatsResponse& response) {
+        for (const v1::SyncerGroupStats& g : response.groups()) {
+          if (g.group() == group) rounds[i] = g.rounds_completed();
+        }
+        return absl::OkStatus();
+      })));
+  return *std::max_element(rounds.begin(), rounds.end());
 }
 
 absl::Status SyncerClient::Leave() {

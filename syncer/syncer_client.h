@@ -139,6 +139,10 @@ class SyncerClient {
   absl::Status LeaveGroup(std::string_view group);
   // Removes this member from every group on every replica (a clean exit).
   absl::Status Leave();
+  // The rounds `group` has completed: the most any replica reports, 0 for a
+  // group none knows. How a trainer tells a restart into a running job from
+  // a fresh start.
+  absl::StatusOr<uint64_t> RoundsCompleted(std::string_view group);
 
   int64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   int64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }

@@ -173,6 +173,11 @@ absl::Status SyncSwitchStrategy::Start(const DenseReplica& replica) {
   gate_ = std::make_unique<Rendezvous>(replica.threads);
   threads_.assign(replica.threads, ThreadState{});
   scratch_.assign(n, 0.0f);
+  // Every trainer of a fresh job waits below for all the others before any
+  // round, so rounds already completed mean this one was restarted.
+  SS_ASSIGN_OR_RETURN(const uint64_t switch_rounds, client_->RoundsCompleted(kGroup));
+  SS_ASSIGN_OR_RETURN(const uint64_t bsp_rounds, client_->RoundsCompleted(config_.group));
+  if (switch_rounds > 0 || bsp_rounds > 0) return StartRestarted(bsp_rounds);
   // The first barrier or step-time round must wait for every trainer, and
   // the round counts that place the switch must agree: nobody starts alone.
   SS_RETURN_IF_ERROR(client_->AwaitMembers(kGroup, config_.num_trainers, absl::Minutes(10)));
@@ -181,6 +186,22 @@ absl::Status SyncSwitchStrategy::Start(const DenseReplica& replica) {
     ex_buffer_.assign(n, 0.0f);
     exchanger_ = std::thread([this] { ExchangeLoop(); });
   }
+  return absl::OkStatus();
+}
+
+absl::Status SyncSwitchStrategy::StartRestarted(uint64_t bsp_rounds) {
+  // The dead incarnation (same member name) may still be live in both
+  // groups; leaving completes the rounds waiting for it now rather than
+  // after the syncer's member timeout.
+  SS_RETURN_IF_ERROR(client_->LeaveGroup(kGroup));
+  SS_RETURN_IF_ERROR(client_->LeaveGroup(config_.group));
+  restarted_.store(true, std::memory_order_release);
+  // Adopts the global weights (or seeds them, before any ASP phase).
+  SS_RETURN_IF_ERROR(asp_->Start(asp_replica_));
+  mode_.store(SyncSwitchMode::kAsp, std::memory_order_release);
+  if (switch_metrics_->asp_mode != nullptr) switch_metrics_->asp_mode->Set(1);
+  std::cerr << "sync-switch: restarted into a running job (" << bsp_rounds
+            << " BSP rounds done): ASP until the end, outside the BSP lockstep\n";
   return absl::OkStatus();
 }
 
@@ -208,7 +229,8 @@ absl::Status SyncSwitchStrategy::ApplyGradient(int thread, std::span<const float
     }
     if (mode_.load(std::memory_order_acquire) == SyncSwitchMode::kAsp &&
         config_.sync_switch.policy == SyncSwitchPolicy::kOnline &&
-        !bsp_share_done_.load(std::memory_order_acquire)) {
+        !bsp_share_done_.load(std::memory_order_acquire) &&
+        !restarted_.load(std::memory_order_acquire)) {
       SS_RETURN_IF_ERROR(PollExchangeLocked());
     }
   }
@@ -441,7 +463,7 @@ void SyncSwitchStrategy::ForwardStats() {
 
 void SyncSwitchStrategy::ThreadDone(int thread) {
   if (gate_ != nullptr) gate_->Leave();
-  bsp_->ThreadDone(thread);
+  if (!restarted_.load(std::memory_order_acquire)) bsp_->ThreadDone(thread);  // Never started.
   asp_->ThreadDone(thread);
 }
 
@@ -460,6 +482,7 @@ SyncSwitchStatus SyncSwitchStrategy::status() const {
   s.bsp_share_done = bsp_share_done_.load(std::memory_order_acquire);
   s.bsp_rounds = bsp_->stats().rounds;
   s.switch_round = switch_round_.load(std::memory_order_relaxed);
+  s.restarted = restarted_.load(std::memory_order_acquire);
   MutexLock l(&mu_);
   s.bsp_to_asp = bsp_to_asp_;
   s.asp_to_bsp = asp_to_bsp_;
@@ -474,7 +497,8 @@ nlohmann::json SyncSwitchStrategy::Details() const {
           {"asp_to_bsp", s.asp_to_bsp},
           {"bsp_rounds", s.bsp_rounds},
           {"bsp_share_done", s.bsp_share_done},
-          {"last_straggler", s.last_straggler}};
+          {"last_straggler", s.last_straggler},
+          {"restarted", s.restarted}};
 }
 
 int SyncSwitchStrategy::BatchSize(int configured) const {

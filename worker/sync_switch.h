@@ -31,6 +31,14 @@
 // trainer adopts the global weights. Under ASP each step takes aspBatchSize
 // examples (BatchSize), as the paper's runs changed the batch at the switch.
 //
+// A trainer restarted into a running job (the syncer has rounds of its
+// groups) cannot rejoin the lockstep: the others' round count, mode and
+// window are in no one place it could read consistently while they move. It
+// leaves both groups, so the rounds its dead incarnation held complete at
+// once, and trains under ASP until the end; the others carry on in lockstep
+// without it, and its updates land on the global weights as every ASP
+// update does (status().restarted).
+//
 // Thread-safety: the SyncStrategy hooks as documented there; status(),
 // asp_batch_size() and SetTotalSteps() may be called from any thread.
 #ifndef SHADOWSYNC_WORKER_SYNC_SWITCH_H_
@@ -70,6 +78,8 @@ struct SyncSwitchStatus {
   // The straggler that caused the last switch to ASP; -1 = none yet, or the
   // BSP share's end did.
   int last_straggler = -1;
+  // Restarted into a running job: ASP until the end, outside the lockstep.
+  bool restarted = false;
   int64_t switches() const { return bsp_to_asp + asp_to_bsp; }
   static constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
 };
@@ -141,6 +151,8 @@ class SyncSwitchStrategy final : public SyncStrategy {
                      prometheus::Registry* registry, std::unique_ptr<SyncStrategy> bsp,
                      std::unique_ptr<SyncStrategy> asp);
 
+  // Start() of a trainer restarted into a running job.
+  absl::Status StartRestarted(uint64_t bsp_rounds);
   bool CheckpointDue(const ThreadState& ts) const;
   // Run by the last thread to arrive at a checkpoint.
   absl::Status Checkpoint();
@@ -178,6 +190,7 @@ class SyncSwitchStrategy final : public SyncStrategy {
   // Written by the checkpoint runner only, while every other thread waits.
   std::atomic<SyncSwitchMode> mode_{SyncSwitchMode::kBsp};
   std::atomic<bool> bsp_share_done_{false};
+  std::atomic<bool> restarted_{false};  // Set by Start.
   // ASP: the exchange found no straggler; the next checkpoint returns to BSP.
   std::atomic<bool> back_to_bsp_{false};
 

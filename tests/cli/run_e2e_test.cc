@@ -314,6 +314,36 @@ TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
   EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
 }
 
+// The same under sync-switch held in BSP: the restarted trainer cannot
+// rejoin the lockstep, so it finishes its share under ASP, and the other
+// trainer's rounds go on without waiting for it.
+TEST_F(RunTest, RestartsAKilledSyncSwitchTrainerOutsideTheLockstep) {
+  std::string text = WriteJobText(100000);
+  const std::string easgd = "algorithm: shadow-easgd";
+  text.replace(text.find(easgd), easgd.size(),
+               "algorithm: sync-switch, syncSwitch: {policy: offline, switchFraction: 1}");
+  const std::string job = dir_.File("job.yaml");
+  testing::WriteFile(job, text);
+  const std::string run = dir_.File("run");
+  const pid_t launcher = StartLauncher(Bin(), job, run);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
+  ASSERT_EQ(trainer.size(), 2u);
+  ASSERT_EQ(kill(trainer[1], SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["examples"], 100000);
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+  EXPECT_NE(testing::ReadFile(run + "/trainer-1.log").find("restarted into a running job"),
+            std::string::npos);
+}
+
 // The trainers' log lines other than progress: what went wrong, on failure.
 std::string TrainerEvents(const std::string& run) {
   std::string out;

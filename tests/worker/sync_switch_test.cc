@@ -106,9 +106,11 @@ class SyncSwitchTest : public ::testing::Test {
   }
 
   // Trainer `index` of `config.num_trainers`; `total_steps` > 0 is passed
-  // to SetTotalSteps before Start.
+  // to SetTotalSteps before Start. `restart`: a trainer restarted into the
+  // running job, started at once.
   std::unique_ptr<Trainer> Make(int index, SyncConfig config, std::vector<float> init,
-                                int threads = 1, int64_t total_steps = 0, float lr = 1.0f) {
+                                int threads = 1, int64_t total_steps = 0, float lr = 1.0f,
+                                bool restart = false) {
     auto t = std::make_unique<Trainer>();
     t->params = std::move(init);
     t->state.assign(t->params.size(), 0.0f);
@@ -130,7 +132,7 @@ class SyncSwitchTest : public ::testing::Test {
       SS_EXPECT_OK(raw->strategy->Start(
           DenseReplica{raw->params, raw->state, {model::OptimizerKind::kSgd, lr}, threads}));
     };
-    if (index + 1 < config.num_trainers) {
+    if (index + 1 < config.num_trainers && !restart) {
       starting_.push_back(std::async(std::launch::async, start));
     } else {
       start();
@@ -302,6 +304,56 @@ TEST_F(SyncSwitchTest, OnlineSwitchesToAspWhileATrainerStragglesAndBackWhenItRec
   }
   // The fast trainers ran ahead of the straggler under ASP.
   EXPECT_GT(steps[0], steps[2]);
+}
+
+// Trainer 0 dies during BSP (no Finish: its member stays live) while
+// trainer 1 waits in a round for it. The restarted trainer 0 releases that
+// round at once, not after the 30 s member timeout, and trains under ASP on
+// the global weights; trainer 1 carries on in BSP alone. SGD lr 1, ASP lr 1/2.
+TEST_F(SyncSwitchTest, RestartedTrainerTrainsAspAndReleasesTheOthersLockstep) {
+  SyncConfig c = SwitchConfig(2);
+  c.sync_switch.switch_step = 1000;
+  std::unique_ptr<Trainer> a = Make(0, c, {0});
+  std::unique_ptr<Trainer> b = Make(1, c, {0});
+  auto three_steps = [](Trainer* t, float g) {
+    for (int k = 0; k < 3; ++k) SS_EXPECT_OK(Step(*t->strategy, 0, {g}));
+  };
+  std::thread ta(three_steps, a.get(), 1.0f), tb(three_steps, b.get(), 3.0f);
+  ta.join();
+  tb.join();
+  EXPECT_THAT(b->params, ElementsAre(-6.0f));  // 3 rounds of the mean gradient 2.
+  a.reset();                                   // Killed: never left its groups.
+
+  const auto start = std::chrono::steady_clock::now();
+  std::thread waiting([&] { SS_EXPECT_OK(Step(*b->strategy, 0, {3})); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // From its checkpoint: the weights before the fourth round.
+  std::unique_ptr<Trainer> restarted = Make(0, c, {-6}, 1, 0, 1.0f, /*restart=*/true);
+  waiting.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THAT(b->params, ElementsAre(-9.0f));  // Round 4: b alone.
+
+  SyncSwitchStatus s = restarted->strategy->status();
+  EXPECT_TRUE(s.restarted);
+  EXPECT_EQ(s.mode, SyncSwitchMode::kAsp);
+  EXPECT_EQ(restarted->strategy->Details()["restarted"], true);
+  // No ASP phase yet: its weights seed the global ones; its update lands there.
+  SS_ASSERT_OK(Step(*restarted->strategy, 0, {2}));
+  EXPECT_THAT(restarted->params, ElementsAre(-7.0f));
+  std::vector<float> centre(1);
+  SS_ASSERT_OK(restarted->client->PullCentre(centre));
+  EXPECT_THAT(centre, ElementsAre(-7.0f));
+  // b keeps its BSP lockstep without waiting for anyone.
+  SS_ASSERT_OK(Step(*b->strategy, 0, {1}));
+  EXPECT_THAT(b->params, ElementsAre(-10.0f));
+  s = b->strategy->status();
+  EXPECT_FALSE(s.restarted);
+  EXPECT_EQ(s.mode, SyncSwitchMode::kBsp);
+  EXPECT_EQ(s.bsp_rounds, 5);
+  restarted->strategy->ThreadDone(0);
+  SS_EXPECT_OK(restarted->strategy->Finish());
+  b->strategy->ThreadDone(0);
+  SS_EXPECT_OK(b->strategy->Finish());
 }
 
 TEST_F(SyncSwitchTest, RejectsBadSettingsAndAnUnknownSwitchPoint) {
