@@ -25,6 +25,7 @@ struct SyncerFlags {
   double member_timeout_seconds = 10;
   double shutdown_grace_seconds = 5;
   int64_t max_waiting_bytes = syncer::SyncerServiceOptions().max_waiting_bytes;
+  double reply_delay_ms = 0;
   GrpcServerLimits limits;
   std::string ready_file;
   GrpcSecurityFiles security;
@@ -35,12 +36,17 @@ int RunSyncer(const SyncerFlags& f) {
     std::cerr << "shadowsync syncer: --member-timeout-seconds must be positive\n";
     return 2;
   }
+  if (!(f.reply_delay_ms >= 0)) {
+    std::cerr << "shadowsync syncer: --reply-delay-ms must be >= 0\n";
+    return 2;
+  }
   syncer::SyncerServerOptions o;
   o.grpc_address = f.listen;
   o.metrics_address = f.metrics_listen;
   o.service.member_timeout = absl::Seconds(f.member_timeout_seconds);
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
   o.service.max_waiting_bytes = f.max_waiting_bytes;
+  o.service.reply_delay = absl::Milliseconds(f.reply_delay_ms);
   o.limits = f.limits;
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
   if (!security.ok()) {
@@ -74,6 +80,10 @@ Action AddSyncerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-waiting-bytes", f->max_waiting_bytes,
                   "bytes the waiting all-reduce and clock calls may hold together (> 0)")
+      ->capture_default_str();
+  cmd->add_option("--reply-delay-ms", f->reply_delay_ms,
+                  "for benchmarks: hold every reply this long, emulating the network time "
+                  "loopback lacks")
       ->capture_default_str();
   AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--ready-file", f->ready_file,

@@ -1,8 +1,10 @@
 #include "syncer/syncer_service.h"
 
+#include <deque>
 #include <iostream>
 #include <optional>
 #include <span>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -156,9 +158,72 @@ std::vector<std::string> SyncerMetrics::MetricNames() {
   return names;
 }
 
+// Replies held for a fixed delay, in arrival order (the same delay keeps
+// their due times in order), sent by one thread.
+class SyncerService::DelayedReplies {
+ public:
+  explicit DelayedReplies(absl::Duration delay) : delay_(delay), thread_([this] { Run(); }) {}
+  ~DelayedReplies() {
+    Flush();
+    thread_.join();
+  }
+
+  void Send(grpc::ServerUnaryReactor* reactor, grpc::Status status) {
+    {
+      MutexLock l(&mu_);
+      if (!stopped_) {
+        held_.push_back({absl::Now() + delay_, reactor, std::move(status)});
+        return;
+      }
+    }
+    reactor->Finish(status);
+  }
+
+  // Sends what is held now, and every later reply at once.
+  void Flush() {
+    MutexLock l(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  struct Held {
+    absl::Time due;
+    grpc::ServerUnaryReactor* reactor;
+    grpc::Status status;
+  };
+
+  void Run() {
+    MutexLock l(&mu_);
+    while (true) {
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !held_.empty(); });
+      if (held_.empty()) return;  // Stopped with nothing held.
+      const absl::Time due = held_.front().due;
+      if (!stopped_ && absl::Now() < due) {
+        mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; },
+                             due - absl::Now());
+        continue;
+      }
+      Held h = std::move(held_.front());
+      held_.pop_front();
+      mu_.Unlock();
+      h.reactor->Finish(h.status);
+      mu_.Lock();
+    }
+  }
+
+  const absl::Duration delay_;
+  Mutex mu_;
+  std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 SyncerService::SyncerService(SyncerMetrics* metrics, SyncerServiceOptions options)
     : metrics_(metrics),
       options_(std::move(options)),
+      delayed_(options_.reply_delay > absl::ZeroDuration()
+                   ? std::make_unique<DelayedReplies>(options_.reply_delay)
+                   : nullptr),
       rounds_(AllReduceOptions{.member_timeout = options_.member_timeout, .observer = metrics}),
       clocks_(SspClockOptions{.member_timeout = options_.member_timeout,
                               .on_dropped = [](const std::string& member, int64_t clock) {
@@ -173,6 +238,7 @@ SyncerService::~SyncerService() { Close(); }
 void SyncerService::Close() {
   rounds_.Close();
   clocks_.Close();
+  if (delayed_ != nullptr) delayed_->Flush();
 }
 
 absl::Status SyncerService::CheckName(const char* field, const std::string& name) const {
@@ -188,6 +254,10 @@ void SyncerService::Finish(grpc::ServerUnaryReactor* reactor, Method method,
                            int64_t bytes_in, int64_t bytes_out) {
   metrics_->RecordRequest(method, SteadyClock::now() - start, bytes_in,
                           status.ok() ? bytes_out : 0);
+  if (delayed_ != nullptr) {
+    delayed_->Send(reactor, ToGrpcStatus(status));
+    return;
+  }
   reactor->Finish(ToGrpcStatus(status));
 }
 

@@ -103,6 +103,12 @@ struct SyncerServiceOptions {
   // The bearer token every call must carry (common/grpc_security.h); a call
   // without it is refused UNAUTHENTICATED. Empty = none required.
   std::string auth_token;
+  // Added to every reply before it is sent, emulating the network time
+  // (round trip plus transfer) that loopback lacks, for benchmarks of
+  // latency hiding (bench/stragglers.sh). One timer thread holds the
+  // replies: a delayed call costs no thread and no CPU. Close() sends the
+  // held replies at once. Default: none.
+  absl::Duration reply_delay = absl::ZeroDuration();
 };
 
 class SyncerService final : public v1::Syncer::CallbackService {
@@ -156,6 +162,8 @@ class SyncerService final : public v1::Syncer::CallbackService {
 
   SyncerMetrics* const metrics_;
   const SyncerServiceOptions options_;
+  class DelayedReplies;
+  std::unique_ptr<DelayedReplies> delayed_;  // Null without a reply delay.
   RangeBinding range_;
   Centre centre_;
   // OK and counts `bytes` as held by a waiting call, or RESOURCE_EXHAUSTED

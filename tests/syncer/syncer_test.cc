@@ -872,6 +872,52 @@ TEST_F(SyncerTest, ShutdownAnswersAWaitingRoundUnavailable) {
   EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, ""));
 }
 
+// The emulated network time: every reply is held for the delay, calls in
+// flight are held side by side (a timer, not a thread each), and shutdown
+// sends the held replies at once.
+TEST_F(SyncerTest, ReplyDelayHoldsEveryReplyConcurrentlyAndShutdownSendsThem) {
+  constexpr absl::Duration kDelay = absl::Seconds(1);
+  StartSyncers(1, absl::Seconds(10),
+               [&](SyncerServerOptions& o) { o.service.reply_delay = kDelay; });
+  constexpr int64_t kN = 4;
+  auto client = Client("trainer-0", kN);
+  std::vector<float> centre(kN);
+  auto start = Clock::now();
+  SS_ASSERT_OK(client->InitCentre(std::vector<float>(kN, 1.0f), centre));
+  EXPECT_GE(Clock::now() - start, absl::ToChronoMilliseconds(kDelay));
+  EXPECT_THAT(centre, ElementsAre(1.0f, 1.0f, 1.0f, 1.0f));
+
+  // Eight adds at once: together they take about one delay, not eight.
+  constexpr int kCalls = 8;
+  std::vector<absl::Status> results(kCalls);
+  std::vector<std::thread> threads;
+  start = Clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = client->AddToCentre(std::vector<float>(kN, 1.0f)); });
+  }
+  for (auto& t : threads) t.join();
+  const auto together = Clock::now() - start;
+  for (const absl::Status& s : results) SS_EXPECT_OK(s);
+  EXPECT_GE(together, absl::ToChronoMilliseconds(kDelay));
+  EXPECT_LT(together, absl::ToChronoMilliseconds(3 * kDelay));
+  uint64_t version = 0;
+  SS_ASSERT_OK(client->PullCentre(centre, &version));
+  EXPECT_EQ(version, static_cast<uint64_t>(kCalls));
+  EXPECT_THAT(centre, ElementsAre(9.0f, 9.0f, 9.0f, 9.0f));
+
+  // A reply still held when the server shuts down is sent, not dropped.
+  absl::Status held;
+  std::thread late([&] { held = client->PullCentre(centre, &version); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  start = Clock::now();
+  servers_[0]->Shutdown();
+  late.join();
+  SS_EXPECT_OK(held);
+  // Held to the end, it would have come 900 ms after the shutdown began.
+  EXPECT_LT(Clock::now() - start, absl::ToChronoMilliseconds(kDelay / 2));
+}
+
 TEST_F(SyncerTest, MetricsAndHealthzOverHttp) {
   StartSyncers(1, absl::Milliseconds(100));
   constexpr int64_t kN = 8;
