@@ -147,6 +147,7 @@ struct Trainer::ThreadState {
   model::BatchView batch;
   std::mt19937_64 straggle_rng;
   std::optional<std::chrono::steady_clock::time_point> last_step_end;
+  double sync_blocked_at_end = 0;  // The sync strategy's blocked seconds then.
 };
 
 Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConfig> tables,
@@ -205,13 +206,20 @@ void Trainer::Straggle(std::chrono::steady_clock::time_point step_start, ThreadS
   if (options_.step_jitter > absl::ZeroDuration()) {
     pause += options_.step_jitter * std::uniform_real_distribution<double>(0, 1)(ts.straggle_rng);
   }
-  // The whole iteration since the last one ended: reading, lookups,
-  // compute, push and the previous step's sync.
+  // The whole iteration since the last one ended (reading, lookups,
+  // compute, updates, push) less the time it waited on sync: a slower
+  // machine computes slower, its network and the others do not. The
+  // strategy sums its threads' waits; this thread's share is taken as even.
   const auto now = std::chrono::steady_clock::now();
   const auto since = ts.last_step_end.has_value() ? *ts.last_step_end : step_start;
+  const double blocked = options_.sync != nullptr ? options_.sync->stats().blocked_seconds : 0;
   if (options_.slowdown > 1) {
-    pause += absl::FromChrono(now - since) * (options_.slowdown - 1);
+    const absl::Duration waited =
+        absl::Seconds((blocked - ts.sync_blocked_at_end) / std::max(1, options_.threads));
+    const absl::Duration busy = absl::FromChrono(now - since) - waited;
+    if (busy > absl::ZeroDuration()) pause += busy * (options_.slowdown - 1);
   }
+  ts.sync_blocked_at_end = blocked;
   if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
   ts.last_step_end = std::chrono::steady_clock::now();
 }

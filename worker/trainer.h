@@ -65,9 +65,9 @@ struct TrainerOptions {
   // Straggler injection (tests, benchmarks): each step, after its updates
   // (before the sync strategy's AfterStep), the thread sleeps step_delay,
   // plus a uniform random [0, step_jitter), plus (slowdown - 1) times the
-  // whole iteration since the thread's previous step ended (reading,
-  // lookups, compute, updates, push, sync), so slowdown = 4 makes this
-  // trainer's iterations 4x as long.
+  // iteration since the thread's previous step ended (reading, lookups,
+  // compute, updates, push) less its waits on sync, so slowdown = 4 makes
+  // this trainer's work 4x as slow while its network stays as fast.
   absl::Duration step_delay = absl::ZeroDuration();
   absl::Duration step_jitter = absl::ZeroDuration();
   double slowdown = 1.0;

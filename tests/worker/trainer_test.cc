@@ -111,6 +111,49 @@ TEST_F(TrainerTest, StragglerSettingsSlowEveryStep) {
   EXPECT_GT(best, 2.5) << "slowdown 4 made the run only " << best << " times as long";
 }
 
+// A strategy whose every update waits `wait` on "the network", as asp's
+// blocking pull does.
+class SlowNetworkStrategy : public SyncStrategy {
+ public:
+  explicit SlowNetworkStrategy(absl::Duration wait)
+      : SyncStrategy(SyncConfig{}, nullptr), wait_(wait) {}
+  absl::Status ApplyGradient(int thread, std::span<const float> grad) override {
+    absl::SleepFor(wait_);
+    RecordBlocked(wait_);
+    return absl::OkStatus();
+  }
+
+ private:
+  const absl::Duration wait_;
+};
+
+// The slowdown stretches the straggler's own work, not its waits on sync:
+// 10 steps that each wait 100 ms take about 1 s longer than the same steps
+// without the waits, not the 10 x 4 x 100 ms = 4 s a slowdown of the waits
+// would add (the work itself takes what it takes, slower under a sanitizer).
+TEST_F(TrainerTest, SlowdownStretchesTheWorkNotTheWaitsOnSync) {
+  auto run = [&](absl::Duration wait) {
+    model::LocalEmbeddingStore store(StoreOptions());
+    SlowNetworkStrategy strategy(wait);
+    TrainerOptions options;
+    options.threads = 1;
+    options.batch_size = 100;
+    options.preload = true;
+    options.max_examples = 1000;  // 10 steps
+    options.slowdown = 4;
+    options.sync = &strategy;
+    options.optimizer = store.options().optimizer;
+    Trainer trainer(SmallModel(), store.options().tables, options, &store);
+    auto report = trainer.Train({dir_->File("train.tsv")});
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? report->seconds : 0.0;
+  };
+  const double waiting = run(absl::Milliseconds(100));
+  const double not_waiting = run(absl::ZeroDuration());
+  EXPECT_GE(waiting, 10 * 0.100);
+  EXPECT_LT(waiting - not_waiting, 2.5) << waiting << " s against " << not_waiting << " s";
+}
+
 // A strategy that switches the batch size after its first 10 steps, as
 // sync-switch does at its switch to ASP.
 class BatchSwitchingStrategy : public SyncStrategy {
