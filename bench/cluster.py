@@ -60,7 +60,8 @@ class Cluster:
     """ps and syncer processes; workers are run by run_workers()."""
 
     def __init__(self, binary, workdir, *, ps=2, syncers=1, hash_buckets=1_000_000, lr=0.02,
-                 cache_bytes=256 << 20, member_timeout=10, syncer_delay_ms=0):
+                 cache_bytes=256 << 20, member_timeout=10, syncer_delay_ms=0,
+                 syncer_reply_delay_ms=0):
         self.binary = binary
         self.workdir = workdir
         self.procs = []
@@ -83,7 +84,8 @@ class Cluster:
             ready = os.path.join(workdir, f"syncer{i}.ready")
             port = self._start(
                 [binary, "syncer", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                 "--member-timeout-seconds", str(member_timeout), "--ready-file", ready],
+                 "--member-timeout-seconds", str(member_timeout), "--ready-file", ready,
+                 "--reply-delay-ms", str(syncer_reply_delay_ms)],
                 f"syncer{i}", ready)
             address = f"127.0.0.1:{port}"
             if syncer_delay_ms > 0:

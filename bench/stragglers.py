@@ -6,6 +6,19 @@ F`: each of its steps lasts F times as long). Reports throughput (examples/s
 summed over trainers, each trainer's own rate over its own run), eval NE (mean
 over the trainers' replicas), MB sent and received, time per iteration
 (seconds per step of the trainers, mean), and the acceptance ratios.
+
+ps-plus against asp is measured apart as well: on loopback a blocking pull
+costs next to nothing, so there is little for ps-plus's eager pull to hide,
+and with 7 processes on 2 cores the CPU contention swamps what there is. The
+pair therefore also runs, with the straggler, against a syncer that holds
+every reply --latency-ms (`shadowsync syncer --reply-delay-ms`: a timer, no
+CPU), standing for the network time a blocking pull pays between machines;
+the runs alternate, --latency-repeats times each, and the median of the
+per-pair ratios counts. Two delays by default: 15 ms (this job's 1.9 MB push
+and 1.9 MB pull take about that at 2 Gb/s) and 5 ms. At 5 ms the four
+trainers still keep both cores busy while asp waits, so there is no idle CPU
+for ps-plus's overlap to use: the ratio shows where this machine's CPU, not
+the network, sets the pace.
 """
 
 import argparse
@@ -36,12 +49,13 @@ STRATEGIES = [
 ]
 
 
-def run(args, label, algorithm, extra_sync, straggler):
+def run(args, label, algorithm, extra_sync, straggler, reply_delay_ms=0):
     workdir = os.path.join(args.workdir, f"{label}{'-straggler' if straggler else ''}")
     job = os.path.join(args.workdir, "job.json")
     sync = {"dutyCycle": args.duty_cycle}
     sync.update(extra_sync)
-    with cluster.Cluster(args.bin, workdir, syncer_delay_ms=args.syncer_delay_ms) as c:
+    with cluster.Cluster(args.bin, workdir, syncer_delay_ms=args.syncer_delay_ms,
+                         syncer_reply_delay_ms=reply_delay_ms) as c:
         cluster.write_job(job, algorithm=algorithm, trainers=args.trainers, threads=args.threads,
                           batch_size=args.batch_size, lr=0.02, ps=2, syncers=1,
                           hash_buckets=1_000_000, extra_sync=sync)
@@ -148,6 +162,12 @@ def main():
     ap.add_argument("--duty-cycle", type=float, default=0.03)
     ap.add_argument("--syncer-delay-ms", type=float, default=0,
                     help="one-way delay between trainers and the syncer (bench/latency_proxy.py)")
+    ap.add_argument("--latency-ms", default="15,5",
+                    help="comma-separated reply delays of the ps-plus / asp runs; the first is "
+                         "the one psplus_vs_asp_iter reports ('' = none)")
+    ap.add_argument("--latency-repeats", type=int, default=3)
+    ap.add_argument("--latency-only", action="store_true",
+                    help="only the ps-plus / asp runs with the reply delay")
     ap.add_argument("--only", default="", help="comma-separated labels (bsp, asp always run)")
     ap.add_argument("--json", default="", help="write every figure here")
     ap.add_argument("--report", default="",
@@ -166,13 +186,15 @@ def main():
 
     wanted = set(args.only.split(",")) | {"bsp", "asp", "none"} if args.only else None
     chosen = [s for s in STRATEGIES if wanted is None or s[0] in wanted]
+    if args.latency_only:
+        chosen = [s for s in STRATEGIES if s[0] == "ps_plus"]
     print(f"stragglers benchmark: {args.trainers} trainers x {args.threads} threads, batch "
           f"{args.batch_size}, {args.examples} examples per trainer, trainer {args.trainers - 1} "
           f"slowed {args.factor:g}x in the straggler runs, 2 ps, 1 syncer, {os.cpu_count()} cores")
     print(f"{'strategy':<22}{'straggler':>10}{'ex/s':>9}{'eval_NE':>9}{'MB':>9}{'iter_ms':>9}"
           f"{'blocked_s':>10}{'rounds':>8}")
     results = {}
-    for label, algorithm, extra in chosen:
+    for label, algorithm, extra in ([] if args.latency_only else chosen):
         for straggler in (False, True):
             try:
                 r = run(args, label, algorithm, extra, straggler)
@@ -184,7 +206,37 @@ def main():
             print(f"{label:<22}{'yes' if straggler else 'no':>10}{r['examples_per_second']:>9.0f}"
                   f"{r['eval_ne']:>9.4f}{r['mb']:>9.1f}{1000 * r['iteration_seconds']:>9.2f}"
                   f"{r['blocked_seconds']:>10.2f}{r['rounds']:>8}", flush=True)
-    if args.report:
+    # ps-plus / asp at each reply delay: the median of the per-pair ratios.
+    latency_ratios = {}
+    delays = [float(d) for d in args.latency_ms.split(",") if d.strip()]
+    by_label = {label: (algorithm, extra) for label, algorithm, extra in STRATEGIES}
+    for delay in (delays if any(label == "ps_plus" for label, _, _ in chosen) else []):
+        print(f"\nps-plus / asp with the straggler, syncer replies held {delay:g} ms "
+              f"(the network time of a blocking pull); {args.latency_repeats} alternating pairs")
+        ratios = []
+        for rep in range(args.latency_repeats):
+            order = ["asp", "ps_plus"] if rep % 2 == 0 else ["ps_plus", "asp"]
+            pair = {}
+            for label in order:
+                algorithm, extra = by_label[label]
+                try:
+                    pair[label] = run(args, label, algorithm, extra, True, delay)
+                except cluster.ClusterError as e:
+                    print(f"{label:<22}{'yes':>10}  FAILED: {e}".splitlines()[0], flush=True)
+                    continue
+                r = pair[label]
+                print(f"{label + ' +' + format(delay, 'g') + 'ms':<22}{'yes':>10}"
+                      f"{r['examples_per_second']:>9.0f}{r['eval_ne']:>9.4f}{r['mb']:>9.1f}"
+                      f"{1000 * r['iteration_seconds']:>9.2f}{r['blocked_seconds']:>10.2f}"
+                      f"{r['rounds']:>8}", flush=True)
+            if len(pair) == 2:
+                ratios.append(pair["ps_plus"]["iteration_seconds"] /
+                              pair["asp"]["iteration_seconds"])
+        if ratios:
+            latency_ratios[delay] = statistics.median(ratios)
+            print("ps-plus / asp time per iteration, each pair: " +
+                  " ".join(f"{x:.3f}" for x in ratios) + f"; median {latency_ratios[delay]:.3f}")
+    if args.report and results:
         write_report(results, args.report, title)
     if args.json:
         with open(args.json, "w") as f:
@@ -198,13 +250,18 @@ def main():
     bsp_eps, bsp_ne = get("bsp", "examples_per_second"), get("bsp", "eval_ne")
     fields = {
         "syncswitch_vs_bsp": get("sync_switch_online", "examples_per_second") / bsp_eps,
-        "psplus_vs_asp_iter": get("ps_plus", "iteration_seconds") / get("asp", "iteration_seconds"),
+        "psplus_vs_asp_iter": latency_ratios.get(delays[0], float("nan")) if delays
+                              else float("nan"),
+        **{f"psplus_vs_asp_iter_{d:g}ms": v for d, v in latency_ratios.items() if d != delays[0]},
+        "psplus_vs_asp_iter_loopback":
+            get("ps_plus", "iteration_seconds") / get("asp", "iteration_seconds"),
         "dssync_vs_bsp": get("ds_sync", "examples_per_second") / bsp_eps,
         "ne_gap_syncswitch": get("sync_switch_online", "eval_ne") / bsp_ne - 1,
     }
     print()
     print("with the straggler: sync-switch (online) / bsp throughput, ps-plus / asp time per "
-          "iteration, ds-sync / bsp throughput, sync-switch's eval NE relative to bsp's")
+          f"iteration (syncer replies held {args.latency_ms} ms; and on plain loopback), "
+          "ds-sync / bsp throughput, sync-switch's eval NE relative to bsp's")
     print("RESULT name=stragglers " + " ".join(f"{k}={v:.3f}" for k, v in fields.items()))
 
 

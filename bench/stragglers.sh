@@ -5,19 +5,28 @@
 # loopback; in the straggler runs the last trainer's steps last FACTOR (4)
 # times as long (`shadowsync worker --straggle-factor`). Each trainer trains
 # EXAMPLES (100000) examples of its share after preloading it, then scores its
-# replica on 20k held-out examples. About 25 minutes on 2 cores.
+# replica on 20k held-out examples. Then ps-plus and asp run again with the
+# straggler, alternating, LATENCY_REPEATS (3) times each, against a syncer
+# that holds every reply 15 ms and then 5 ms (`shadowsync syncer
+# --reply-delay-ms`, a timer): the network time a blocking pull pays between
+# machines and loopback lacks, which is what ps-plus's eager pull hides
+# (15 ms: this job's 1.9 MB push and pull at 2 Gb/s). About 35 minutes on 2
+# cores.
 #
 #   bench/run.sh stragglers [--examples N] [--factor F] [--only label,label]
 #                           [--json FILE] [--syncer-delay-ms D]
+#                           [--latency-ms L1,L2] [--latency-repeats R] [--latency-only]
 #
 # Writes bench/results/stragglers.md (the table) and stragglers.svg (the plot).
 # Prints one row per strategy and condition: examples/s summed over trainers,
 # eval NE, MB sent + received, time per iteration, seconds blocked on sync,
 # rounds. Last line:
 #   RESULT name=stragglers syncswitch_vs_bsp=.. psplus_vs_asp_iter=..
+#          psplus_vs_asp_iter_5ms=.. psplus_vs_asp_iter_loopback=..
 #          dssync_vs_bsp=.. ne_gap_syncswitch=..
 # (all with the straggler: sync-switch online / bsp throughput, ps-plus / asp
-# time per iteration, ds-sync / bsp throughput, sync-switch's eval NE / bsp's - 1).
+# time per iteration with replies held 15 ms (median of the pairs), 5 ms, and
+# on plain loopback, ds-sync / bsp throughput, sync-switch's eval NE / bsp's - 1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
