@@ -76,9 +76,21 @@ constexpr size_t kKeySize = 16;
 constexpr uint32_t kMaxSlots = 1u << 24;
 constexpr int kMaxDim = 4096;
 // RAM a cached row costs beyond its floats: the key copy (16), the CLOCK,
-// pin, flushing and dirty marks (1 + 1 + 1 + 8) and the index entry (a
-// 24-byte slot plus control byte, at absl's 7/8 maximum load: 29).
-constexpr int64_t kCacheOverheadPerRow = 16 + 1 + 1 + 1 + 8 + 29;
+// pin, flushing, carried and dirty marks (1 + 1 + 1 + 1 + 8) and the index
+// entry (a 24-byte slot plus control byte, at absl's 7/8 maximum load: 29).
+constexpr int64_t kCacheOverheadPerRow = 16 + 1 + 1 + 1 + 1 + 8 + 29;
+// A dirty row that this many checkpoints in a row re-logged without a push
+// in between goes to RocksDB at the next one. Re-logging a row is a
+// sequential append (~0.2 us); writing it to RocksDB a memtable insert plus
+// its share of flushes and compactions (~2-3 us), so rows that are pushed
+// again within a few checkpoints are cheaper to re-log, and truly cold ones
+// stop costing anything after this many.
+constexpr uint8_t kMaxCarries = 8;
+// Hits are bound by RAM latency (a request's rows are scattered over the
+// cache): index probes run this many rows ahead of their use as prefetches,
+// and the cached rows of a shard's batch are prefetched before they are
+// copied, so the misses overlap.
+constexpr uint32_t kPrefetchAhead = 8;
 // How far a lookup's cache fill searches for a clean row to replace.
 constexpr int kFillScan = 64;
 // Debian's RocksDB is not built with ThreadSanitizer, so TSAN cannot see how
@@ -147,6 +159,13 @@ std::string SlotBound(uint32_t slot) {
   std::string bound(4, '\0');
   PutBigEndian32(bound.data(), slot);
   return bound;
+}
+
+// Prefetches the cache lines of [p, p + n) for reading (and writing).
+inline void PrefetchBytes(const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  const char* line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(c) & ~uintptr_t{63});
+  for (; line < c + n; line += 64) __builtin_prefetch(line, 1, 3);
 }
 
 // Which cache shard a row lives in: the top bits of HashId, independent of
@@ -588,9 +607,13 @@ struct MultiGetBuffers {
 // clears bits until it finds a clear one to replace. CLOCK, unlike LRU, lets
 // hits run under a shared lock (the bit is a relaxed atomic).
 //
-// A cached row is dirty (dirty[pos] = the redo-log generation of its last
-// change) until a checkpoint or its eviction writes it to RocksDB. Invariant:
-// RocksDB holds the latest value of every row that is not cached.
+// A cached row is dirty (dirty[pos] = the redo-log generation holding its
+// latest after-image) until a checkpoint or its eviction writes it to
+// RocksDB. Invariant: RocksDB holds the latest value of every row that is not
+// cached. `carried[pos]` counts the checkpoints in a row that re-logged the
+// row without a push changing it in between (saturating; 0 after a push),
+// so a row that went cold is written to RocksDB once (kMaxCarries) instead
+// of being re-logged by every checkpoint for as long as it stays cached.
 struct Shard {
   mutable Mutex mu;
   // Constant after Init.
@@ -607,9 +630,13 @@ struct Shard {
   // meanwhile, so the copy written is already stale), which must stay cached
   // (and in place) until that write has landed. clang cannot annotate the
   // pointees of array unique_ptrs.
-  std::unique_ptr<float[]> rows;
+  struct AlignedDelete {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float[], AlignedDelete> rows;
   std::unique_ptr<RowKey[]> keys;
   std::unique_ptr<uint64_t[]> dirty;
+  std::unique_ptr<uint8_t[]> carried;
   std::unique_ptr<uint8_t[]> referenced;
   std::unique_ptr<uint8_t[]> pinned;
   std::unique_ptr<uint8_t[]> flushing;
@@ -628,10 +655,13 @@ struct Shard {
     capacity = cap;
     row_floats = floats;
     if (cap == 0) return;
-    // Not value-initialised: pages are touched only as rows arrive.
-    rows.reset(new float[size_t{cap} * floats]);
+    // Not value-initialised: pages are touched only as rows arrive. Cache-line
+    // aligned, so a row of 64 bytes (dim 16) is one line, not two.
+    rows.reset(static_cast<float*>(
+        ::operator new[](sizeof(float) * size_t{cap} * floats, std::align_val_t{64})));
     keys.reset(new RowKey[cap]);
     dirty.reset(new uint64_t[cap]());
+    carried.reset(new uint8_t[cap]());
     referenced.reset(new uint8_t[cap]());
     pinned.reset(new uint8_t[cap]());
     flushing.reset(new uint8_t[cap]());
@@ -641,6 +671,16 @@ struct Shard {
     if (capacity == 0) return -1;
     auto it = index.find(key);
     return it == index.end() ? -1 : static_cast<int64_t>(it->second);
+  }
+  // Find with the key's HashId already known (RowKeyHasher's value).
+  int64_t Find(const RowKey& key, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    if (capacity == 0) return -1;
+    auto it = index.find(key, static_cast<size_t>(hash));
+    return it == index.end() ? -1 : static_cast<int64_t>(it->second);
+  }
+  // Starts loading what Find(key) will read.
+  void PrefetchIndex(const RowKey& key) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    if (capacity != 0) index.prefetch(key);
   }
   float* Row(uint32_t pos) const { return rows.get() + size_t{pos} * row_floats; }
   void MarkReferenced(uint32_t pos) const {
@@ -694,6 +734,7 @@ struct Shard {
     index.insert_or_assign(key, pos);
     std::memcpy(Row(pos), row, sizeof(float) * row_floats);
     dirty[pos] = dirty_gen;
+    carried[pos] = 0;
     referenced[pos] = 1;
     pinned[pos] = 0;
   }
@@ -705,6 +746,7 @@ struct Shard {
       keys[pos] = keys[last];
       std::memcpy(Row(pos), Row(last), sizeof(float) * row_floats);
       dirty[pos] = dirty[last];
+      carried[pos] = carried[last];
       referenced[pos] = referenced[last];
       index[keys[pos]] = pos;
     }
@@ -777,6 +819,7 @@ struct LookupScratch {
   std::vector<uint32_t> index;
   std::vector<uint32_t> misses;  // rows, in shard order
   std::vector<uint8_t> found;    // per miss: present in RocksDB
+  std::vector<int64_t> pos;      // per row in shard order: cache position or -1
   ShardOrder shards;
   MultiGetBuffers get;
 };
@@ -878,6 +921,8 @@ class RowStoreImpl final : public RowStore {
     std::vector<int64_t> slot;  // for misses: the cache position claimed, or -1
     std::vector<uint32_t> misses;
     std::vector<uint32_t> key_order;
+    std::vector<char> evict_keys;  // rows UpdateCacheLocked writes to RocksDB: keys
+    std::vector<char> evict_rows;  // and values
     uint32_t new_size[kNumShards];
     ShardOrder shards;
     MultiGetBuffers get;
@@ -948,9 +993,10 @@ class RowStoreImpl final : public RowStore {
   // As FlushAllLocked, but while pushes run: each shard's dirty rows are
   // copied and marked `flushing` under its lock, then written without any
   // lock pushes need. Rows a push has pinned are skipped (a later
-  // FlushAllLocked catches them).
-  absl::Status FlushAllConcurrently(uint64_t limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_)
-      ABSL_LOCKS_EXCLUDED(write_mu_);
+  // FlushAllLocked catches them). Also flushes the rows in generations <=
+  // `carried_limit` that checkpoints re-logged kMaxCarries times in a row.
+  absl::Status FlushAllConcurrently(uint64_t limit, uint64_t carried_limit = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_) ABSL_LOCKS_EXCLUDED(write_mu_);
   // A RocksDB snapshot holding every row: dirty rows are flushed first.
   absl::Status ConsistentSnapshot(SnapshotHolder* holder) ABSL_LOCKS_EXCLUDED(write_mu_);
   // Rotates the redo log, flushes everything older, syncs RocksDB's WAL and
@@ -1347,11 +1393,15 @@ absl::Status RowStoreImpl::RunCheckpoint() {
     SS_RETURN_IF_ERROR(RotateLogLocked());
   }
   // Every row changed under the old logs must end up in RocksDB or in the
-  // new log before they go. Cold rows (last changed before the newest old
-  // log) go to RocksDB, alongside pushes; hot ones are re-logged, which is a
-  // sequential append instead of a memtable insert per row, and they will
-  // most likely change again before the next checkpoint anyway.
-  SS_RETURN_IF_ERROR(FlushAllConcurrently(limit - 1));
+  // new log before they go. Cold rows (last changed by a push before the
+  // newest old log) go to RocksDB, alongside pushes; hot ones are re-logged,
+  // which is a sequential append instead of a memtable insert per row, and
+  // they will most likely change again before the next checkpoint anyway.
+  // Rows re-logged by the last kMaxCarries checkpoints and not pushed since
+  // are cold too: otherwise every checkpoint would re-log them for as long as
+  // they stay cached (with a cache holding the working set, every row the
+  // store has ever seen, each time).
+  SS_RETURN_IF_ERROR(FlushAllConcurrently(limit - 1, /*carried_limit=*/limit));
   for (int s = 0; s < kNumShards; ++s) {
     MutexLock w(&write_mu_);
     SS_RETURN_IF_ERROR(CarryForwardLocked(s, limit));
@@ -1393,7 +1443,10 @@ absl::Status RowStoreImpl::CarryForwardLocked(int s, uint64_t limit) {
   record_.SetCount(rows_stored_, count);
   SS_RETURN_IF_ERROR(AppendLocked(record_.Finish(), /*carried=*/true));
   for (uint32_t pos = 0; pos < shard.size; ++pos) {
-    if (shard.dirty[pos] != 0 && shard.dirty[pos] <= limit) shard.dirty[pos] = log_generation_;
+    if (shard.dirty[pos] != 0 && shard.dirty[pos] <= limit) {
+      shard.dirty[pos] = log_generation_;
+      if (shard.carried[pos] < UINT8_MAX) ++shard.carried[pos];
+    }
   }
   return absl::OkStatus();
 }
@@ -1420,12 +1473,15 @@ absl::Status RowStoreImpl::FlushShardLocked(int s, uint64_t limit) {
   if (batch_.Count() == 0) return absl::OkStatus();
   SS_RETURN_IF_ERROR(WriteBatchLocked("write back cached rows"));
   for (uint32_t pos = 0; pos < shard.size; ++pos) {
-    if (shard.dirty[pos] <= limit) shard.dirty[pos] = 0;
+    if (shard.dirty[pos] <= limit) {
+      shard.dirty[pos] = 0;
+      shard.carried[pos] = 0;
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit) {
+absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit, uint64_t carried_limit) {
   if (!write_back_) return absl::OkStatus();
   FlushScratch& sc = flush_;
   for (int s = 0; s < kNumShards; ++s) {
@@ -1434,7 +1490,11 @@ absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit) {
     {
       MutexLock l(&shard.mu);
       for (uint32_t pos = 0; pos < shard.size; ++pos) {
-        if (shard.dirty[pos] == 0 || shard.dirty[pos] > limit || shard.pinned[pos] != 0) continue;
+        const uint64_t dirty = shard.dirty[pos];
+        if (dirty == 0 || shard.pinned[pos] != 0) continue;
+        if (dirty > limit && !(dirty <= carried_limit && shard.carried[pos] >= kMaxCarries)) {
+          continue;
+        }
         sc.pos.push_back(pos);
       }
       const size_t n = sc.pos.size();
@@ -1475,8 +1535,10 @@ absl::Status RowStoreImpl::FlushAllConcurrently(uint64_t limit) {
       // clean. (The generation alone cannot tell without a rotation.)
       MutexLock l(&shard.mu);
       for (uint32_t pos : sc.pos) {
-        if (status.ok() && shard.flushing[pos] == 1 && shard.dirty[pos] <= limit) {
+        if (status.ok() && shard.flushing[pos] == 1 &&
+            shard.dirty[pos] <= std::max(limit, carried_limit)) {
           shard.dirty[pos] = 0;
+          shard.carried[pos] = 0;
         }
         shard.flushing[pos] = 0;
       }
@@ -1607,6 +1669,7 @@ absl::Status RowStoreImpl::Lookup(std::span<model::TableRows> rows) {
   const uint64_t seq_before = write_seq_.load(std::memory_order_acquire);
   sc.shards.Build(n, [&](size_t row) { return sc.hash[row]; });
   sc.misses.clear();
+  sc.pos.resize(n);
   int64_t hits = 0;
   for (int s = 0; s < kNumShards; ++s) {
     const uint32_t begin = sc.shards.begin[s], end = sc.shards.begin[s + 1];
@@ -1618,10 +1681,26 @@ absl::Status RowStoreImpl::Lookup(std::span<model::TableRows> rows) {
     }
     Shard& shard = shards_[s];
     ReaderMutexLock l(&shard.mu);
+    // Positions first (index probes prefetched ahead, each hit's row
+    // prefetched once found), then the copies.
+    const uint32_t* order = sc.shards.order.data();
+    for (uint32_t k = begin; k < std::min(end, begin + kPrefetchAhead); ++k) {
+      shard.PrefetchIndex(key_of(order[k]));
+    }
     for (uint32_t k = begin; k < end; ++k) {
-      const uint32_t row = sc.shards.order[k];
+      if (k + kPrefetchAhead < end) shard.PrefetchIndex(key_of(order[k + kPrefetchAhead]));
+      const uint32_t row = order[k];
+      const int64_t pos = shard.Find(key_of(row), sc.hash[row]);
+      sc.pos[k] = pos;
+      if (pos >= 0) {
+        PrefetchBytes(shard.Row(static_cast<uint32_t>(pos)), sizeof(float) * dim_);
+        __builtin_prefetch(&shard.referenced[pos], 1, 3);
+      }
+    }
+    for (uint32_t k = begin; k < end; ++k) {
+      const uint32_t row = order[k];
       const RowKey key = key_of(row);
-      const int64_t pos = shard.Find(key);
+      const int64_t pos = sc.pos[k];
       if (pos < 0) {
         sc.misses.push_back(row);
         continue;
@@ -1775,10 +1854,27 @@ absl::Status RowStoreImpl::Push(std::span<const model::TableRows> grads) {
       if (begin == end) continue;
       Shard& shard = shards_[s];
       ReaderMutexLock l(&shard.mu);  // also orders us before any later fill of this shard
+      // As in Lookup: positions with prefetched probes, then the copies.
+      const uint32_t* order = sc.shards.order.data();
+      auto key_of = [&unique](uint32_t u) { return RowKey{unique[u].table, unique[u].id}; };
+      for (uint32_t k = begin; k < std::min(end, begin + kPrefetchAhead); ++k) {
+        shard.PrefetchIndex(key_of(order[k]));
+      }
       for (uint32_t k = begin; k < end; ++k) {
-        const uint32_t u = sc.shards.order[k];
-        const int64_t pos = shard.Find(RowKey{unique[u].table, unique[u].id});
+        if (k + kPrefetchAhead < end) shard.PrefetchIndex(key_of(order[k + kPrefetchAhead]));
+        const uint32_t u = order[k];
+        const int64_t pos = shard.Find(key_of(u), unique[u].hash);
+        sc.pos[u] = pos;
+        if (pos >= 0) {
+          PrefetchBytes(shard.Row(static_cast<uint32_t>(pos)), row_bytes_);
+          __builtin_prefetch(&shard.pinned[pos], 1, 3);
+        }
+      }
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint32_t u = order[k];
+        const int64_t pos = sc.pos[u];
         if (pos < 0) {
+          sc.pos[u] = kMissStored;
           sc.misses.push_back(u);
           continue;
         }
@@ -1921,10 +2017,14 @@ absl::Status RowStoreImpl::UpdateCacheLocked(PushScratch& sc, int64_t now) {
   const uint64_t generation = log_generation_;
   // 4a. Claim a position for every new cached row: a free one, else a CLOCK
   // victim. Dirty victims, and rows with no position at all, go to RocksDB
-  // first; the victims stay readable in the cache until 4c.
-  batch_.Clear();
+  // first; the victims stay readable in the cache until 4c. Their keys and
+  // values are copied out, to be written in key order.
+  sc.evict_keys.clear();
+  sc.evict_rows.clear();
   sc.slot.assign(sc.unique.size(), -1);
-  char key[kKeySize];
+  auto evict = [&](const char* row) {
+    sc.evict_rows.insert(sc.evict_rows.end(), row, row + row_bytes_);
+  };
   for (int s = 0; s < kNumShards; ++s) {
     const uint32_t begin = sc.shards.begin[s], end = sc.shards.begin[s + 1];
     if (begin == end) continue;
@@ -1941,29 +2041,58 @@ absl::Status RowStoreImpl::UpdateCacheLocked(PushScratch& sc, int64_t now) {
       } else {
         pos = shard.ChooseVictim();
         if (pos >= 0 && shard.dirty[pos] != 0) {
-          KeyOf(shard.keys[pos], key);
-          batch_.Put(rocksdb::Slice(key, kKeySize),
-                     rocksdb::Slice(reinterpret_cast<const char*>(shard.Row(pos)), row_bytes_));
+          sc.evict_keys.resize(sc.evict_keys.size() + kKeySize);
+          KeyOf(shard.keys[pos], sc.evict_keys.data() + sc.evict_keys.size() - kKeySize);
+          evict(reinterpret_cast<const char*>(shard.Row(pos)));
         }
       }
       if (pos < 0) {
-        EncodeRowKey(unique[u].slot, unique[u].table, unique[u].id, key);
-        batch_.Put(rocksdb::Slice(key, kKeySize),
-                   rocksdb::Slice(reinterpret_cast<const char*>(NextRow(sc, u)), row_bytes_));
+        sc.evict_keys.resize(sc.evict_keys.size() + kKeySize);
+        EncodeRowKey(unique[u].slot, unique[u].table, unique[u].id,
+                     sc.evict_keys.data() + sc.evict_keys.size() - kKeySize);
+        evict(reinterpret_cast<const char*>(NextRow(sc, u)));
       }
       sc.slot[u] = pos;
     }
   }
-  // 4b. The displaced rows. The push is already durable in the redo log, so
-  // a failure here fails the store: a restart replays the log.
-  if (batch_.Count() > 0) SS_RETURN_IF_ERROR(WriteBatchLocked("write back evicted rows"));
+  // 4b. The displaced rows, in key order (faster memtable inserts, see
+  // Push). The push is already durable in the redo log, so a failure here
+  // fails the store: a restart replays the log.
+  if (const size_t n = sc.evict_keys.size() / kKeySize; n > 0) {
+    sc.key_order.resize(n);
+    for (uint32_t i = 0; i < n; ++i) sc.key_order[i] = i;
+    const char* keys = sc.evict_keys.data();
+    std::sort(sc.key_order.begin(), sc.key_order.end(), [keys](uint32_t a, uint32_t b) {
+      return std::memcmp(keys + size_t{a} * kKeySize, keys + size_t{b} * kKeySize, kKeySize) < 0;
+    });
+    batch_.Clear();
+    for (const uint32_t i : sc.key_order) {
+      batch_.Put(rocksdb::Slice(keys + size_t{i} * kKeySize, kKeySize),
+                 rocksdb::Slice(sc.evict_rows.data() + size_t{i} * row_bytes_, row_bytes_));
+    }
+    SS_RETURN_IF_ERROR(WriteBatchLocked("write back evicted rows"));
+  }
   // 4c. Install: hits updated in place, misses over their claimed positions.
   for (int s = 0; s < kNumShards; ++s) {
     const uint32_t begin = sc.shards.begin[s], end = sc.shards.begin[s + 1];
     if (begin == end) continue;
     Shard& shard = shards_[s];
     MutexLock l(&shard.mu);
+    // The marks of a hit are in arrays apart from its row: prefetch them
+    // (and the row, possibly evicted from the CPU caches since step 1) ahead.
+    auto prefetch = [&](uint32_t k) {
+      const int64_t pos = sc.pos[sc.shards.order[k]];
+      if (pos < 0) return;
+      PrefetchBytes(shard.Row(static_cast<uint32_t>(pos)), row_bytes_);
+      __builtin_prefetch(&shard.dirty[pos], 1, 3);
+      __builtin_prefetch(&shard.carried[pos], 1, 3);
+      __builtin_prefetch(&shard.referenced[pos], 1, 3);
+      __builtin_prefetch(&shard.pinned[pos], 1, 3);
+      __builtin_prefetch(&shard.flushing[pos], 1, 3);
+    };
+    for (uint32_t k = begin; k < std::min(end, begin + kPrefetchAhead); ++k) prefetch(k);
     for (uint32_t k = begin; k < end; ++k) {
+      if (k + kPrefetchAhead < end) prefetch(k + kPrefetchAhead);
       const uint32_t u = sc.shards.order[k];
       const RowKey row_key{unique[u].table, unique[u].id};
       if (sc.pos[u] == kMissRejected) continue;
@@ -1971,6 +2100,7 @@ absl::Status RowStoreImpl::UpdateCacheLocked(PushScratch& sc, int64_t now) {
         const uint32_t pos = static_cast<uint32_t>(sc.pos[u]);
         std::memcpy(shard.Row(pos), NextRow(sc, u), row_bytes_);
         shard.dirty[pos] = generation;
+        shard.carried[pos] = 0;
         shard.referenced[pos] = 1;
         shard.pinned[pos] = 0;
         if (shard.flushing[pos] != 0) shard.flushing[pos] = 2;  // the flushed copy is stale
