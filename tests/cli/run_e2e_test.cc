@@ -291,27 +291,34 @@ TEST_F(RunTest, RestartsAKilledSyncerAndCompletes) {
   EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
 }
 
-// A trainer killed with SIGKILL is restarted and resumes after the part of
-// its share it had reported; the job completes with every example trained
-// (some of the last second's possibly twice).
-TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
-  const std::string run = dir_.File("run");
-  const pid_t launcher = StartLauncher(Bin(), WriteJob(100000), run);
-  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
-  // Let it report some progress first.
+// Runs `job` (100,000 examples), kills trainer 1 with SIGKILL once it has
+// reported progress, and checks that the launcher restarted it once and the
+// job completed with every example trained (some of the last second's
+// possibly twice). Returns the run directory.
+std::string RunKillingTrainerOne(const std::string& bin, const std::string& job,
+                                 const std::string& run) {
+  const pid_t launcher = StartLauncher(bin, job, run);
+  EXPECT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
   for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
-  ASSERT_EQ(trainer.size(), 2u);
-  ASSERT_EQ(kill(trainer[1], SIGKILL), 0);
+  EXPECT_EQ(trainer.size(), 2u);
+  if (trainer.size() == 2) EXPECT_EQ(kill(trainer[1], SIGKILL), 0);
   int status = 0;
-  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+  EXPECT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
   const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
   EXPECT_EQ(r["restarts"], 1);
   EXPECT_EQ(r["examples"], 100000);
   EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+  return run;
+}
+
+// A killed trainer is restarted and resumes after the part of its share it
+// had reported.
+TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
+  RunKillingTrainerOne(Bin(), WriteJob(100000), dir_.File("run"));
 }
 
 // The same under sync-switch held in BSP: the restarted trainer cannot
@@ -324,22 +331,7 @@ TEST_F(RunTest, RestartsAKilledSyncSwitchTrainerOutsideTheLockstep) {
                "algorithm: sync-switch, syncSwitch: {policy: offline, switchFraction: 1}");
   const std::string job = dir_.File("job.yaml");
   testing::WriteFile(job, text);
-  const std::string run = dir_.File("run");
-  const pid_t launcher = StartLauncher(Bin(), job, run);
-  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
-  for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
-  ASSERT_EQ(trainer.size(), 2u);
-  ASSERT_EQ(kill(trainer[1], SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
-  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
-  EXPECT_EQ(r["restarts"], 1);
-  EXPECT_EQ(r["examples"], 100000);
-  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+  const std::string run = RunKillingTrainerOne(Bin(), job, dir_.File("run"));
   EXPECT_NE(testing::ReadFile(run + "/trainer-1.log").find("restarted into a running job"),
             std::string::npos);
 }
