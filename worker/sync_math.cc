@@ -14,7 +14,8 @@ void EasgdElastic(float alpha, std::span<const float> snapshot, std::span<const 
 void BmufStep(const BmufParams& p, std::span<const float> mean, std::span<float> global,
               std::span<float> momentum, std::span<float> target) {
   for (size_t i = 0; i < mean.size(); ++i) {
-    const float v = p.block_momentum * momentum[i] + p.block_lr * (mean[i] - global[i]);
+    const float start = p.nesterov ? global[i] + p.block_momentum * momentum[i] : global[i];
+    const float v = p.block_momentum * momentum[i] + p.block_lr * (mean[i] - start);
     momentum[i] = v;
     global[i] += v;
     target[i] = p.nesterov ? global[i] + p.block_momentum * v : global[i];

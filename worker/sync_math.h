@@ -25,14 +25,19 @@ void EasgdElastic(float alpha, std::span<const float> snapshot, std::span<const 
                   std::span<float> elastic);
 
 // BMUF block momentum, the paper's form (Chen & Huo 2016) on the mean of the
-// replicas, a = avg_i(s_i):
-//   G = a - w_g;  v = bm * v + zeta * G;  w_g = w_g + v;
+// replicas, a = avg_i(s_i), with w_g the global model and v the momentum:
+//   start = w_g + bm * v (Nesterov: where the block began) or w_g;
+//   G = a - start;  v = bm * v + zeta * G;  w_g = w_g + v;
 //   target = w_g + bm * v (Nesterov look-ahead) or w_g.
-// This is CNTK's BlockMomentumSGD with blockLR = zeta in units of the mean
-// update (CNTK sums the replicas' updates and scales by 1 - bm), and not
-// fairseq's convention, whose effective zeta is block_lr / N. With bm = 0
-// and zeta = 1 it is plain model averaging. `global` (w_g) and `momentum`
-// (v) are the state every trainer keeps identically.
+// G is the block's own progress, measured from where the replicas started
+// it, as CNTK and fairseq measure it from their look-ahead point: taken
+// from w_g instead, a Nesterov block would count the last look-ahead bm * v
+// again as progress (v = 2 bm v + G, which never decays for bm >= 0.5).
+// zeta is in units of the mean update (CNTK sums the replicas' updates and
+// scales by 1 - bm), not fairseq's convention, whose effective zeta is
+// block_lr / N. With bm = 0 and zeta = 1 it is plain model averaging.
+// `global` (w_g) and `momentum` (v) are the state every trainer keeps
+// identically.
 struct BmufParams {
   float block_momentum = 0.5f;  // bm
   float block_lr = 1.0f;        // zeta

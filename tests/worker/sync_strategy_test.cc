@@ -38,11 +38,29 @@ TEST(SyncMathTest, BmufNesterovStepsByHand) {
   EXPECT_THAT(momentum, ElementsAre(1.0f, 2.0f));
   EXPECT_THAT(global, ElementsAre(1.0f, 2.0f));
   EXPECT_THAT(target, ElementsAre(1.5f, 3.0f));
-  // The replicas sit at the same mean again: G = 0, v halves, w_g moves on.
-  BmufStep(p, std::vector<float>{1, 2}, global, momentum, target);
+  // The replicas started the next block at the target and made no
+  // progress: G = 0 (measured from that start), v halves, w_g moves on.
+  BmufStep(p, std::vector<float>{1.5f, 3}, global, momentum, target);
   EXPECT_THAT(momentum, ElementsAre(0.5f, 1.0f));
   EXPECT_THAT(global, ElementsAre(1.5f, 3.0f));
   EXPECT_THAT(target, ElementsAre(1.75f, 3.5f));
+}
+
+// Replicas that make no more progress bring the Nesterov momentum to rest:
+// the look-ahead each block starts from is not progress. (Measured from w_g
+// instead, v = 2 bm v = v here and the model drifted forever.)
+TEST(SyncMathTest, BmufNesterovMomentumDecaysWithoutProgress) {
+  BmufParams p{0.5f, 1.0f, true};
+  std::vector<float> global = {0}, momentum = {0}, target = {0};
+  BmufStep(p, std::vector<float>{1}, global, momentum, target);  // one block of progress 1
+  for (int block = 0; block < 40; ++block) {
+    const std::vector<float> mean = target;  // the replicas sit at their start
+    BmufStep(p, mean, global, momentum, target);
+  }
+  EXPECT_NEAR(momentum[0], 0.0f, 1e-6);
+  // w_g = 1 + 0.5 + 0.25 + ... = 2: the first block's update, carried by momentum.
+  EXPECT_NEAR(global[0], 2.0f, 1e-5);
+  EXPECT_NEAR(target[0], 2.0f, 1e-5);
 }
 
 TEST(SyncMathTest, BmufWithoutNesterovTargetsTheGlobalModel) {
@@ -69,6 +87,14 @@ TEST(SyncMathTest, BmufSteadyStateMomentumIsZetaGOverOneMinusBm) {
   const float g = 0.1f;
   for (int i = 0; i < 200; ++i) {
     const std::vector<float> mean = {global[0] + g};
+    BmufStep(p, mean, global, momentum, target);
+  }
+  EXPECT_NEAR(momentum[0], 1.5 * 0.1 / (1 - 0.75), 1e-5);
+  // Nesterov: the same, with the progress measured from each block's start.
+  p.nesterov = true;
+  global = {0}, momentum = {0}, target = {0};
+  for (int i = 0; i < 200; ++i) {
+    const std::vector<float> mean = {target[0] + g};
     BmufStep(p, mean, global, momentum, target);
   }
   EXPECT_NEAR(momentum[0], 1.5 * 0.1 / (1 - 0.75), 1e-5);
