@@ -180,7 +180,8 @@ def main():
     if args.from_json:
         with open(args.from_json) as f:
             raw = json.load(f)
-        results = {(k.split("/")[0], k.endswith("/straggler")): v for k, v in raw.items()}
+        results = {(k.split("/")[0], k.endswith("/straggler")): v for k, v in raw.items()
+                   if k != "latency"}
         write_report(results, args.report, title)
         return
 
@@ -207,13 +208,13 @@ def main():
                   f"{r['eval_ne']:>9.4f}{r['mb']:>9.1f}{1000 * r['iteration_seconds']:>9.2f}"
                   f"{r['blocked_seconds']:>10.2f}{r['rounds']:>8}", flush=True)
     # ps-plus / asp at each reply delay: the median of the per-pair ratios.
-    latency_ratios = {}
+    latency_ratios, latency_runs = {}, {}
     delays = [float(d) for d in args.latency_ms.split(",") if d.strip()]
     by_label = {label: (algorithm, extra) for label, algorithm, extra in STRATEGIES}
     for delay in (delays if any(label == "ps_plus" for label, _, _ in chosen) else []):
         print(f"\nps-plus / asp with the straggler, syncer replies held {delay:g} ms "
               f"(the network time of a blocking pull); {args.latency_repeats} alternating pairs")
-        ratios = []
+        ratios, runs = [], []
         for rep in range(args.latency_repeats):
             order = ["asp", "ps_plus"] if rep % 2 == 0 else ["ps_plus", "asp"]
             pair = {}
@@ -225,6 +226,7 @@ def main():
                     print(f"{label:<22}{'yes':>10}  FAILED: {e}".splitlines()[0], flush=True)
                     continue
                 r = pair[label]
+                runs.append({"label": label, **r})
                 print(f"{label + ' +' + format(delay, 'g') + 'ms':<22}{'yes':>10}"
                       f"{r['examples_per_second']:>9.0f}{r['eval_ne']:>9.4f}{r['mb']:>9.1f}"
                       f"{1000 * r['iteration_seconds']:>9.2f}{r['blocked_seconds']:>10.2f}"
@@ -232,6 +234,7 @@ def main():
             if len(pair) == 2:
                 ratios.append(pair["ps_plus"]["iteration_seconds"] /
                               pair["asp"]["iteration_seconds"])
+        latency_runs[f"{delay:g}ms"] = {"runs": runs, "ratios": ratios}
         if ratios:
             latency_ratios[delay] = statistics.median(ratios)
             print("ps-plus / asp time per iteration, each pair: " +
@@ -240,8 +243,8 @@ def main():
         write_report(results, args.report, title)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({f"{k[0]}{'/straggler' if k[1] else ''}": v for k, v in results.items()}, f,
-                      indent=2)
+            json.dump({**{f"{k[0]}{'/straggler' if k[1] else ''}": v
+                          for k, v in results.items()}, "latency": latency_runs}, f, indent=2)
 
     def get(label, key):
         r = results.get((label, True))

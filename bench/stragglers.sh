@@ -17,7 +17,8 @@
 #                           [--json FILE] [--syncer-delay-ms D]
 #                           [--latency-ms L1,L2] [--latency-repeats R] [--latency-only]
 #
-# Writes bench/results/stragglers.md (the table) and stragglers.svg (the plot).
+# Writes bench/results/stragglers.md (the table), stragglers.svg (the plot) and
+# stragglers.json (every figure, the latency pairs' runs included).
 # Prints one row per strategy and condition: examples/s summed over trainers,
 # eval NE, MB sent + received, time per iteration, seconds blocked on sync,
 # rounds. Last line:
@@ -49,4 +50,5 @@ if [[ ! -s "$OUT/eval20k.tsv" ]]; then
 fi
 check_load
 exec "$PY" "$ROOT/bench/stragglers.py" --bin "$SHADOWSYNC" --data "$OUT/train.tsv" \
-  --eval-data "$OUT/eval20k.tsv" --workdir "$OUT/runs" --report "$ROOT/bench/results/stragglers" "$@"
+  --eval-data "$OUT/eval20k.tsv" --workdir "$OUT/runs" --report "$ROOT/bench/results/stragglers" \
+  --json "$ROOT/bench/results/stragglers.json" "$@"

@@ -296,7 +296,8 @@ absl::Status PsPlusStrategy::Land(ThreadState& ts, bool wait) {
 
 absl::Status PsPlusStrategy::ApplyGradient(int thread, std::span<const float> grad) {
   ThreadState& ts = *threads_[thread];
-  // Also completes the thread's previous push (one call carried both).
+  // Also completes the thread's previous push (one call carried both), so a
+  // failed push surfaces here as the pull's error.
   SS_RETURN_IF_ERROR(Land(ts, /*wait=*/true));
   const uint64_t now_version = replica_version();
   // R only grows, so this is >= 0; the min guards the invariant anyway.
@@ -305,10 +306,6 @@ absl::Status PsPlusStrategy::ApplyGradient(int thread, std::span<const float> gr
   model::OptimizerConfig optimizer = replica_.optimizer;
   optimizer.learning_rate = StalenessLearningRate(
       config_.ps_plus.lr_modulation, optimizer.learning_rate, tau, config_.ps_plus.gamma);
-  {
-    MutexLock l(&ts.mu);
-    SS_RETURN_IF_ERROR(ts.push_status);
-  }
   OptimizerDelta(optimizer, replica_.state, grad, ts.delta);
   // The thread's own update shows at once, as Hogwild's would.
   AddRelaxed(replica_.params, ts.delta);

@@ -160,7 +160,7 @@ class PsPlusStrategy final : public SyncStrategy {
     bool pull_done ABSL_GUARDED_BY(mu) = false;
     absl::Status pull_status ABSL_GUARDED_BY(mu);
     absl::Time pull_answered ABSL_GUARDED_BY(mu);
-    absl::Status push_status ABSL_GUARDED_BY(mu);  // The first failed push's.
+    absl::Status push_status ABSL_GUARDED_BY(mu);  // The first failed push's, for Finish.
   };
 
   PsPlusStrategy(const SyncConfig& config, syncer::SyncerClient* client,

@@ -212,14 +212,14 @@ void Trainer::Straggle(std::chrono::steady_clock::time_point step_start, ThreadS
   // strategy sums its threads' waits; this thread's share is taken as even.
   const auto now = std::chrono::steady_clock::now();
   const auto since = ts.last_step_end.has_value() ? *ts.last_step_end : step_start;
-  const double blocked = options_.sync != nullptr ? options_.sync->stats().blocked_seconds : 0;
   if (options_.slowdown > 1) {
+    const double blocked = options_.sync != nullptr ? options_.sync->stats().blocked_seconds : 0;
     const absl::Duration waited =
         absl::Seconds((blocked - ts.sync_blocked_at_end) / std::max(1, options_.threads));
+    ts.sync_blocked_at_end = blocked;
     const absl::Duration busy = absl::FromChrono(now - since) - waited;
     if (busy > absl::ZeroDuration()) pause += busy * (options_.slowdown - 1);
   }
-  ts.sync_blocked_at_end = blocked;
   if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
   ts.last_step_end = std::chrono::steady_clock::now();
 }

@@ -321,9 +321,10 @@ TEST_F(RunTest, RestartsAKilledTrainerWhichResumesItsShare) {
   RunKillingTrainerOne(Bin(), WriteJob(100000), dir_.File("run"));
 }
 
-// The same under sync-switch held in BSP: the restarted trainer cannot
-// rejoin the lockstep, so it finishes its share under ASP, and the other
-// trainer's rounds go on without waiting for it.
+// The same under sync-switch held in BSP: the job completes, and the
+// restarted trainer took the restart path (it finishes its share under ASP,
+// outside the lockstep; SyncSwitchTest checks the arithmetic and that the
+// other trainer's rounds do not wait for it).
 TEST_F(RunTest, RestartsAKilledSyncSwitchTrainerOutsideTheLockstep) {
   std::string text = WriteJobText(100000);
   const std::string easgd = "algorithm: shadow-easgd";
