@@ -7,6 +7,7 @@ strategies to the single trainer.
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -32,7 +33,8 @@ def run(args, workdir, data, eval_data, trainers, algorithm, examples):
     with cluster.Cluster(args.bin, workdir) as c:
         cluster.write_job(job, algorithm=algorithm, trainers=trainers, threads=args.threads,
                           batch_size=args.batch_size, lr=args.lr, ps=2, syncers=1,
-                          hash_buckets=1_000_000, interval=args.interval)
+                          hash_buckets=1_000_000, interval=args.interval,
+                          extra_sync=args.sync)
         share = examples // trainers
         return c.run_workers(job, trainers, data, eval_data=eval_data, preload=True,
                              extra=["--eval-every", str(max(1, share // args.curve_points)),
@@ -98,18 +100,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dataset", action="append", required=True,
-                    help="NAME:TRAIN:EVAL, repeatable")
+                    help="NAME:TRAIN:EVAL[:REPEATS], repeatable")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--out", required=True, help="Markdown table path; plots go beside it")
     ap.add_argument("--trainers", default="2,4")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each multi-trainer row (median reported), unless the "
+                    "dataset names its own")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--interval", type=int, default=10, help="fg-* k")
+    ap.add_argument("--sync", action="append", default=[], metavar="KEY=JSON",
+                    help="extra spec.sync field for every run, e.g. dutyCycle=0.2 or "
+                    'bmuf={"blockLearningRate":1}; repeatable')
     ap.add_argument("--curve-points", type=int, default=8)
     ap.add_argument("--curve-examples", type=int, default=20000)
     args = ap.parse_args()
+    args.sync = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in args.sync)}
     trainer_counts = [int(n) for n in args.trainers.split(",")]
     strategies = args.strategies.split(",")
 
@@ -117,38 +126,52 @@ def main():
           f"Each trainer: {args.threads} Hogwild thread(s), batch {args.batch_size}, adagrad lr "
           f"{args.lr}; 2 parameter servers, 1 syncer; fg-* at k = {args.interval}. NE and AUC "
           "are the mean over the trainers' replicas on the held-out set; gap = relative NE "
-          "difference to the single trainer that saw all the data.", ""]
+          "difference to the single trainer that saw all the data. Shadow strategies run with "
+          "the job spec's defaults (warm-up, duty cycle, final average) unless listed here: "
+          f"{json.dumps(args.sync) if args.sync else 'none changed'}.", ""]
     worst = {}
     for spec in args.dataset:
-        name, train, evaluation = spec.split(":")
+        name, train, evaluation, *rest = spec.split(":")
+        repeats = int(rest[0]) if rest else args.repeats
         examples = count_lines(train)
         print(f"== {name}: {examples} training examples, eval {evaluation}", flush=True)
         single = summarize(run(args, os.path.join(args.workdir, f"{name}-1-none"), train,
                                evaluation, 1, "none", examples))
         print(f"single trainer: eval NE {single['eval_ne']:.5f} AUC {single['eval_auc']:.4f} "
               f"{single['eps']:.0f} ex/s", flush=True)
-        md += [f"## {name} ({examples:,} training examples)", "",
-               "| trainers | strategy | eval NE | gap % | eval AUC | examples/s | sync MB | rounds "
-               "| gap steps |", "|---|---|---|---|---|---|---|---|---|",
-               f"| 1 | single (none) | {single['eval_ne']:.5f} | 0 | {single['eval_auc']:.4f} | "
+        runs_note = (f"Each multi-trainer row is the median of {repeats} runs by eval NE; "
+                     "\"gap % of runs\" is the range over them." if repeats > 1 else
+                     "One run per row.")
+        md += [f"## {name} ({examples:,} training examples)", "", runs_note, "",
+               "| trainers | strategy | eval NE | gap % | gap % of runs | eval AUC | examples/s "
+               "| sync MB | rounds | gap steps |", "|---|---|---|---|---|---|---|---|---|---|",
+               f"| 1 | single (none) | {single['eval_ne']:.5f} | 0 | - | {single['eval_auc']:.4f} | "
                f"{single['eps']:.0f} | 0 | 0 | - |"]
         plots = {"single": single["curve"]}
         for n in trainer_counts:
             for algorithm in strategies:
+                runs = []
                 try:
-                    s = summarize(run(args, os.path.join(args.workdir, f"{name}-{n}-{algorithm}"),
-                                      train, evaluation, n, algorithm, examples))
+                    for r in range(repeats):
+                        runs.append(summarize(run(
+                            args, os.path.join(args.workdir, f"{name}-{n}-{algorithm}-{r}"), train,
+                            evaluation, n, algorithm, examples)))
                 except cluster.ClusterError as e:
                     print(f"{n} x {algorithm}: FAILED {e}", flush=True)
-                    md.append(f"| {n} | {algorithm} | failed | | | | | | |")
+                    md.append(f"| {n} | {algorithm} | failed | | | | | | | |")
                     continue
-                gap = 100 * (s["eval_ne"] / single["eval_ne"] - 1)
+                # The run with the median eval NE stands for the strategy.
+                runs.sort(key=lambda r: r["eval_ne"])
+                s = runs[len(runs) // 2]
+                gaps = [100 * (r["eval_ne"] / single["eval_ne"] - 1) for r in runs]
+                gap = gaps[len(gaps) // 2]
+                spread = f"{gaps[0]:+.2f} .. {gaps[-1]:+.2f}" if len(gaps) > 1 else "-"
                 if algorithm in SHADOW:
                     worst[f"{name}_n{n}"] = max(worst.get(f"{name}_n{n}", -1e9), gap)
-                print(f"{n} x {algorithm:<13} eval NE {s['eval_ne']:.5f} ({gap:+.2f}%) AUC "
-                      f"{s['eval_auc']:.4f} {s['eps']:.0f} ex/s {s['mb']:.0f} MB "
+                print(f"{n} x {algorithm:<13} eval NE {s['eval_ne']:.5f} ({gap:+.2f}%, runs "
+                      f"{spread}) AUC {s['eval_auc']:.4f} {s['eps']:.0f} ex/s {s['mb']:.0f} MB "
                       f"{s['rounds']} rounds gap {s['gap']:.1f}", flush=True)
-                md.append(f"| {n} | {algorithm} | {s['eval_ne']:.5f} | {gap:+.2f} | "
+                md.append(f"| {n} | {algorithm} | {s['eval_ne']:.5f} | {gap:+.2f} | {spread} | "
                           f"{s['eval_auc']:.4f} | {s['eps']:.0f} | {s['mb']:.0f} | {s['rounds']} "
                           f"| {s['gap']:.1f} |")
                 if n == max(trainer_counts):

@@ -421,6 +421,16 @@ void Fields(V& v, S& s) {
                    .min = 0,
                    .max = 1,
                    .exclusive_min = true});
+  v(s.warmup_steps, {.name = "warmupSteps",
+                     .doc = "shadow-*: steps of each trainer thread at the start that average "
+                            "the replicas in the foreground after every step (all trainers "
+                            "wait for each other) before the shadow thread takes over. 0 = "
+                            "none.",
+                     .min = 0});
+  v(s.final_average, {.name = "finalAverage",
+                      .doc = "shadow-*: once a trainer is done it waits (up to the syncer's "
+                             "member timeout) for the others, and every replica ends at "
+                             "their mean."});
   v(s.apply_mode, {.name = "applyMode",
                    .doc = "How a round's result reaches the live replica: `delta` applies it "
                           "as a delta on the round's snapshot, keeping Hogwild progress made "
@@ -2211,6 +2221,8 @@ std::string JobSummary(const ShadowSyncJob& job) {
         add("min_interval_ms", sync.min_interval_ms);
       }
       add("duty_cycle", sync.duty_cycle);
+      if (sync.warmup_steps > 0) add("warmup_steps", sync.warmup_steps);
+      if (sync.final_average) add("final_average", "true");
       break;
     default:
       break;

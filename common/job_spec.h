@@ -333,6 +333,14 @@ struct SyncSpec {
   // "dutyCycle". shadow-*: the share of wall time the shadow thread may spend
   // in rounds; it pauses latency * (1 - d) / d after each (1 = back to back).
   double duty_cycle = 0.03;
+  // "warmupSteps". shadow-*: the first steps of each trainer average the
+  // replicas in the foreground after every step before the shadow thread
+  // starts (post-local SGD's warm-up): replicas that leave one starting point
+  // at once drift furthest apart while the dense weights move fastest.
+  int64_t warmup_steps = 8;
+  // "finalAverage". shadow-*: one last round, once every trainer is done,
+  // leaves every replica at their mean, so the job ends with one model.
+  bool final_average = true;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;  // "applyMode".
   // "learningRateScale". asp, ssp, ps-plus: every trainer's update goes
   // straight to the shared weights, so N trainers move them N times per

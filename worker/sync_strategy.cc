@@ -129,17 +129,45 @@ class ShadowStrategy final : public SyncStrategy {
 
   absl::Status Start(const DenseReplica& replica) override {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-    if (absl::Status s = body_.Start(replica.params); !s.ok()) {
-      // Training need not wait for the syncer: the loop rejoins it.
-      if (!Transient(s)) return s;
-      std::cerr << "shadow sync: " << s.message() << "; starting without it\n";
+    // With one trainer there is nobody to average with.
+    if (config_.num_trainers < 2) return StartShadow();
+    if (config_.final_average) {
+      // Joined now, so that the last round waits for every trainer.
+      if (absl::Status s = client_->Join(FinalGroup()); !s.ok()) {
+        std::cerr << "shadow sync: joining the final round: " << s.message() << "\n";
+      }
     }
-    thread_ = std::thread([this] { Loop(); });
-    return absl::OkStatus();
+    if (config_.warmup_steps > 0) {
+      absl::StatusOr<bool> warming = JoinWarmup();
+      if (!warming.ok() && !Transient(warming.status())) return warming.status();
+      if (warming.ok() && *warming) {
+        warmup_ = std::make_unique<Rendezvous>(replica.threads);
+        warming_.store(true, std::memory_order_relaxed);
+        return absl::OkStatus();
+      }
+      if (!warming.ok()) {
+        std::cerr << "shadow sync: no warm-up (" << warming.status().message() << ")\n";
+      }
+    }
+    return StartShadow();
+  }
+
+  absl::Status AfterStep(int thread) override {
+    SS_RETURN_IF_ERROR(SyncStrategy::AfterStep(thread));
+    if (!warming_.load(std::memory_order_relaxed)) return absl::OkStatus();
+    const Clock::time_point start = Clock::now();
+    absl::Status s = warmup_->Arrive([this] { return WarmupRound(); });
+    RecordBlocked(Since(start));
+    return s;
+  }
+
+  void ThreadDone(int thread) override {
+    if (warmup_ != nullptr) warmup_->Leave();
   }
 
   absl::Status Finish() override {
     Stop();
+    if (config_.final_average && config_.num_trainers > 1) FinalRound();
     // A syncer that cannot be told drops this trainer after its member
     // timeout; the training itself is done.
     if (absl::Status s = client_->Leave(); !s.ok()) {
@@ -213,6 +241,91 @@ class ShadowStrategy final : public SyncStrategy {
     if (thread_.joinable()) thread_.join();
   }
 
+  std::string WarmupGroup() const { return config_.group + "/warmup"; }
+  std::string FinalGroup() const { return config_.group + "/final"; }
+
+  // Whether this trainer warms up: not if it was restarted into a running
+  // job, whose warm-up has begun (the others are past it, or nearly, and
+  // its rounds would wait for nobody).
+  absl::StatusOr<bool> JoinWarmup() {
+    if (config_.resumed) {
+      std::cerr << "shadow sync: resuming a begun share; no warm-up\n";
+      return false;
+    }
+    // Also catches a trainer restarted before it had trained anything.
+    SS_ASSIGN_OR_RETURN(const uint64_t rounds, client_->RoundsCompleted(WarmupGroup()));
+    if (rounds > 0) {
+      std::cerr << "shadow sync: the job's warm-up has begun without this trainer; skipping it\n";
+      return false;
+    }
+    // Every warm-up round averages all trainers: none starts without the others.
+    SS_RETURN_IF_ERROR(
+        client_->AwaitMembers(WarmupGroup(), config_.num_trainers, kStartBarrierTimeout));
+    // The first shadow round of MA and BMUF then waits for every trainer too.
+    if (BodyOf(config_.algorithm) != Body::kEasgd) SS_RETURN_IF_ERROR(client_->Join(config_.group));
+    return true;
+  }
+
+  // The body's starting point is the replica as it is now (after the
+  // warm-up: the trainers' common mean), then the shadow thread.
+  absl::Status StartShadow() {
+    if (absl::Status s = body_.Start(replica_.params); !s.ok()) {
+      // Training need not wait for the syncer: the loop rejoins it.
+      if (!Transient(s)) return s;
+      std::cerr << "shadow sync: " << s.message() << "; starting without it\n";
+    }
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  // Run by the last of the trainer's threads to arrive, the others waiting:
+  // the replica becomes the mean over the trainers.
+  absl::Status WarmupRound() {
+    const Clock::time_point start = Clock::now();
+    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    const size_t n = replica_.params.size();
+    std::vector<float> snapshot(n), mean(n);
+    model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+    absl::Status s = client_->AllReduceMean(WarmupGroup(), snapshot, mean).status();
+    if (s.ok()) {
+      StoreRelaxed(replica_.params, mean);
+      RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+      if (++warmup_rounds_ < config_.warmup_steps) return absl::OkStatus();
+    } else if (!Transient(s)) {
+      return s;
+    } else {
+      // The shadow loop rides out syncer outages; the warm-up does not wait.
+      std::cerr << "shadow sync: warm-up round failed (" << s.message()
+                << "); ending the warm-up\n";
+    }
+    // Rounds still open for this trainer need not wait for it any longer.
+    client_->LeaveGroup(WarmupGroup()).IgnoreError();
+    warming_.store(false, std::memory_order_relaxed);
+    return StartShadow();
+  }
+
+  // After the shadow thread stopped and every training thread is done.
+  void FinalRound() {
+    // Shadow rounds must not wait for a trainer that feeds them no more.
+    client_->LeaveGroup(WarmupGroup()).IgnoreError();
+    client_->LeaveGroup(config_.group).IgnoreError();
+    const size_t n = replica_.params.size();
+    std::vector<float> snapshot(n), mean(n);
+    model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+    absl::StatusOr<syncer::RoundResult> r = client_->AllReduceMean(FinalGroup(), snapshot, mean);
+    if (!r.ok()) {
+      std::cerr << "shadow sync: final round: " << r.status().message()
+                << "; keeping this replica\n";
+      return;
+    }
+    StoreRelaxed(replica_.params, mean);
+    if (r->members < config_.num_trainers) {
+      std::cerr << "shadow sync: final round averaged " << r->members << " of "
+                << config_.num_trainers << " trainers (the others were done earlier than the "
+                << "syncer's member timeout allows, or had failed)\n";
+    }
+  }
+
   // Errors a restarted or briefly unreachable syncer causes.
   static bool Transient(const absl::Status& s) {
     switch (s.code()) {
@@ -243,12 +356,21 @@ class ShadowStrategy final : public SyncStrategy {
     }
     // A failed rejoin shows up as the next round's error.
     body_.Rejoin(snapshot).IgnoreError();
+    // A restarted syncer forgot who the final round waits for.
+    if (config_.final_average && config_.num_trainers > 1) {
+      client_->Join(FinalGroup()).IgnoreError();
+    }
     return true;
   }
 
   syncer::SyncerClient* const client_;
   RoundBody body_;
   std::thread thread_;
+  // Warm-up: the trainer's threads meet after every step; the round runner
+  // counts the rounds and turns warming_ off.
+  std::unique_ptr<Rendezvous> warmup_;
+  std::atomic<bool> warming_{false};
+  int64_t warmup_rounds_ = 0;
   // Shadow thread only.
   bool outage_ = false;
   int failures_ = 0;
@@ -497,6 +619,8 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.interval = spec.sync.interval;
   c.min_interval = absl::Milliseconds(spec.sync.min_interval_ms);
   c.duty_cycle = spec.sync.duty_cycle;
+  c.warmup_steps = spec.sync.warmup_steps;
+  c.final_average = spec.sync.final_average;
   c.apply_mode = spec.sync.apply_mode;
   c.easgd_alpha = static_cast<float>(EffectiveEasgdAlpha(spec));
   c.bmuf.block_momentum = static_cast<float>(EffectiveBlockMomentum(spec));

@@ -56,6 +56,13 @@ struct SyncConfig {
   // shadow-*: share of wall time spent in rounds; after a round of latency L
   // the shadow thread pauses max(min_interval, L * (1 - d) / d).
   double duty_cycle = 0.03;
+  // shadow-*: foreground averaging after each of the first warmup_steps
+  // steps of every thread; a final averaging round at Finish.
+  int64_t warmup_steps = 8;
+  bool final_average = true;
+  // This trainer resumes a share it had begun (restarted into a running
+  // job): shadow-* skip the warm-up, which the others are past.
+  bool resumed = false;
   SyncApplyMode apply_mode = SyncApplyMode::kDelta;
   float easgd_alpha = 0.45f;
   BmufParams bmuf;

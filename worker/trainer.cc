@@ -386,13 +386,14 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     if (options_.on_progress) options_.on_progress(p);
   };
   absl::Status trained = RunWorkers(options_.threads, body, tick);
+  report.seconds = SecondsSince(start);
   if (options_.sync != nullptr) {
     absl::Status finished = options_.sync->Finish();
+    report.sync_finish_seconds = SecondsSince(start) - report.seconds;
     if (trained.ok()) trained = finished;
   }
   SS_RETURN_IF_ERROR(trained);
 
-  report.seconds = SecondsSince(start);
   MutexLock lock(&mu);
   report.examples = entropy.count();
   report.examples_per_second = report.examples / std::max(report.seconds, 1e-9);

@@ -75,7 +75,10 @@ struct TrainerOptions {
 
 struct TrainReport {
   int64_t examples = 0;
-  double seconds = 0;       // Training wall time (excludes preloading).
+  double seconds = 0;  // Training wall time (excludes preloading).
+  // Ending the sync strategy after training (e.g. waiting for the other
+  // trainers' final averaging round); not part of `seconds`.
+  double sync_finish_seconds = 0;
   double load_seconds = 0;  // Preloading time (0 when streaming).
   double examples_per_second = 0;
   double train_ne = 0;  // Progressive NE: each batch scored before its update.

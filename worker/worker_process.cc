@@ -153,6 +153,8 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   std::unique_ptr<syncer::SyncerClient> syncer_client;
   SyncConfig sync_config = SyncConfigFromJob(spec);
   sync_config.trainer_index = options.index;
+  // A trainer resuming its share is one restarted into a running job.
+  sync_config.resumed = skip > 0;
   if (sync_config.algorithm != SyncAlgorithm::kNone) {
     if (options.syncer_addresses.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--syncer: sync.algorithm ",
@@ -313,6 +315,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"sync_mean_round_seconds", r.sync.mean_round_seconds()},
       {"sync_mean_gap_steps", r.sync.mean_gap_steps()},
       {"sync_blocked_seconds", r.sync.blocked_seconds},
+      {"sync_finish_seconds", r.train.sync_finish_seconds},
       {"sync_details", r.sync_details.is_null() ? nlohmann::json::object() : r.sync_details},
   };
   nlohmann::json curve = nlohmann::json::array();

@@ -85,6 +85,8 @@ spec:
     algorithm: ds-sync
     interval: 5
     minIntervalMs: 20
+    warmupSteps: 4
+    finalAverage: false
     applyMode: overwrite
     easgd: {alpha: 0.2}
     bmuf: {blockMomentum: 0.75, blockLearningRate: 1.5, nesterov: false}
@@ -122,7 +124,8 @@ constexpr char kFullJson[] = R"({
                         "eviction": {"ttlSeconds": 3600, "maxRows": 1000000},
                         "storage": {"size": "5Gi", "storageClassName": "fast-ssd"}},
     "syncer": {"replicas": 2},
-    "sync": {"algorithm": "ds-sync", "interval": 5, "minIntervalMs": 20, "applyMode": "overwrite",
+    "sync": {"algorithm": "ds-sync", "interval": 5, "minIntervalMs": 20, "warmupSteps": 4,
+             "finalAverage": false, "applyMode": "overwrite",
              "easgd": {"alpha": 0.2},
              "bmuf": {"blockMomentum": 0.75, "blockLearningRate": 1.5, "nesterov": false},
              "dsSync": {"groupSize": 2, "schedule": "butterfly", "seed": 3},
@@ -869,12 +872,12 @@ TEST_F(JobSpecTest, EnumNamesRoundTrip) {
 }
 
 TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
-  EXPECT_EQ(
-      JobSummary(DefaultJob()),
-      "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 trainers=2 threads=2 "
-      "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
-      "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
-      "model=13d-26t-16e bottom=512-256-64 top=512-256");
+  EXPECT_EQ(JobSummary(DefaultJob()),
+            "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 warmup_steps=8 "
+            "final_average=true trainers=2 threads=2 "
+            "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
+            "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
+            "model=13d-26t-16e bottom=512-256-64 top=512-256");
   ShadowSyncJob job = DefaultJob();
   job.spec.sync.algorithm = SyncAlgorithm::kFgBmuf;
   job.spec.trainer.replicas = 4;

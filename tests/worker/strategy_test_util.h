@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,17 @@ class StrategyTest : public ::testing::Test {
     const absl::Status started =
         m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads});
     EXPECT_TRUE(started.ok()) << started;
+    return m;
+  }
+
+  // Members "a" and "b" started together: with a warm-up, Start waits for
+  // every trainer.
+  std::pair<Member, Member> MakeTwo(const SyncConfig& config, std::vector<float> a_init,
+                                    std::vector<float> b_init) {
+    std::pair<Member, Member> m;
+    std::thread a([&] { m.first = Make("a", config, a_init); });
+    m.second = Make("b", config, b_init);
+    a.join();
     return m;
   }
 

@@ -127,6 +127,9 @@ SyncConfig Config(SyncAlgorithm algorithm) {
   c.algorithm = algorithm;
   c.interval = 1;
   c.duty_cycle = 1;  // Shadow rounds back to back.
+  // The shadow loop alone; the tests of warm-up and final round set them.
+  c.warmup_steps = 0;
+  c.final_average = false;
   return c;
 }
 
@@ -355,6 +358,102 @@ TEST_F(SyncStrategyTest, ShadowEasgdSurvivesASyncerRestart) {
   SS_ASSERT_OK(a.strategy->Finish());
   std::vector<float> centre(2);
   SS_ASSERT_OK(a.client->PullCentre(centre));  // seeded again
+}
+
+int64_t WaitForRounds(const Member& m, int64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (m.strategy->stats().rounds < n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return m.strategy->stats().rounds;
+}
+
+// Warm-up (SGD, lr 1): a = 0, b = 4. Step 1: a + 1, b + 1: both at the
+// mean 3. Step 2: a + 1 = 4, b - 1 = 2: both at 3. Only then does the
+// shadow thread run rounds, without any step.
+TEST_F(SyncStrategyTest, ShadowWarmupAveragesAfterEveryStepThenGoesToTheBackground) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+  c.num_trainers = 2;
+  c.warmup_steps = 2;
+  auto [a, b] = MakeTwo(c, {0}, {4});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(a.strategy->stats().rounds, 0);  // No shadow rounds during the warm-up.
+  for (float b_grad : {-1.0f, 1.0f}) {
+    InParallel({&a, &b}, [&](Member& m) {
+      SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{&m == &a ? -1.0f : b_grad}));
+      SS_ASSERT_OK(m.strategy->AfterStep(0));
+      EXPECT_THAT(m.params, ElementsAre(3.0f));
+    });
+  }
+  EXPECT_GT(a.strategy->stats().blocked_seconds, 0);  // The warm-up is foreground.
+  EXPECT_GE(WaitForRounds(a, 5), 5);                  // Then the shadow thread.
+  InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
+  EXPECT_THAT(a.params, ElementsAre(3.0f));
+}
+
+// shadow-easgd seeds the centre with the replicas' mean after the warm-up,
+// not with the initial weights, which would pull every replica back.
+TEST_F(SyncStrategyTest, ShadowEasgdCentreStartsAtTheWarmedUpMean) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowEasgd);
+  c.num_trainers = 2;
+  c.warmup_steps = 1;
+  c.min_interval = absl::Hours(1);  // One shadow round each, then none.
+  auto [a, b] = MakeTwo(c, {0}, {4});
+  InParallel({&a, &b}, [](Member& m) {
+    SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{-2}));  // 2 and 6: mean 4
+    SS_ASSERT_OK(m.strategy->AfterStep(0));
+  });
+  std::vector<float> centre(1);
+  SS_ASSERT_OK(a.client->PullCentre(centre));
+  EXPECT_THAT(centre, ElementsAre(4.0f));
+  InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
+}
+
+// A trainer restarted after the warm-up began does not wait for the others
+// at its start (they will never be there again): its shadow thread runs.
+TEST_F(SyncStrategyTest, RestartedTrainerSkipsTheWarmup) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+  c.num_trainers = 2;
+  c.warmup_steps = 1;
+  auto [a, b] = MakeTwo(c, {0}, {4});
+  InParallel({&a, &b}, [](Member& m) {
+    SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{0}));
+    SS_ASSERT_OK(m.strategy->AfterStep(0));
+  });
+  SS_ASSERT_OK(b.strategy->Finish());
+  b = Make("b", c, {7});  // Returns: no start barrier.
+  EXPECT_GE(WaitForRounds(b, 3), 3);
+  EXPECT_EQ(b.strategy->stats().blocked_seconds, 0);
+  InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
+}
+
+// The final round: after the warm-up step and one shadow round (both at 2),
+// a trains on to 3 and b stays at 2; with finalAverage both end at 2.5,
+// without it they keep their own replicas. (The warm-up makes both join the
+// rounds before the first one, which would otherwise complete with whoever
+// came first.)
+TEST_F(SyncStrategyTest, FinalAverageLeavesEveryReplicaAtTheMean) {
+  for (bool final_average : {true, false}) {
+    SCOPED_TRACE(final_average);
+    SetUp();  // A fresh syncer: no rounds of the previous pass.
+    SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+    c.num_trainers = 2;
+    c.warmup_steps = 1;
+    c.min_interval = absl::Hours(1);  // One shadow round, then none.
+    c.final_average = final_average;
+    auto [a, b] = MakeTwo(c, {0}, {4});
+    InParallel({&a, &b}, [](Member& m) {
+      SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{0}));
+      SS_ASSERT_OK(m.strategy->AfterStep(0));
+    });
+    ASSERT_EQ(WaitForRounds(a, 2), 2);
+    ASSERT_EQ(WaitForRounds(b, 2), 2);
+    ASSERT_THAT(a.params, ElementsAre(2.0f));
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{-1}));
+    InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
+    EXPECT_THAT(a.params, ElementsAre(final_average ? 2.5f : 3.0f));
+    EXPECT_THAT(b.params, ElementsAre(final_average ? 2.5f : 2.0f));
+  }
 }
 
 TEST(MakeSyncStrategyTest, RejectsMissingSyncerAndUnimplementedAlgorithms) {

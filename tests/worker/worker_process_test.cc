@@ -114,8 +114,10 @@ class WorkerProcessTest : public ::testing::Test {
 };
 
 // Every example is trained by exactly one trainer, the replicas sync in the
-// background, and each trainer scores the whole held-out file.
+// background without training ever waiting (no warm-up here), each trainer
+// scores the whole held-out file, and the final round leaves one model.
 TEST_F(WorkerProcessTest, ShadowMaTrainersShareTheDataAndSync) {
+  spec_.sync.warmup_steps = 0;
   const std::vector<WorkerReport> reports = RunAll(SyncAlgorithm::kShadowMa);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].train.examples + reports[1].train.examples, kExamples);
@@ -128,6 +130,7 @@ TEST_F(WorkerProcessTest, ShadowMaTrainersShareTheDataAndSync) {
     EXPECT_LT(r.eval->ne, 1.0);  // It learned something.
     EXPECT_GE(r.curve.size(), 2u);
   }
+  EXPECT_EQ(reports[0].eval->ne, reports[1].eval->ne);  // One model.
 }
 
 TEST_F(WorkerProcessTest, EveryAlgorithmTrainsToTheEnd) {
