@@ -382,7 +382,8 @@ TEST_F(SyncStrategyTest, ShadowWarmupAveragesAfterEveryStepThenGoesToTheBackgrou
     InParallel({&a, &b}, [&](Member& m) {
       SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{&m == &a ? -1.0f : b_grad}));
       SS_ASSERT_OK(m.strategy->AfterStep(0));
-      EXPECT_THAT(m.params, ElementsAre(3.0f));
+      // Relaxed: after the last warm-up step the shadow thread writes too.
+      EXPECT_EQ(std::atomic_ref<float>(m.params[0]).load(std::memory_order_relaxed), 3.0f);
     });
   }
   EXPECT_GT(a.strategy->stats().blocked_seconds, 0);  // The warm-up is foreground.
@@ -448,7 +449,8 @@ TEST_F(SyncStrategyTest, FinalAverageLeavesEveryReplicaAtTheMean) {
     });
     ASSERT_EQ(WaitForRounds(a, 2), 2);
     ASSERT_EQ(WaitForRounds(b, 2), 2);
-    ASSERT_THAT(a.params, ElementsAre(2.0f));
+    // Relaxed: the shadow thread wrote it (and idles now).
+    ASSERT_EQ(std::atomic_ref<float>(a.params[0]).load(std::memory_order_relaxed), 2.0f);
     SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{-1}));
     InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
     EXPECT_THAT(a.params, ElementsAre(final_average ? 2.5f : 3.0f));
