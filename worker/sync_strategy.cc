@@ -278,17 +278,24 @@ class ShadowStrategy final : public SyncStrategy {
     return absl::OkStatus();
   }
 
+  // The replica becomes the mean over `group`'s members (training threads
+  // must not be writing it: they wait, or are done).
+  absl::StatusOr<syncer::RoundResult> AverageReplica(const std::string& group) {
+    const size_t n = replica_.params.size();
+    std::vector<float> snapshot(n), mean(n);
+    model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+    SS_ASSIGN_OR_RETURN(syncer::RoundResult r, client_->AllReduceMean(group, snapshot, mean));
+    StoreRelaxed(replica_.params, mean);
+    return r;
+  }
+
   // Run by the last of the trainer's threads to arrive, the others waiting:
   // the replica becomes the mean over the trainers.
   absl::Status WarmupRound() {
     const Clock::time_point start = Clock::now();
     const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
-    const size_t n = replica_.params.size();
-    std::vector<float> snapshot(n), mean(n);
-    model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
-    absl::Status s = client_->AllReduceMean(WarmupGroup(), snapshot, mean).status();
+    absl::Status s = AverageReplica(WarmupGroup()).status();
     if (s.ok()) {
-      StoreRelaxed(replica_.params, mean);
       RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
       if (++warmup_rounds_ < config_.warmup_steps) return absl::OkStatus();
     } else if (!Transient(s)) {
@@ -309,16 +316,12 @@ class ShadowStrategy final : public SyncStrategy {
     // Shadow rounds must not wait for a trainer that feeds them no more.
     client_->LeaveGroup(WarmupGroup()).IgnoreError();
     client_->LeaveGroup(config_.group).IgnoreError();
-    const size_t n = replica_.params.size();
-    std::vector<float> snapshot(n), mean(n);
-    model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
-    absl::StatusOr<syncer::RoundResult> r = client_->AllReduceMean(FinalGroup(), snapshot, mean);
+    absl::StatusOr<syncer::RoundResult> r = AverageReplica(FinalGroup());
     if (!r.ok()) {
       std::cerr << "shadow sync: final round: " << r.status().message()
                 << "; keeping this replica\n";
       return;
     }
-    StoreRelaxed(replica_.params, mean);
     if (r->members < config_.num_trainers) {
       std::cerr << "shadow sync: final round averaged " << r->members << " of "
                 << config_.num_trainers << " trainers (the others were done earlier than the "

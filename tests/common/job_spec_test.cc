@@ -660,6 +660,8 @@ TEST_F(JobSpecTest, ValidationMessagesAreExact) {
        "a syncer), got 0"},
       {[](ShadowSyncJob& j) { j.spec.sync.interval = 0; },
        "spec.sync.interval: must be >= 1, got 0"},
+      {[](ShadowSyncJob& j) { j.spec.sync.warmup_steps = -1; },
+       "spec.sync.warmupSteps: must be >= 0, got -1"},
       {[](ShadowSyncJob& j) { j.spec.sync.easgd.alpha = 0; },
        "spec.sync.easgd.alpha: must be in (0, 1], got 0"},
       {[](ShadowSyncJob& j) { j.spec.sync.easgd.alpha = 1.5; },
