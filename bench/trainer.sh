@@ -17,11 +17,14 @@
 #
 # The last line is machine-readable:
 #   RESULT name=trainer ours_eps=.. torch_eps=.. ratio=.. roofline_fraction=..
-#          ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
+#          ratio_ceiling=.. ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
 # ratio = ours/torch examples/s; roofline_fraction = ours 1-thread examples/s x
-# flops_per_example / single-core sgemm peak (`shadowsync bench gemm`).
-# The table's "others" column is how many cores other processes kept busy during
-# the best run; above ~0.15 the figures are disturbed and a WARNING line says so.
+# flops_per_example / single-core sgemm peak (`shadowsync bench gemm`);
+# ratio_ceiling = the 1-thread ratio of a trainer whose whole step ran at that peak.
+# The table's "cores" column is each program's CPU time over its training loop
+# divided by the loop's wall time (a WARNING line flags a run above its thread
+# count); "others" is how many cores other processes kept busy during the best
+# run; above ~0.15 the figures are disturbed and a WARNING line says so.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -129,7 +132,8 @@ fmt = lambda v, f: "nan" if v is None else format(v, f)
 all_eps = "/".join(fmt(j.get("examples_per_second"), ".0f") for j in runs)
 print(fmt(b.get("examples_per_second"), ".1f"), all_eps, fmt(b.get("train_ne"), ".4f"),
       fmt(b.get("eval_ne"), ".4f"), fmt(b.get("eval_auc"), ".4f"), b.get("examples"),
-      fmt(b["others"], ".2f"), fmt(b.get("flops_per_example"), ".6g"))
+      fmt(b["others"], ".2f"), fmt(b.get("flops_per_example"), ".6g"),
+      fmt(b["cpu_seconds"] / b["seconds"] if b.get("cpu_seconds") else None, ".2f"))
 EOF
 }
 
@@ -143,22 +147,29 @@ for t in 1 2; do
   done
 done
 
-# "others": cores other processes kept busy during the best run (see run_measured).
-row='%-6s %7s %12s %-22s %9s %9s %9s %9s %7s\n'
+# "cores": the program's own CPU seconds per second of its training loop, which
+# shows that a 1-thread run used one core. "others": cores other processes kept
+# busy during the best run (see run_measured).
+row='%-6s %7s %12s %-22s %9s %9s %9s %9s %6s %7s\n'
 # shellcheck disable=SC2059  # the format is a variable on purpose
-printf "\n$row" program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples others
+printf "\n$row" program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples \
+  cores others
 declare -A eps flops
 disturbed=0
 for t in 1 2; do
   for who in ours torch; do
     line=$(best "$who" "$t")
-    read -r e all tne ene eauc n others fpe <<<"$line"
+    read -r e all tne ene eauc n others fpe cores <<<"$line"
     eps[$who$t]=$e
     flops[$who$t]=$fpe
     # shellcheck disable=SC2059
-    printf "$row" "$who" "$t" "$e" "$all" "$tne" "$ene" "$eauc" "$n" "$others"
+    printf "$row" "$who" "$t" "$e" "$all" "$tne" "$ene" "$eauc" "$n" "$cores" "$others"
     if "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.15 else 1)" "$others"; then
       disturbed=1
+    fi
+    if "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) + 0.15 else 1)" \
+      "$cores" "$t"; then
+      echo "WARNING: $who with $t thread(s) used $cores cores; the comparison is not at equal threads"
     fi
   done
 done
@@ -169,10 +180,14 @@ fi
 ratio=$(calc "${eps[ours1]} / ${eps[torch1]}" .3f)
 ratio_2t=$(calc "${eps[ours2]} / ${eps[torch2]}" .3f)
 roofline=$(calc "${eps[ours1]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
+# The ratio an fp32 trainer would reach if its whole step ran at the sgemm peak:
+# the most any implementation of this model at this precision can show here.
+ceiling=$(calc "$gflops * 1e9 / ${flops[ours1]} / ${eps[torch1]}" .3f)
 echo
 echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t"
 echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, sgemm peak $gflops GFLOP/s)"
+echo "fp32 ceiling of the 1-thread ratio (whole step at the sgemm peak): $ceiling"
 echo "reports and logs: $OUT"
 echo "RESULT name=trainer ours_eps=$(calc "${eps[ours1]}" .1f) torch_eps=$(calc "${eps[torch1]}" .1f)" \
-  "ratio=$ratio roofline_fraction=$roofline ours_eps_2t=$(calc "${eps[ours2]}" .1f)" \
+  "ratio=$ratio roofline_fraction=$roofline ratio_ceiling=$ceiling ours_eps_2t=$(calc "${eps[ours2]}" .1f)" \
   "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t"

@@ -171,6 +171,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   nlohmann::json out = {
       {"examples", report->examples},
       {"seconds", report->seconds},
+      {"cpu_seconds", report->cpu_seconds},
       {"load_seconds", report->load_seconds},
       {"examples_per_second", report->examples_per_second},
       {"train_ne", report->train_ne},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <future>
 #include <iterator>
 #include <optional>
@@ -22,6 +23,14 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// CPU time of every thread of this process, so a report shows how many cores a
+// run really used.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -312,6 +321,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   const int max_batch = options_.sync != nullptr ? options_.sync->MaxBatchSize(options_.batch_size)
                                                  : options_.batch_size;
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   auto steps = [&](ThreadState& ts) -> absl::Status {
     // Fetches the next batch into *batch and, unless prefetching, looks its
     // rows up. Returns false at the end of the input.
@@ -387,6 +397,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   };
   absl::Status trained = RunWorkers(options_.threads, body, tick);
   report.seconds = SecondsSince(start);
+  report.cpu_seconds = ProcessCpuSeconds() - cpu_start;
   if (options_.sync != nullptr) {
     absl::Status finished = options_.sync->Finish();
     report.sync_finish_seconds = SecondsSince(start) - report.seconds;

@@ -75,7 +75,8 @@ struct TrainerOptions {
 
 struct TrainReport {
   int64_t examples = 0;
-  double seconds = 0;  // Training wall time (excludes preloading).
+  double seconds = 0;      // Training wall time (excludes preloading).
+  double cpu_seconds = 0;  // The whole process's CPU time over `seconds`.
   // Ending the sync strategy after training (e.g. waiting for the other
   // trainers' final averaging round); not part of `seconds`.
   double sync_finish_seconds = 0;

@@ -305,6 +305,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"resumed_from_examples", r.resumed_from_examples},
       {"checkpoints_written", r.checkpoints_written},
       {"seconds", r.train.seconds},
+      {"cpu_seconds", r.train.cpu_seconds},
       {"examples_per_second", r.train.examples_per_second},
       {"train_ne", r.train.train_ne},
       {"train_logloss", r.train.train_logloss},

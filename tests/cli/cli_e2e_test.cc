@@ -49,6 +49,12 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
     EXPECT_TRUE(report.contains(key)) << key;
   }
   EXPECT_EQ(report["examples"], 25000);
+  // The process's CPU time over the training loop: busy, and on at most the two
+  // threads asked for (plus the prefetch's bit of slack).
+  const double seconds = report["seconds"].get<double>();
+  const double cpu_seconds = report["cpu_seconds"].get<double>();
+  EXPECT_GT(cpu_seconds, 0.3 * seconds);
+  EXPECT_LT(cpu_seconds, 2.5 * seconds);
   EXPECT_LT(report["eval_ne"].get<double>(), 0.97) << "must beat the base-rate predictor";
 
   std::string eval_out;
