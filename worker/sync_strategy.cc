@@ -30,6 +30,9 @@ using Clock = std::chrono::steady_clock;
 // How long a strategy whose rounds need every trainer waits at its start
 // for the others (they may still be loading their data).
 constexpr absl::Duration kStartBarrierTimeout = absl::Minutes(10);
+// How often a trainer waiting at the warm-up's start barrier checks whether
+// the job is past the warm-up.
+constexpr absl::Duration kWarmupPollInterval = absl::Seconds(1);
 
 absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
 
@@ -259,10 +262,43 @@ class ShadowStrategy final : public SyncStrategy {
       return false;
     }
     // Every warm-up round averages all trainers: none starts without the others.
-    SS_RETURN_IF_ERROR(
-        client_->AwaitMembers(WarmupGroup(), config_.num_trainers, kStartBarrierTimeout));
+    // Waited for in slices: a trainer restarted along with the syncer (which
+    // forgot the warm-up's rounds) finds the others in shadow rounds, past
+    // the warm-up, and must not wait for them.
+    const absl::Time deadline = absl::Now() + kStartBarrierTimeout;
+    while (true) {
+      const absl::Status joined =
+          client_->AwaitMembers(WarmupGroup(), config_.num_trainers, kWarmupPollInterval);
+      if (joined.ok()) break;
+      if (!absl::IsDeadlineExceeded(joined)) return joined;
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            joined.message(), " (", absl::FormatDuration(kStartBarrierTimeout), " in all)"));
+      }
+      SS_ASSIGN_OR_RETURN(const bool begun, ShadowRoundsBegun());
+      if (begun) {
+        std::cerr << "shadow sync: the others are past the warm-up; skipping it\n";
+        client_->LeaveGroup(WarmupGroup()).IgnoreError();
+        return false;
+      }
+    }
     // The first shadow round of MA and BMUF then waits for every trainer too.
     if (BodyOf(config_.algorithm) != Body::kEasgd) SS_RETURN_IF_ERROR(client_->Join(config_.group));
+    return true;
+  }
+
+  // Whether the job's shadow rounds have begun, which they do only once
+  // every trainer is done with the warm-up: EASGD's centre exists, or the
+  // rounds of MA and BMUF have completed.
+  absl::StatusOr<bool> ShadowRoundsBegun() {
+    if (BodyOf(config_.algorithm) != Body::kEasgd) {
+      SS_ASSIGN_OR_RETURN(const uint64_t rounds, client_->RoundsCompleted(config_.group));
+      return rounds > 0;
+    }
+    std::vector<float> centre(replica_.params.size());
+    const absl::Status pulled = client_->PullCentre(centre);
+    if (absl::IsFailedPrecondition(pulled)) return false;
+    SS_RETURN_IF_ERROR(pulled);
     return true;
   }
 

@@ -428,6 +428,32 @@ TEST_F(SyncStrategyTest, RestartedTrainerSkipsTheWarmup) {
   InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
 }
 
+// A trainer restarted along with the syncer finds no warm-up rounds (the
+// syncer forgot them) and the others already in shadow rounds: it joins
+// those within a poll or two instead of waiting at the warm-up's barrier for
+// trainers that will never come (10 minutes). For EASGD the evidence is the
+// centre, for MA and BMUF completed rounds.
+TEST_F(SyncStrategyTest, TrainerRestartedWithTheSyncerSkipsAWarmupTheOthersArePast) {
+  for (SyncAlgorithm algorithm : {SyncAlgorithm::kShadowEasgd, SyncAlgorithm::kShadowMa}) {
+    SCOPED_TRACE(static_cast<int>(algorithm));
+    SetUp();  // A fresh syncer, as after a restart.
+    SyncConfig past = Config(algorithm);
+    past.num_trainers = 2;  // "a" is past its warm-up: it goes straight to shadow rounds.
+    Member a = Make("a", past, {0});
+    ASSERT_GE(WaitForRounds(a, 2), 2);
+    SyncConfig c = past;
+    c.warmup_steps = 4;
+    const absl::Time start = absl::Now();
+    Member b = Make("b", c, {4});
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+    EXPECT_GE(WaitForRounds(b, 2), 2);  // Shadow rounds, not warm-up ones.
+    SS_ASSERT_OK(b.strategy->ApplyGradient(0, std::vector<float>{0}));
+    SS_ASSERT_OK(b.strategy->AfterStep(0));  // Does not wait for a warm-up round.
+    EXPECT_EQ(b.strategy->stats().blocked_seconds, 0);
+    InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
+  }
+}
+
 // The final round: after the warm-up step and one shadow round (both at 2),
 // a trains on to 3 and b stays at 2; with finalAverage both end at 2.5,
 // without it they keep their own replicas. (The warm-up makes both join the
