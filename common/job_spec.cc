@@ -443,6 +443,15 @@ void Fields(V& v, S& s) {
      .min = 0,
      .exclusive_min = true,
      .default_doc = "`1 / spec.trainer.replicas`"});
+  v(s.replica_learning_rate_scale,
+    {.name = "replicaLearningRateScale",
+     .doc = "shadow-*: each trainer's dense learning rate is spec.trainer.learningRate times "
+            "this. With Adagrad a replica's accumulator sums only its own share of the "
+            "gradients (about 1/N of a single trainer's at the same point in the data), so its "
+            "steps are about sqrt(N) times as large.",
+     .min = 0,
+     .exclusive_min = true,
+     .default_doc = "`1 / sqrt(spec.trainer.replicas)` with adagrad, 1 with sgd"});
   v(s.easgd, {.name = "easgd", .doc = "Parameters of shadow-easgd and fg-easgd."});
   v(s.bmuf, {.name = "bmuf", .doc = "Parameters of shadow-bmuf and fg-bmuf."});
   v(s.ds_sync, {.name = "dsSync", .doc = "Parameters of ds-sync."});
@@ -2077,6 +2086,14 @@ double EffectiveSharedLearningRateScale(const JobSpec& spec) {
   return spec.sync.learning_rate_scale.value_or(1.0 / std::max(1, spec.trainer.replicas));
 }
 
+double EffectiveReplicaLearningRateScale(const JobSpec& spec) {
+  if (spec.sync.replica_learning_rate_scale.has_value()) {
+    return *spec.sync.replica_learning_rate_scale;
+  }
+  if (spec.trainer.optimizer != Optimizer::kAdagrad) return 1.0;
+  return 1.0 / std::sqrt(static_cast<double>(std::max(1, spec.trainer.replicas)));
+}
+
 int EffectiveAspBatchSize(const JobSpec& spec) {
   return spec.sync.sync_switch.asp_batch_size.value_or(spec.trainer.batch_size);
 }
@@ -2223,6 +2240,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
       add("duty_cycle", sync.duty_cycle);
       if (sync.warmup_steps > 0) add("warmup_steps", sync.warmup_steps);
       if (sync.final_average) add("final_average", "true");
+      add("lr_scale", EffectiveReplicaLearningRateScale(s));
       break;
     default:
       break;

@@ -348,6 +348,13 @@ struct SyncSpec {
   // trainer.learningRate times this. Default: 1 / trainer.replicas
   // (EffectiveSharedLearningRateScale).
   std::optional<double> learning_rate_scale;
+  // "replicaLearningRateScale". shadow-*: each trainer's dense learning rate
+  // is trainer.learningRate times this. With Adagrad a replica's accumulator
+  // sums only its own share of the gradients, about 1/N of what a single
+  // trainer's holds at the same point in the data, so its steps are about
+  // sqrt(N) times as large. Default: 1 / sqrt(trainer.replicas) with Adagrad,
+  // 1 with SGD (EffectiveReplicaLearningRateScale).
+  std::optional<double> replica_learning_rate_scale;
   EasgdSpec easgd;             // shadow-easgd, fg-easgd.
   BmufSpec bmuf;               // shadow-bmuf, fg-bmuf.
   DsSyncSpec ds_sync;          // "dsSync".
@@ -439,6 +446,7 @@ double EffectiveBlockLearningRate(const JobSpec& spec);
 double EffectivePsLearningRate(const JobSpec& spec);
 double EffectiveAspLearningRateScale(const JobSpec& spec);
 double EffectiveSharedLearningRateScale(const JobSpec& spec);
+double EffectiveReplicaLearningRateScale(const JobSpec& spec);
 int EffectiveAspBatchSize(const JobSpec& spec);
 
 // ---------------------------------------------------------------------------

@@ -132,6 +132,7 @@ class ShadowStrategy final : public SyncStrategy {
 
   absl::Status Start(const DenseReplica& replica) override {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
+    replica_.optimizer.learning_rate *= static_cast<float>(config_.replica_lr_scale);
     // With one trainer there is nobody to average with.
     if (config_.num_trainers < 2) return StartShadow();
     if (config_.final_average) {
@@ -667,6 +668,7 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.bmuf.nesterov = spec.sync.bmuf.nesterov;
   c.num_trainers = spec.trainer.replicas;
   c.shared_lr_scale = EffectiveSharedLearningRateScale(spec);
+  c.replica_lr_scale = EffectiveReplicaLearningRateScale(spec);
   c.ssp = spec.sync.ssp;
   c.ds_sync = spec.sync.ds_sync;
   c.sync_switch = spec.sync.sync_switch;

@@ -75,6 +75,8 @@ struct SyncConfig {
   // (JobSpec's sync.learningRateScale; SyncConfigFromJob defaults it to
   // 1 / num_trainers).
   double shared_lr_scale = 1.0;
+  // shadow-*: the dense learning rate's factor (replicaLearningRateScale).
+  double replica_lr_scale = 1.0;
   SspSpec ssp;
   DsSyncSpec ds_sync;
   SyncSwitchSpec sync_switch;

@@ -88,6 +88,7 @@ spec:
     warmupSteps: 4
     finalAverage: false
     applyMode: overwrite
+    replicaLearningRateScale: 0.6
     easgd: {alpha: 0.2}
     bmuf: {blockMomentum: 0.75, blockLearningRate: 1.5, nesterov: false}
     dsSync: {groupSize: 2, schedule: butterfly, seed: 3}
@@ -125,7 +126,7 @@ constexpr char kFullJson[] = R"({
                         "storage": {"size": "5Gi", "storageClassName": "fast-ssd"}},
     "syncer": {"replicas": 2},
     "sync": {"algorithm": "ds-sync", "interval": 5, "minIntervalMs": 20, "warmupSteps": 4,
-             "finalAverage": false, "applyMode": "overwrite",
+             "finalAverage": false, "applyMode": "overwrite", "replicaLearningRateScale": 0.6,
              "easgd": {"alpha": 0.2},
              "bmuf": {"blockMomentum": 0.75, "blockLearningRate": 1.5, "nesterov": false},
              "dsSync": {"groupSize": 2, "schedule": "butterfly", "seed": 3},
@@ -272,6 +273,25 @@ TEST_F(JobSpecTest, SyncSwitchPhaseSettingsDecodeAndDefault) {
               HasSubstr("spec.sync.syncSwitch.switchStep: must be >= 0, got -1"));
 }
 
+// shadow-*: 1/sqrt(N) with Adagrad (each replica's accumulator holds about
+// 1/N of a single trainer's), 1 with SGD; an explicit value wins.
+TEST_F(JobSpecTest, ReplicaLearningRateScaleDefaultsByOptimizerAndTrainers) {
+  ShadowSyncJob j = DefaultJob();
+  j.spec.trainer.replicas = 4;
+  EXPECT_DOUBLE_EQ(EffectiveReplicaLearningRateScale(j.spec), 0.5);
+  EXPECT_THAT(JobSummary(j), HasSubstr("final_average=true lr_scale=0.5 trainers=4"));
+  j.spec.trainer.replicas = 1;
+  EXPECT_DOUBLE_EQ(EffectiveReplicaLearningRateScale(j.spec), 1.0);
+  j.spec.trainer.replicas = 4;
+  j.spec.trainer.optimizer = Optimizer::kSgd;
+  EXPECT_DOUBLE_EQ(EffectiveReplicaLearningRateScale(j.spec), 1.0);
+  j.spec.sync.replica_learning_rate_scale = 0.7;
+  EXPECT_DOUBLE_EQ(EffectiveReplicaLearningRateScale(j.spec), 0.7);
+  EXPECT_THAT(
+      ValidationError([](ShadowSyncJob& j) { j.spec.sync.replica_learning_rate_scale = 0; }),
+      HasSubstr("spec.sync.replicaLearningRateScale: must be > 0, got 0"));
+}
+
 // --- One decoding path, YAML and JSON ------------------------------------------
 
 TEST_F(JobSpecTest, YamlAndJsonGiveEqualJobs) {
@@ -295,6 +315,7 @@ TEST_F(JobSpecTest, YamlAndJsonGiveEqualJobs) {
   EXPECT_DOUBLE_EQ(s.sync.sync_switch.straggler_factor, 3.0);  // An integer for a double field.
   EXPECT_EQ(s.sync.ps_plus.lr_modulation, StalenessLrRule::kExponential);
   EXPECT_EQ(s.sync.bmuf.block_momentum, 0.75);
+  EXPECT_EQ(s.sync.replica_learning_rate_scale, 0.6);
   EXPECT_EQ(s.run_policy.active_deadline_seconds, 7200);
   EXPECT_EQ(s.run_policy.clean_pod_policy, CleanPodPolicy::kAll);
   // Pod templates keep YAML's scalar types: ints stay ints, quoted stay strings.
@@ -876,7 +897,7 @@ TEST_F(JobSpecTest, EnumNamesRoundTrip) {
 TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
   EXPECT_EQ(JobSummary(DefaultJob()),
             "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 warmup_steps=8 "
-            "final_average=true trainers=2 threads=2 "
+            "final_average=true lr_scale=0.707107 trainers=2 threads=2 "
             "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
             "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
             "model=13d-26t-16e bottom=512-256-64 top=512-256");

@@ -428,6 +428,19 @@ TEST_F(SyncStrategyTest, RestartedTrainerSkipsTheWarmup) {
   InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
 }
 
+// replicaLearningRateScale: the shadow strategies' dense step is the
+// optimizer's times the scale (SGD, lr 1, scale 0.5: a gradient of 2 moves
+// the weight by 1).
+TEST_F(SyncStrategyTest, ShadowReplicaLearningRateScaleScalesTheDenseStep) {
+  SyncConfig c = Config(SyncAlgorithm::kShadowMa);
+  c.replica_lr_scale = 0.5;
+  Member a = Make("a", c, {0});
+  SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{2}));
+  // Relaxed: the shadow thread writes it too (a round of one changes nothing).
+  EXPECT_EQ(std::atomic_ref<float>(a.params[0]).load(std::memory_order_relaxed), -1.0f);
+  SS_ASSERT_OK(a.strategy->Finish());
+}
+
 // A trainer restarted along with the syncer finds no warm-up rounds (the
 // syncer forgot them) and the others already in shadow rounds: it joins
 // those within a poll or two instead of waiting at the warm-up's barrier for
