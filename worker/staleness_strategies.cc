@@ -85,7 +85,6 @@ SspStrategy::~SspStrategy() {
 
 absl::Status SspStrategy::Start(const DenseReplica& replica) {
   SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-  replica_.optimizer.learning_rate *= static_cast<float>(config_.shared_lr_scale);
   threads_ = std::max(1, replica.threads);
   const size_t n = replica.params.size();
   delta_.assign(threads_, std::vector<float>(n));
@@ -221,7 +220,6 @@ void PsPlusStrategy::WaitIdle(ThreadState& ts) {
 
 absl::Status PsPlusStrategy::Start(const DenseReplica& replica) {
   SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-  replica_.optimizer.learning_rate *= static_cast<float>(config_.shared_lr_scale);
   const size_t n = replica.params.size();
   std::vector<float> init(replica.params.begin(), replica.params.end()), global(n);
   SS_RETURN_IF_ERROR(client_->InitCentre(init, global));

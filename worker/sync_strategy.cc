@@ -132,7 +132,6 @@ class ShadowStrategy final : public SyncStrategy {
 
   absl::Status Start(const DenseReplica& replica) override {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
-    replica_.optimizer.learning_rate *= static_cast<float>(config_.replica_lr_scale);
     // With one trainer there is nobody to average with.
     if (config_.num_trainers < 2) return StartShadow();
     if (config_.final_average) {
@@ -528,7 +527,6 @@ class AspStrategy final : public SyncStrategy {
       b.delta.resize(n);
       b.global.resize(n);
     }
-    replica_.optimizer.learning_rate *= static_cast<float>(config_.shared_lr_scale);
     std::vector<float> init(replica.params.begin(), replica.params.end());
     SS_RETURN_IF_ERROR(client_->InitCentre(init, buffers_[0].global));
     StoreRelaxed(replica.params, buffers_[0].global);
@@ -606,6 +604,7 @@ SyncStrategy::~SyncStrategy() = default;
 
 absl::Status SyncStrategy::Start(const DenseReplica& replica) {
   replica_ = replica;
+  replica_.optimizer.learning_rate *= static_cast<float>(config_.lr_scale);
   return absl::OkStatus();
 }
 
@@ -667,8 +666,20 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
   c.bmuf.block_lr = static_cast<float>(EffectiveBlockLearningRate(spec));
   c.bmuf.nesterov = spec.sync.bmuf.nesterov;
   c.num_trainers = spec.trainer.replicas;
-  c.shared_lr_scale = EffectiveSharedLearningRateScale(spec);
-  c.replica_lr_scale = EffectiveReplicaLearningRateScale(spec);
+  switch (spec.sync.algorithm) {
+    case SyncAlgorithm::kAsp:
+    case SyncAlgorithm::kSsp:
+    case SyncAlgorithm::kPsPlus:
+      c.lr_scale = EffectiveSharedLearningRateScale(spec);
+      break;
+    case SyncAlgorithm::kShadowEasgd:
+    case SyncAlgorithm::kShadowMa:
+    case SyncAlgorithm::kShadowBmuf:
+      c.lr_scale = EffectiveReplicaLearningRateScale(spec);
+      break;
+    default:
+      break;
+  }
   c.ssp = spec.sync.ssp;
   c.ds_sync = spec.sync.ds_sync;
   c.sync_switch = spec.sync.sync_switch;

@@ -71,12 +71,11 @@ struct SyncConfig {
   // sync-switch medians).
   int trainer_index = 0;
   int num_trainers = 1;
-  // asp, ssp, ps-plus: the factor on the replica's dense learning rate
-  // (JobSpec's sync.learningRateScale; SyncConfigFromJob defaults it to
-  // 1 / num_trainers).
-  double shared_lr_scale = 1.0;
-  // shadow-*: the dense learning rate's factor (replicaLearningRateScale).
-  double replica_lr_scale = 1.0;
+  // The factor SyncStrategy::Start puts on the replica's dense learning rate.
+  // SyncConfigFromJob sets it from sync.learningRateScale for asp, ssp and
+  // ps-plus (default 1 / num_trainers), from sync.replicaLearningRateScale for
+  // shadow-* (default 1 / sqrt(num_trainers) with Adagrad), else 1.
+  double lr_scale = 1.0;
   SspSpec ssp;
   DsSyncSpec ds_sync;
   SyncSwitchSpec sync_switch;

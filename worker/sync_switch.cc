@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<SyncSwitchStrategy>> SyncSwitchStrategy::Create(
   // The phases' own metrics would be labelled bsp and asp; this strategy
   // reports their rounds as its own (ForwardStats).
   SyncConfig phase = config;
-  phase.shared_lr_scale = 1.0;  // Start() gives the ASP phases aspLearningRateScale instead.
+  phase.lr_scale = 1.0;  // Start() gives the ASP phases aspLearningRateScale instead.
   phase.algorithm = SyncAlgorithm::kBsp;
   SS_ASSIGN_OR_RETURN(std::unique_ptr<SyncStrategy> bsp, MakeSyncStrategy(phase, client, nullptr));
   phase.algorithm = SyncAlgorithm::kAsp;

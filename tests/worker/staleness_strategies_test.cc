@@ -273,10 +273,10 @@ SyncConfig PsPlus(StalenessLrRule rule, double gamma = 0.9) {
   return c;
 }
 
-// ssp and ps-plus apply lr * shared_lr_scale (sync.learningRateScale).
+// ssp and ps-plus apply lr * lr_scale (sync.learningRateScale).
 TEST_F(StalenessStrategiesTest, SspAndPsPlusScaleTheirLearningRate) {
   SyncConfig ssp = Ssp(4);
-  ssp.shared_lr_scale = 0.5;
+  ssp.lr_scale = 0.5;
   Member s = Make("s", ssp, {0});
   SS_ASSERT_OK(s.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
   SS_ASSERT_OK(s.strategy->AfterStep(0));
@@ -285,7 +285,7 @@ TEST_F(StalenessStrategiesTest, SspAndPsPlusScaleTheirLearningRate) {
 
   // The same syncer: p adopts the centre s left.
   SyncConfig ps_plus = PsPlus(StalenessLrRule::kNone);
-  ps_plus.shared_lr_scale = 0.25;
+  ps_plus.lr_scale = 0.25;
   Member p = Make("p", ps_plus, {0});
   SS_ASSERT_OK(p.strategy->ApplyGradient(0, std::vector<float>{1.0f}));
   SS_ASSERT_OK(p.strategy->Finish());

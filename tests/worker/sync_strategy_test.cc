@@ -246,22 +246,29 @@ TEST_F(SyncStrategyTest, AspSendsUpdatesToTheGlobalWeights) {
   EXPECT_GT(b.strategy->stats().blocked_seconds, 0);
 }
 
-// ASP applies lr * shared_lr_scale: N trainers' updates all land, so a job
+// ASP applies lr * lr_scale: N trainers' updates all land, so a job
 // defaults the scale to 1 / N (sync.learningRateScale).
 TEST_F(SyncStrategyTest, AspScalesItsLearningRate) {
   SyncConfig c = Config(SyncAlgorithm::kAsp);
-  c.shared_lr_scale = 0.25;
+  c.lr_scale = 0.25;
   Member a = Make("a", c, {1, 1});
   SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{4, 8}));
   EXPECT_THAT(a.params, ElementsAre(0.0f, -1.0f));
 }
 
-TEST(SyncConfigFromJobTest, SharedLearningRateScaleDefaultsToOneOverTrainers) {
+// Each algorithm gets the scale that is about it: learningRateScale for the
+// shared-weight ones, replicaLearningRateScale for shadow-*, none for bsp.
+TEST(SyncConfigFromJobTest, LearningRateScaleFollowsTheAlgorithm) {
   JobSpec spec;
   spec.trainer.replicas = 4;
-  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).shared_lr_scale, 0.25);
-  spec.sync.learning_rate_scale = 0.5;
-  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).shared_lr_scale, 0.5);
+  spec.sync.algorithm = SyncAlgorithm::kAsp;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.25);
+  spec.sync.learning_rate_scale = 0.3;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.3);
+  spec.sync.algorithm = SyncAlgorithm::kShadowMa;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.5);  // 1 / sqrt(4), Adagrad
+  spec.sync.algorithm = SyncAlgorithm::kBsp;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 1.0);
 }
 
 // Shadow MA with no training: the loop converges both replicas on the mean.
@@ -433,7 +440,7 @@ TEST_F(SyncStrategyTest, RestartedTrainerSkipsTheWarmup) {
 // the weight by 1).
 TEST_F(SyncStrategyTest, ShadowReplicaLearningRateScaleScalesTheDenseStep) {
   SyncConfig c = Config(SyncAlgorithm::kShadowMa);
-  c.replica_lr_scale = 0.5;
+  c.lr_scale = 0.5;
   Member a = Make("a", c, {0});
   SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{2}));
   // Relaxed: the shadow thread writes it too (a round of one changes nothing).
