@@ -68,17 +68,32 @@ class Cluster:
         shutil.rmtree(workdir, ignore_errors=True)
         os.makedirs(workdir)
         # Fixed ports would race with other jobs; the ps peers list needs the
-        # addresses up front, so pick free ports first.
-        ps_ports = [_free_port() for _ in range(ps)]
-        self.ps_addresses = [f"127.0.0.1:{p}" for p in ps_ports]
-        for i in range(ps):
-            ready = os.path.join(workdir, f"ps{i}.ready")
-            self._start(
-                [binary, "ps", "--listen", self.ps_addresses[i], "--metrics-listen", "127.0.0.1:0",
-                 "--peers", ",".join(self.ps_addresses), "--self-index", str(i),
-                 "--db", os.path.join(workdir, f"ps{i}"), "--hash-buckets", str(hash_buckets),
-                 "--lr", str(lr), "--cache-bytes", str(cache_bytes), "--ready-file", ready],
-                f"ps{i}", ready)
+        # addresses up front, so pick free ports first. A port picked so can
+        # still be taken before its ps binds it (by the ps before it binding
+        # its metrics port to 0, say): start the parameter servers again on
+        # fresh ports then.
+        for attempt in range(3):
+            ps_ports = [_free_port() for _ in range(ps)]
+            self.ps_addresses = [f"127.0.0.1:{p}" for p in ps_ports]
+            try:
+                for i in range(ps):
+                    ready = os.path.join(workdir, f"ps{i}.ready")
+                    self._start(
+                        [binary, "ps", "--listen", self.ps_addresses[i], "--metrics-listen",
+                         "127.0.0.1:0", "--peers", ",".join(self.ps_addresses), "--self-index",
+                         str(i), "--db", os.path.join(workdir, f"ps{i}"), "--hash-buckets",
+                         str(hash_buckets), "--lr", str(lr), "--cache-bytes", str(cache_bytes),
+                         "--ready-file", ready],
+                        f"ps{i}", ready)
+                break
+            except ClusterError as e:
+                self.stop()
+                if attempt == 2 or "cannot bind" not in str(e):
+                    raise
+                print(f"cluster: {e}; starting the parameter servers on other ports",
+                      file=sys.stderr)
+                for i in range(ps):
+                    shutil.rmtree(os.path.join(workdir, f"ps{i}"), ignore_errors=True)
         self.syncer_addresses = []
         for i in range(syncers):
             ready = os.path.join(workdir, f"syncer{i}.ready")
@@ -99,10 +114,16 @@ class Cluster:
             self.syncer_addresses.append(address)
 
     def _start(self, argv, name, ready):
-        log = open(os.path.join(self.workdir, name + ".log"), "w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        path = os.path.join(self.workdir, name + ".log")
+        with open(path, "w") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
-        return _wait_ready(ready, proc, name)
+        try:
+            return _wait_ready(ready, proc, name)
+        except ClusterError as e:
+            with open(path) as f:
+                tail = f.read()[-2000:]
+            raise ClusterError(f"{e}:\n{tail}") from None
 
     def run_workers(self, job_path, trainers, data, eval_data=None, max_examples=-1,
                     preload=True, algorithm=None, timeout=3600, extra=None,
