@@ -445,8 +445,8 @@ void Fields(V& v, S& s) {
      .default_doc = "`1 / spec.trainer.replicas`"});
   v(s.replica_learning_rate_scale,
     {.name = "replicaLearningRateScale",
-     .doc = "shadow-*: each trainer's dense learning rate is spec.trainer.learningRate times "
-            "this. With Adagrad a replica's accumulator sums only its own share of the "
+     .doc = "shadow-* and fg-*: each trainer's dense learning rate is spec.trainer.learningRate "
+            "times this. With Adagrad a replica's accumulator sums only its own share of the "
             "gradients (about 1/N of a single trainer's at the same point in the data), so its "
             "steps are about sqrt(N) times as large.",
      .min = 0,
@@ -2229,6 +2229,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
     case SyncAlgorithm::kFgMa:
     case SyncAlgorithm::kFgBmuf:
       add("interval", sync.interval);
+      add("lr_scale", EffectiveReplicaLearningRateScale(s));
       break;
     case SyncAlgorithm::kShadowEasgd:
     case SyncAlgorithm::kShadowMa:

@@ -675,6 +675,9 @@ SyncConfig SyncConfigFromJob(const JobSpec& spec) {
     case SyncAlgorithm::kShadowEasgd:
     case SyncAlgorithm::kShadowMa:
     case SyncAlgorithm::kShadowBmuf:
+    case SyncAlgorithm::kFgEasgd:
+    case SyncAlgorithm::kFgMa:
+    case SyncAlgorithm::kFgBmuf:
       c.lr_scale = EffectiveReplicaLearningRateScale(spec);
       break;
     default:

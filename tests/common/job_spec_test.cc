@@ -905,7 +905,7 @@ TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
   job.spec.sync.algorithm = SyncAlgorithm::kFgBmuf;
   job.spec.trainer.replicas = 4;
   EXPECT_THAT(JobSummary(job), HasSubstr("algorithm=fg-bmuf block_momentum=0.75 block_lr=0.25 "
-                                         "nesterov=true interval=10 trainers=4"));
+                                         "nesterov=true interval=10 lr_scale=0.5 trainers=4"));
 }
 
 // --- Generated artefacts -----------------------------------------------------------------

@@ -257,7 +257,8 @@ TEST_F(SyncStrategyTest, AspScalesItsLearningRate) {
 }
 
 // Each algorithm gets the scale that is about it: learningRateScale for the
-// shared-weight ones, replicaLearningRateScale for shadow-*, none for bsp.
+// shared-weight ones, replicaLearningRateScale for shadow-* and fg-* (each
+// replica keeps its own Adagrad accumulator), none for bsp.
 TEST(SyncConfigFromJobTest, LearningRateScaleFollowsTheAlgorithm) {
   JobSpec spec;
   spec.trainer.replicas = 4;
@@ -267,6 +268,8 @@ TEST(SyncConfigFromJobTest, LearningRateScaleFollowsTheAlgorithm) {
   EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.3);
   spec.sync.algorithm = SyncAlgorithm::kShadowMa;
   EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.5);  // 1 / sqrt(4), Adagrad
+  spec.sync.algorithm = SyncAlgorithm::kFgBmuf;
+  EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 0.5);
   spec.sync.algorithm = SyncAlgorithm::kBsp;
   EXPECT_DOUBLE_EQ(SyncConfigFromJob(spec).lr_scale, 1.0);
 }
