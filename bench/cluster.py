@@ -94,24 +94,31 @@ class Cluster:
                       file=sys.stderr)
                 for i in range(ps):
                     shutil.rmtree(os.path.join(workdir, f"ps{i}"), ignore_errors=True)
-        self.syncer_addresses = []
-        for i in range(syncers):
-            ready = os.path.join(workdir, f"syncer{i}.ready")
-            port = self._start(
-                [binary, "syncer", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                 "--member-timeout-seconds", str(member_timeout), "--ready-file", ready,
-                 "--reply-delay-ms", str(syncer_reply_delay_ms)],
-                f"syncer{i}", ready)
-            address = f"127.0.0.1:{port}"
-            if syncer_delay_ms > 0:
-                # Trainers reach this syncer through a proxy adding one-way delay.
-                ready = os.path.join(workdir, f"proxy{i}.ready")
+        # A server that fails to start must not leave the others running: the
+        # caller gets no Cluster to stop.
+        try:
+            self.syncer_addresses = []
+            for i in range(syncers):
+                ready = os.path.join(workdir, f"syncer{i}.ready")
                 port = self._start(
-                    [sys.executable, os.path.join(os.path.dirname(__file__), "latency_proxy.py"),
-                     "--target", address, "--delay-ms", str(syncer_delay_ms),
-                     "--ready-file", ready], f"proxy{i}", ready)
+                    [binary, "syncer", "--listen", "127.0.0.1:0", "--metrics-listen",
+                     "127.0.0.1:0", "--member-timeout-seconds", str(member_timeout),
+                     "--ready-file", ready, "--reply-delay-ms", str(syncer_reply_delay_ms)],
+                    f"syncer{i}", ready)
                 address = f"127.0.0.1:{port}"
-            self.syncer_addresses.append(address)
+                if syncer_delay_ms > 0:
+                    # Trainers reach this syncer through a proxy adding one-way delay.
+                    ready = os.path.join(workdir, f"proxy{i}.ready")
+                    port = self._start(
+                        [sys.executable,
+                         os.path.join(os.path.dirname(__file__), "latency_proxy.py"),
+                         "--target", address, "--delay-ms", str(syncer_delay_ms),
+                         "--ready-file", ready], f"proxy{i}", ready)
+                    address = f"127.0.0.1:{port}"
+                self.syncer_addresses.append(address)
+        except BaseException:
+            self.stop()
+            raise
 
     def _start(self, argv, name, ready):
         path = os.path.join(self.workdir, name + ".log")
