@@ -67,7 +67,7 @@ if [[ ",$DATASETS," == *,criteo,* || ",$DATASETS," == *,criteo_global_batch,* ]]
     args+=(--dataset "criteo:$OUT/criteo.train.tsv:$OUT/criteo.eval.tsv:$CRITEO_REPEATS")
   fi
   # The excerpt affords a single trainer 386 steps of 256; 4 trainers of 256
-  # take 96 steps each, and even bsp (exact sync) loses about 0.6% NE to that.
+  # take 96 steps each, and even bsp (exact sync) lost 0.5..0.65% NE to that.
   # This section holds the job's batch instead, to show what sync costs.
   if [[ ",$DATASETS," == *,criteo_global_batch,* ]]; then
     args+=(--dataset "criteo_global_batch:$OUT/criteo.train.tsv:$OUT/criteo.eval.tsv:$CRITEO_REPEATS:global")
