@@ -348,8 +348,8 @@ struct SyncSpec {
   // trainer.learningRate times this. Default: 1 / trainer.replicas
   // (EffectiveSharedLearningRateScale).
   std::optional<double> learning_rate_scale;
-  // "replicaLearningRateScale". shadow-*: each trainer's dense learning rate
-  // is trainer.learningRate times this. With Adagrad a replica's accumulator
+  // "replicaLearningRateScale". shadow-* and fg-*: each trainer's dense
+  // learning rate is trainer.learningRate times this. With Adagrad a replica's accumulator
   // sums only its own share of the gradients, about 1/N of what a single
   // trainer's holds at the same point in the data, so its steps are about
   // sqrt(N) times as large. Default: 1 / sqrt(trainer.replicas) with Adagrad,

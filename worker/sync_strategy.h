@@ -74,7 +74,7 @@ struct SyncConfig {
   // The factor SyncStrategy::Start puts on the replica's dense learning rate.
   // SyncConfigFromJob sets it from sync.learningRateScale for asp, ssp and
   // ps-plus (default 1 / num_trainers), from sync.replicaLearningRateScale for
-  // shadow-* (default 1 / sqrt(num_trainers) with Adagrad), else 1.
+  // shadow-* and fg-* (default 1 / sqrt(num_trainers) with Adagrad), else 1.
   double lr_scale = 1.0;
   SspSpec ssp;
   DsSyncSpec ds_sync;

@@ -273,7 +273,7 @@ TEST_F(JobSpecTest, SyncSwitchPhaseSettingsDecodeAndDefault) {
               HasSubstr("spec.sync.syncSwitch.switchStep: must be >= 0, got -1"));
 }
 
-// shadow-*: 1/sqrt(N) with Adagrad (each replica's accumulator holds about
+// shadow-* and fg-*: 1/sqrt(N) with Adagrad (each replica's accumulator holds about
 // 1/N of a single trainer's), 1 with SGD; an explicit value wins.
 TEST_F(JobSpecTest, ReplicaLearningRateScaleDefaultsByOptimizerAndTrainers) {
   ShadowSyncJob j = DefaultJob();
