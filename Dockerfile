@@ -49,7 +49,9 @@ RUN apt-get update \
         libc-ares2 \
         libcivetweb1 \
         libcpprest2.10 \
+        libdnnl2 \
         libgfortran5 \
+        libgomp1 \
         libgrpc++1.51 \
         libgrpc29 \
         libopenblas0-pthread \
@@ -61,6 +63,7 @@ RUN apt-get update \
         libsnappy1v5 \
         libssl3 \
         libyaml-cpp0.7 \
+        ocl-icd-libopencl1 \
     && rm -rf /var/lib/apt/lists/*
 # END runtime-packages
 

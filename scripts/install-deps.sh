@@ -14,8 +14,9 @@ build_pkgs=(
   librocksdb-dev libabsl-dev zlib1g-dev
   # observability and Kubernetes API client
   prometheus-cpp-dev libcpprest-dev
-  # model math: OpenBLAS (pthread build) through CBLAS, see docs/decisions.md
-  libopenblas-dev libopenblas0-pthread
+  # model math: OpenBLAS (pthread build) through CBLAS for fp32, oneDNN for bf16,
+  # see docs/decisions.md
+  libopenblas-dev libopenblas0-pthread libdnnl-dev
   # config, JSON, CLI
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   # tests and tooling

@@ -134,9 +134,10 @@ struct Trainer::Batch {
 
 // Everything one worker thread reuses from batch to batch.
 struct Trainer::ThreadState {
-  ThreadState(int index, const model::Dlrm& model, int batch_size, int num_tables)
+  ThreadState(int index, const model::Dlrm& model, int batch_size, int num_tables,
+              model::DensePrecision precision)
       : index(index),
-        ws(model.NewWorkspace(batch_size)),
+        ws(model.NewWorkspace(batch_size, precision)),
         params(model.num_params()),
         dense_grad(model.num_params()),
         probs(batch_size),
@@ -370,7 +371,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     return absl::OkStatus();
   };
   auto body = [&](int index) -> absl::Status {
-    ThreadState ts(index, model_, max_batch, model_.config().num_tables);
+    ThreadState ts(index, model_, max_batch, model_.config().num_tables, options_.precision);
     absl::Status status = steps(ts);
     if (!status.ok()) stop = true;
     // Never leave the other threads waiting for this one at a sync barrier.
@@ -452,7 +453,7 @@ absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,
   };
   std::vector<std::vector<Scored>> scored(threads);
   auto body = [&](int i) -> absl::Status {
-    ThreadState ts(i, model_, options_.batch_size, model_.config().num_tables);
+    ThreadState ts(i, model_, options_.batch_size, model_.config().num_tables, options_.precision);
     std::shared_ptr<const ExampleBlock> block;
     int64_t begin, end, position;
     while (true) {

@@ -46,7 +46,9 @@ struct TrainerOptions {
   int batch_size = 256;              // Examples per thread step. Default: 256.
   model::OptimizerConfig optimizer;  // Dense parameters and embedding rows alike.
   uint64_t seed = 1;                 // Dense initialisation seed.
-  int64_t max_examples = -1;         // Stop after this many; -1 = one full pass.
+  // Of the MLP GEMMs, in training and evaluation alike (model::DensePrecision).
+  model::DensePrecision precision = model::DensePrecision::kFp32;
+  int64_t max_examples = -1;  // Stop after this many; -1 = one full pass.
   // Skip the first examples of the input (a restarted trainer resuming its
   // share); max_examples counts the skipped ones too.
   int64_t skip_examples = 0;

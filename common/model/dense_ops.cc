@@ -1,11 +1,19 @@
 #include "common/model/dense_ops.h"
 
 #include <cblas.h>
+#include <cpuid.h>
+#include <dlfcn.h>
+#include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -19,23 +27,149 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
-                   float* y) {
-  // Seed y with the bias so the GEMM accumulates onto it (beta = 1).
+namespace {
+
+// Seeds y with the bias so a GEMM with beta = 1 accumulates onto it.
+void FillBias(const float* b, int batch, int out, float* y) {
   for (int i = 0; i < batch; ++i)
     std::memcpy(y + static_cast<long>(i) * out, b, out * sizeof(float));
+}
+
+void SumColumns(const float* dy, int batch, int out, float* db) {
+  std::fill(db, db + out, 0.0f);
+  for (int i = 0; i < batch; ++i) {
+    const float* row = dy + static_cast<long>(i) * out;
+    for (int j = 0; j < out; ++j) db[j] += row[j];
+  }
+}
+
+}  // namespace
+
+void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
+                   float* y) {
+  FillBias(b, batch, out, y);
   Gemm(false, true, batch, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
 }
 
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
                     float* dx, float* dw, float* db) {
   Gemm(true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
-  std::fill(db, db + out, 0.0f);
-  for (int i = 0; i < batch; ++i) {
-    const float* row = dy + static_cast<long>(i) * out;
-    for (int j = 0; j < out; ++j) db[j] += row[j];
-  }
+  SumColumns(dy, batch, out, db);
   if (dx != nullptr) Gemm(false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+}
+
+namespace {
+
+Bf16 RoundToBf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return static_cast<Bf16>((u >> 16) | 0x40);  // stays a quiet NaN
+  return static_cast<Bf16>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+// The CPU's own conversion (VCVTNE2PS2BF16): round to nearest even as above,
+// 32 floats per instruction. Compiled for AVX512-BF16 whatever -march says, and
+// called only where CpuHasNativeBf16().
+__attribute__((target("avx512f,avx512bf16"))) void ToBf16Native(const float* x, long n, Bf16* y) {
+  long i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(y + i, reinterpret_cast<__m512i>(v));
+  }
+  for (; i < n; ++i) y[i] = RoundToBf16(x[i]);
+}
+
+// oneDNN parallelises each call with OpenMP over all cores unless told
+// otherwise, per calling thread; Hogwild threads are the parallelism here. Looked
+// up at run time: the symbol is libgomp's, loaded by libdnnl, not ours to link.
+void UseOneOpenMpThreadHere() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
+}
+
+}  // namespace
+
+void ToBf16(const float* x, long n, Bf16* y) {
+  if (CpuHasNativeBf16()) return ToBf16Native(x, n, y);
+  for (long i = 0; i < n; ++i) y[i] = RoundToBf16(x[i]);
+}
+
+float Bf16ToFloat(Bf16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
+
+bool CpuHasNativeBf16() {
+  // AVX512_BF16 is CPUID leaf 7, subleaf 1, EAX bit 5; avx512f also tells
+  // that the OS saves the AVX-512 registers.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 5)) != 0;
+  }();
+  return has;
+}
+
+struct Bf16Gemm::Impl {
+  struct Call {
+    dnnl::matmul matmul;
+    dnnl::memory a, b, c;
+  };
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<std::tuple<bool, bool, int, int, int, int, int, int, float>, Call> calls;
+
+  Call& Get(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb, int ldc,
+            float beta) {
+    auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldc, beta);
+    if (auto it = calls.find(key); it != calls.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // A transposed operand is the same logical matrix read with swapped strides.
+    const dnnl::memory::desc a_md({m, k}, dt::bf16, trans_a ? dims{1, lda} : dims{lda, 1});
+    const dnnl::memory::desc b_md({k, n}, dt::bf16, trans_b ? dims{1, ldb} : dims{ldb, 1});
+    const dnnl::memory::desc c_md({m, n}, dt::f32, dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    if (beta != 0) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    Call call{dnnl::matmul(
+                  dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine)),
+              dnnl::memory(a_md, engine, nullptr), dnnl::memory(b_md, engine, nullptr),
+              dnnl::memory(c_md, engine, nullptr)};
+    return calls.emplace(key, std::move(call)).first->second;
+  }
+};
+
+Bf16Gemm::Bf16Gemm() : impl_(std::make_unique<Impl>()) {}
+Bf16Gemm::~Bf16Gemm() = default;
+
+void Bf16Gemm::Run(bool trans_a, bool trans_b, int m, int n, int k, const Bf16* a, int lda,
+                   const Bf16* b, int ldb, float beta, float* c, int ldc) {
+  UseOneOpenMpThreadHere();
+  Impl::Call& call = impl_->Get(trans_a, trans_b, m, n, k, lda, ldb, ldc, beta);
+  // oneDNN takes non-const handles for inputs too; it only reads them.
+  call.a.set_data_handle(const_cast<Bf16*>(a));
+  call.b.set_data_handle(const_cast<Bf16*>(b));
+  call.c.set_data_handle(c);
+  call.matmul.execute(impl_->stream,
+                      {{DNNL_ARG_SRC, call.a}, {DNNL_ARG_WEIGHTS, call.b}, {DNNL_ARG_DST, call.c}});
+  impl_->stream.wait();
+}
+
+void LinearForwardBf16(const Bf16* x, int batch, int in, int out, const Bf16* w, const float* b,
+                       float* y, Bf16Gemm& gemm) {
+  FillBias(b, batch, out, y);
+  gemm.Run(false, true, batch, out, in, x, in, w, in, 1.0f, y, out);
+}
+
+void LinearBackwardBf16(const Bf16* x, const float* dy, Bf16* dy16, int batch, int in, int out,
+                        const Bf16* w, float* dx, float* dw, float* db, Bf16Gemm& gemm) {
+  ToBf16(dy, static_cast<long>(batch) * out, dy16);
+  gemm.Run(true, false, out, in, batch, dy16, out, x, in, 0.0f, dw, in);
+  SumColumns(dy, batch, out, db);
+  if (dx != nullptr) gemm.Run(false, false, batch, in, out, dy16, out, w, in, 0.0f, dx, in);
 }
 
 void ReluInPlace(float* y, long n) {

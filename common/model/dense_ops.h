@@ -1,9 +1,13 @@
 // Dense kernels of the DLRM model, batched over examples and row-major:
-// GEMM (OpenBLAS through CBLAS), linear layers, ReLU, the pairwise-dot feature
-// interaction and binary cross-entropy. Pure functions over caller-owned
-// buffers; safe to call from any number of threads on distinct outputs.
+// GEMM (OpenBLAS through CBLAS in fp32, oneDNN in bf16), linear layers, ReLU,
+// the pairwise-dot feature interaction and binary cross-entropy. Functions
+// over caller-owned buffers; safe to call from any number of threads on
+// distinct outputs.
 #ifndef SHADOWSYNC_COMMON_MODEL_DENSE_OPS_H_
 #define SHADOWSYNC_COMMON_MODEL_DENSE_OPS_H_
+
+#include <cstdint>
+#include <memory>
 
 namespace shadowsync::model {
 
@@ -23,6 +27,44 @@ void LinearForward(const float* x, int batch, int in, int out, const float* w, c
 // overwritten), and dx = dy W when dx is not null.
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
                     float* dx, float* dw, float* db);
+
+// bfloat16: the top 16 bits of an fp32 (8 significant bits, fp32's range).
+using Bf16 = uint16_t;
+
+// y[i] = x[i] rounded to the nearest bf16, ties to even.
+void ToBf16(const float* x, long n, Bf16* y);
+float Bf16ToFloat(Bf16 x);
+
+// Whether this CPU has bf16 dot-product instructions (AVX512-BF16). Without
+// them oneDNN emulates bf16: still correct, but slower than fp32.
+bool CpuHasNativeBf16();
+
+// C = op(A) * op(B) + beta * C, row-major, with bf16 A and B and fp32 C.
+// Every product and sum is fp32, so only the inputs' rounding differs from
+// Gemm. oneDNN's matmul, one primitive built per distinct call shape and
+// cached. Single-threaded; not thread-safe: one instance per thread.
+class Bf16Gemm {
+ public:
+  Bf16Gemm();
+  ~Bf16Gemm();
+  Bf16Gemm(const Bf16Gemm&) = delete;
+  Bf16Gemm& operator=(const Bf16Gemm&) = delete;
+
+  void Run(bool trans_a, bool trans_b, int m, int n, int k, const Bf16* a, int lda, const Bf16* b,
+           int ldb, float beta, float* c, int ldc);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// LinearForward and LinearBackward through a Bf16Gemm: x and w come rounded
+// to bf16 (the forward pass rounds them once for both passes); dy is rounded
+// into the caller's dy16 (batch x out). db stays an fp32 sum of dy.
+void LinearForwardBf16(const Bf16* x, int batch, int in, int out, const Bf16* w, const float* b,
+                       float* y, Bf16Gemm& gemm);
+void LinearBackwardBf16(const Bf16* x, const float* dy, Bf16* dy16, int batch, int in, int out,
+                        const Bf16* w, float* dx, float* dw, float* db, Bf16Gemm& gemm);
 
 void ReluInPlace(float* y, long n);
 // dy *= (y > 0), where y is the ReLU's output.

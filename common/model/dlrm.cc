@@ -59,6 +59,18 @@ absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config) 
   }
 }
 
+absl::StatusOr<DensePrecision> ParseDensePrecision(std::string_view name, std::string_view field) {
+  if (name == "fp32") return DensePrecision::kFp32;
+  if (name == "bf16") return DensePrecision::kBf16;
+  if (name == "auto") return CpuHasNativeBf16() ? DensePrecision::kBf16 : DensePrecision::kFp32;
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": '", std::string(name),
+                                                 "' is not one of auto, fp32, bf16"));
+}
+
+std::string_view DensePrecisionName(DensePrecision precision) {
+  return precision == DensePrecision::kBf16 ? "bf16" : "fp32";
+}
+
 namespace {
 
 std::vector<LayerShape> BuildLayers(int in, const std::vector<int>& hidden, int last_width,
@@ -142,9 +154,10 @@ void Dlrm::InitParams(uint64_t seed, std::span<float> params) const {
   }
 }
 
-std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch) const {
+std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecision precision) const {
   auto ws = std::make_unique<Workspace>();
   ws->max_batch = max_batch;
+  ws->precision = precision;
   const size_t b = static_cast<size_t>(max_batch);
   for (const auto& l : bottom_) ws->bottom_out.emplace_back(b * l.out);
   for (const auto& l : top_) ws->top_out.emplace_back(b * l.out);
@@ -154,8 +167,39 @@ std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch) const {
   const int width = std::max({MaxWidth(bottom_), MaxWidth(top_), interaction_width()});
   ws->delta_a.resize(b * width);
   ws->delta_b.resize(b * width);
+  if (precision == DensePrecision::kBf16) {
+    for (const auto& l : bottom_) {
+      ws->bottom_in16.emplace_back(b * l.in);
+      ws->bottom_w16.emplace_back(static_cast<size_t>(l.in) * l.out);
+    }
+    for (const auto& l : top_) {
+      ws->top_in16.emplace_back(b * l.in);
+      ws->top_w16.emplace_back(static_cast<size_t>(l.in) * l.out);
+    }
+    ws->delta16.resize(b * width);
+    ws->gemm16 = std::make_unique<Bf16Gemm>();
+  }
   return ws;
 }
+
+namespace {
+
+// One layer's forward pass (and ReLU) in the workspace's precision; for bf16,
+// in16 and w16 keep the rounded input and weights for the backward pass.
+void ForwardLayer(const LayerShape& s, const float* params, const float* x, int B, float* y,
+                  Dlrm::Workspace* ws, std::vector<Bf16>* in16, std::vector<Bf16>* w16) {
+  if (ws->precision == DensePrecision::kBf16) {
+    ToBf16(x, static_cast<long>(B) * s.in, in16->data());
+    ToBf16(params + s.w_offset, static_cast<long>(s.in) * s.out, w16->data());
+    LinearForwardBf16(in16->data(), B, s.in, s.out, w16->data(), params + s.b_offset, y,
+                      *ws->gemm16);
+  } else {
+    LinearForward(x, B, s.in, s.out, params + s.w_offset, params + s.b_offset, y);
+  }
+  if (s.relu) ReluInPlace(y, static_cast<long>(B) * s.out);
+}
+
+}  // namespace
 
 double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, float* probs,
                   Gradients* grads) const {
@@ -164,12 +208,12 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
   const int F = NumFeatureVectors(config_);
 
   // Bottom MLP.
+  const bool bf16 = ws->precision == DensePrecision::kBf16;
   const float* x = batch.dense;
   for (size_t l = 0; l < bottom_.size(); ++l) {
-    const LayerShape& s = bottom_[l];
     float* y = ws->bottom_out[l].data();
-    LinearForward(x, B, s.in, s.out, params + s.w_offset, params + s.b_offset, y);
-    if (s.relu) ReluInPlace(y, static_cast<long>(B) * s.out);
+    ForwardLayer(bottom_[l], params, x, B, y, ws, bf16 ? &ws->bottom_in16[l] : nullptr,
+                 bf16 ? &ws->bottom_w16[l] : nullptr);
     x = y;
   }
 
@@ -193,10 +237,9 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
   // Top MLP.
   x = ws->interaction.data();
   for (size_t l = 0; l < top_.size(); ++l) {
-    const LayerShape& s = top_[l];
     float* y = ws->top_out[l].data();
-    LinearForward(x, B, s.in, s.out, params + s.w_offset, params + s.b_offset, y);
-    if (s.relu) ReluInPlace(y, static_cast<long>(B) * s.out);
+    ForwardLayer(top_[l], params, x, B, y, ws, bf16 ? &ws->top_in16[l] : nullptr,
+                 bf16 ? &ws->top_w16[l] : nullptr);
     x = y;
   }
   const float* logits = x;
@@ -217,19 +260,25 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
   float* dense_grad = grads->dense.data();
   auto backward = [&](const std::vector<LayerShape>& layers,
                       const std::vector<std::vector<float>>& outputs, const float* stack_input,
-                      bool need_input_grad) {
+                      const std::vector<std::vector<Bf16>>& in16,
+                      const std::vector<std::vector<Bf16>>& w16, bool need_input_grad) {
     for (int l = static_cast<int>(layers.size()) - 1; l >= 0; --l) {
       const LayerShape& s = layers[l];
       if (s.relu) ReluBackwardInPlace(outputs[l].data(), delta, static_cast<long>(B) * s.out);
-      const float* input = l > 0 ? outputs[l - 1].data() : stack_input;
-      const bool want_dx = l > 0 || need_input_grad;
-      LinearBackward(input, delta, B, s.in, s.out, params + s.w_offset,
-                     want_dx ? delta_in : nullptr, dense_grad + s.w_offset,
-                     dense_grad + s.b_offset);
+      float* dx = l > 0 || need_input_grad ? delta_in : nullptr;
+      if (bf16) {
+        LinearBackwardBf16(in16[l].data(), delta, ws->delta16.data(), B, s.in, s.out, w16[l].data(),
+                           dx, dense_grad + s.w_offset, dense_grad + s.b_offset, *ws->gemm16);
+      } else {
+        const float* input = l > 0 ? outputs[l - 1].data() : stack_input;
+        LinearBackward(input, delta, B, s.in, s.out, params + s.w_offset, dx,
+                       dense_grad + s.w_offset, dense_grad + s.b_offset);
+      }
       std::swap(delta, delta_in);
     }
   };
-  backward(top_, ws->top_out, ws->interaction.data(), /*need_input_grad=*/true);
+  backward(top_, ws->top_out, ws->interaction.data(), ws->top_in16, ws->top_w16,
+           /*need_input_grad=*/true);
 
   float* dz = ws->dz.data();
   InteractionBackward(z, delta, B, F, D, dz);
@@ -251,7 +300,8 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
   // d(bottom output) is each example's first dz vector.
   for (int b = 0; b < B; ++b)
     std::memcpy(delta + b * D, dz + static_cast<long>(b) * F * D, D * sizeof(float));
-  backward(bottom_, ws->bottom_out, batch.dense, /*need_input_grad=*/false);
+  backward(bottom_, ws->bottom_out, batch.dense, ws->bottom_in16, ws->bottom_w16,
+           /*need_input_grad=*/false);
   return loss;
 }
 

@@ -66,6 +66,27 @@ TEST_F(TrainerTest, HogwildThreadsLearnBetterThanTheBaseRate) {
   EXPECT_GT(eval->auc, 0.6);
 }
 
+// Mixed precision learns as well as fp32 here: within 1% eval NE.
+TEST_F(TrainerTest, Bf16GemmsLearnAsWellAsFp32) {
+  double ne[2];
+  for (auto precision : {model::DensePrecision::kFp32, model::DensePrecision::kBf16}) {
+    model::LocalEmbeddingStore store(StoreOptions());
+    TrainerOptions options;
+    options.threads = 1;  // one thread: the two runs differ only in precision
+    options.batch_size = 64;
+    options.optimizer = store.options().optimizer;
+    options.precision = precision;
+    Trainer trainer(SmallModel(), store.options().tables, options, &store);
+    SS_ASSERT_OK(trainer.Train({dir_->File("train.tsv")}));
+    auto eval = trainer.Evaluate({dir_->File("eval.tsv")});
+    SS_ASSERT_OK(eval);
+    ne[precision == model::DensePrecision::kBf16] = eval->ne;
+  }
+  EXPECT_LT(ne[1], 0.97) << "bf16 must beat the base-rate predictor";
+  EXPECT_NEAR(ne[1], ne[0], 0.01 * ne[0]);
+  EXPECT_NE(ne[1], ne[0]) << "identical NE: bf16 was not used";
+}
+
 TEST_F(TrainerTest, PreloadAndStreamingSeeTheSameExamples) {
   for (bool preload : {false, true}) {
     model::LocalEmbeddingStore store(StoreOptions());

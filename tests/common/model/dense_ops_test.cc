@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -52,6 +53,104 @@ TEST(GemmTest, MatchesNaiveProductForEveryTransposition) {
       }
     }
   }
+}
+
+TEST(Bf16Test, ConversionRoundsToNearestEven) {
+  // bf16 keeps 7 stored mantissa bits: around 1.0 its step is 2^-7.
+  const float step = std::ldexp(1.0f, -7), half = step / 2;
+  // 40 values: the first 32 take the vector path where the CPU has one.
+  std::vector<float> x(40);
+  std::vector<Bf16> want(40);
+  for (int i = 0; i < 40; i += 8) {
+    x[i + 0] = 1.0f, want[i + 0] = 0x3f80;
+    x[i + 1] = 1.0f + half, want[i + 1] = 0x3f80;      // tie: down to even
+    x[i + 2] = 1.0f + 3 * half, want[i + 2] = 0x3f82;  // tie: up to even
+    x[i + 3] = 1.0f + 0.6f * step, want[i + 3] = 0x3f81;
+    x[i + 4] = -2.0f, want[i + 4] = 0xc000;
+    x[i + 5] = INFINITY, want[i + 5] = 0x7f80;
+    x[i + 6] = 0.0f, want[i + 6] = 0x0000;
+    x[i + 7] = 3.0e38f, want[i + 7] = 0x7f62;  // large but finite stays finite
+  }
+  std::vector<Bf16> y(40);
+  ToBf16(x.data(), 40, y.data());
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(y[i], want[i]) << "x = " << x[i] << " at " << i;
+  EXPECT_EQ(Bf16ToFloat(0x3f82), 1.0f + 2 * step);
+
+  float nan = std::nanf("");
+  Bf16 out;
+  ToBf16(&nan, 1, &out);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(out)));
+}
+
+// Small integers are exact in bf16 and their products and sums exact in fp32,
+// so the bf16 GEMM must equal the fp32 one bit for bit, whatever the layout.
+TEST(Bf16Test, GemmEqualsFp32GemmOnValuesBf16HoldsExactly) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-8, 8);
+  Bf16Gemm gemm;
+  for (auto [m, n, k] : {std::tuple{3, 4, 5}, std::tuple{17, 33, 13}, std::tuple{64, 1, 40}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          // Leading dimensions wider than the matrices: strides must be honoured.
+          const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
+          std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
+          for (auto& v : a) v = small(rng);
+          for (auto& v : b) v = small(rng);
+          std::vector<float> c32(m * ldc);
+          for (auto& v : c32) v = small(rng);
+          std::vector<float> c16 = c32;
+          std::vector<Bf16> a16(a.size()), b16(b.size());
+          ToBf16(a.data(), a.size(), a16.data());
+          ToBf16(b.data(), b.size(), b16.data());
+          Gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c32.data(), ldc);
+          gemm.Run(ta, tb, m, n, k, a16.data(), lda, b16.data(), ldb, beta, c16.data(), ldc);
+          for (int i = 0; i < m; ++i) {
+            for (int j = 0; j < n; ++j) {
+              ASSERT_EQ(c16[i * ldc + j], c32[i * ldc + j])
+                  << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb << " beta " << beta
+                  << " at " << i << "," << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// On general values the only difference is the inputs' rounding: relative
+// error about 2^-9 per input, averaging out over the sums.
+TEST(Bf16Test, LinearLayerMatchesFp32WithinBf16Rounding) {
+  const int batch = 32, in = 48, out = 24;
+  auto x = RandomVector(batch * in, 1), w = RandomVector(out * in, 2, 0.3f);
+  auto b = RandomVector(out, 3), dy = RandomVector(batch * out, 4);
+  std::vector<float> y32(batch * out), y16(batch * out), dx32(batch * in), dx16(batch * in),
+      dw32(out * in), dw16(out * in), db32(out), db16(out);
+  LinearForward(x.data(), batch, in, out, w.data(), b.data(), y32.data());
+  LinearBackward(x.data(), dy.data(), batch, in, out, w.data(), dx32.data(), dw32.data(),
+                 db32.data());
+  std::vector<Bf16> x16(x.size()), w16(w.size()), dy16(dy.size());
+  ToBf16(x.data(), x.size(), x16.data());
+  ToBf16(w.data(), w.size(), w16.data());
+  Bf16Gemm gemm;
+  LinearForwardBf16(x16.data(), batch, in, out, w16.data(), b.data(), y16.data(), gemm);
+  LinearBackwardBf16(x16.data(), dy.data(), dy16.data(), batch, in, out, w16.data(), dx16.data(),
+                     dw16.data(), db16.data(), gemm);
+  auto expect_close = [](const std::vector<float>& want, const std::vector<float>& got,
+                         const char* what) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err += (want[i] - got[i]) * (want[i] - got[i]);
+      norm += want[i] * want[i];
+    }
+    const double rel = std::sqrt(err / norm);
+    EXPECT_LT(rel, 8e-3) << what;
+    EXPECT_GT(rel, 0) << what << ": identical to fp32, so bf16 was not used";
+  };
+  expect_close(y32, y16, "y");
+  expect_close(dx32, dx16, "dx");
+  expect_close(dw32, dw16, "dw");
+  EXPECT_EQ(db32, db16) << "the bias gradient is an fp32 sum of dy in both";
 }
 
 TEST(LinearTest, ForwardIsXWTransposePlusBias) {

@@ -110,6 +110,52 @@ TEST_F(DlrmTest, FullModelGradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, model_.num_params() + 5 * kDim);
 }
 
+// bf16 GEMMs change only rounding: the same batch gives nearly the same loss,
+// probabilities and gradients as fp32, and evaluation works without labels.
+TEST_F(DlrmTest, Bf16StepMatchesFp32WithinRounding) {
+  std::vector<float> probs32(kBatch), probs16(kBatch), grad32(model_.num_params()),
+      grad16(model_.num_params());
+  std::vector<float> rows32[2] = {std::vector<float>(rows_[0].size()),
+                                  std::vector<float>(rows_[1].size())};
+  std::vector<float> rows16[2] = {rows32[0], rows32[1]};
+  Gradients g32{grad32, {rows32[0], rows32[1]}}, g16{grad16, {rows16[0], rows16[1]}};
+  auto ws32 = model_.NewWorkspace(kBatch, DensePrecision::kFp32);
+  auto ws16 = model_.NewWorkspace(kBatch, DensePrecision::kBf16);
+  const double loss32 = model_.Step(params_.data(), Batch(), ws32.get(), probs32.data(), &g32);
+  const double loss16 = model_.Step(params_.data(), Batch(), ws16.get(), probs16.data(), &g16);
+  EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+  for (int i = 0; i < kBatch; ++i) EXPECT_NEAR(probs16[i], probs32[i], 1e-2);
+  auto rel_err = [](const std::vector<float>& want, const std::vector<float>& got) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err += (want[i] - got[i]) * (want[i] - got[i]);
+      norm += want[i] * want[i];
+    }
+    return std::sqrt(err / norm);
+  };
+  EXPECT_LT(rel_err(grad32, grad16), 3e-2);
+  EXPECT_GT(rel_err(grad32, grad16), 0) << "bf16 rounding left no trace: not used";
+  for (int t = 0; t < 2; ++t) EXPECT_LT(rel_err(rows32[t], rows16[t]), 3e-2) << "table " << t;
+
+  BatchView unlabeled = Batch();
+  unlabeled.labels = nullptr;
+  std::vector<float> probs_eval(kBatch);
+  model_.Step(params_.data(), unlabeled, ws16.get(), probs_eval.data(), nullptr);
+  for (int i = 0; i < kBatch; ++i) EXPECT_FLOAT_EQ(probs_eval[i], probs16[i]);
+}
+
+TEST(DensePrecisionTest, ParsesNamesAndRejectsOthersNamingTheField) {
+  EXPECT_EQ(*ParseDensePrecision("fp32", "f"), DensePrecision::kFp32);
+  EXPECT_EQ(*ParseDensePrecision("bf16", "f"), DensePrecision::kBf16);
+  EXPECT_EQ(*ParseDensePrecision("auto", "f"),
+            CpuHasNativeBf16() ? DensePrecision::kBf16 : DensePrecision::kFp32);
+  auto bad = ParseDensePrecision("fp16", "spec.trainer.densePrecision");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("spec.trainer.densePrecision"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("fp16"), std::string::npos);
+}
+
 TEST_F(DlrmTest, ForwardWithoutLabelsGivesSameProbabilities) {
   auto ws = model_.NewWorkspace(kBatch);
   std::vector<float> with_labels(kBatch), without(kBatch);
