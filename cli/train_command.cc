@@ -41,6 +41,7 @@ struct TrainFlags {
   uint64_t seed = 1;
   int64_t max_examples = -1;
   int parse_threads = 1;
+  std::string dense_precision = "auto";
   bool preload = false;
   double progress_interval = 2.0;
   std::string report_json;
@@ -70,6 +71,8 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   if (!given("--batch-size")) flags.batch_size = spec.trainer.batch_size;
   if (!given("--lr")) flags.lr = spec.trainer.learning_rate;
   if (!given("--optimizer")) flags.optimizer = std::string(EnumName(spec.trainer.optimizer));
+  if (!given("--dense-precision"))
+    flags.dense_precision = std::string(EnumName(spec.trainer.dense_precision));
   if (!given("--embedding-dim")) flags.embedding_dim = spec.model.embedding_dim;
   auto join = [](const std::vector<int>& v) {
     std::string s;
@@ -136,6 +139,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
     return Fail(absl::InvalidArgumentError(
         "--threads, --batch-size, --lr and --hash-buckets must all be positive"));
   }
+  auto precision = model::ParseDensePrecision(flags.dense_precision, "--dense-precision");
+  if (!precision.ok()) return Fail(precision.status());
 
   model::LocalStoreOptions store_options;
   store_options.dim = config.embedding_dim;
@@ -152,6 +157,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   options.batch_size = flags.batch_size;
   options.optimizer = store_options.optimizer;
   options.seed = flags.seed;
+  options.precision = *precision;
   options.max_examples = flags.max_examples;
   options.preload = flags.preload;
   options.reader.parse_threads = flags.parse_threads;
@@ -160,9 +166,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   worker::Trainer trainer(config, store_options.tables, options, &store);
 
   std::cerr << absl::StrFormat(
-      "training DLRM (%d dense params, %.2f MFLOP/example) on %s: %d threads, batch %d, %s lr %g\n",
-      trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6, flags.data.front(),
-      flags.threads, flags.batch_size, flags.optimizer, flags.lr);
+      "training DLRM (%d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d threads, batch %d, "
+      "%s lr %g\n",
+      trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6,
+      model::DensePrecisionName(*precision), flags.data.front(), flags.threads, flags.batch_size,
+      flags.optimizer, flags.lr);
   auto report = trainer.Train(flags.data);
   if (isatty(STDERR_FILENO)) std::cerr << "\n";
   if (!report.ok()) return Fail(report.status());
@@ -178,6 +186,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
       {"train_logloss", report->train_logloss},
       {"malformed_lines", report->malformed_lines},
       {"threads", flags.threads},
+      {"dense_precision", model::DensePrecisionName(*precision)},
       {"batch_size", flags.batch_size},
       {"optimizer", flags.optimizer},
       {"learning_rate", flags.lr},
@@ -239,6 +248,10 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "initialisation seed")->capture_default_str();
   cmd->add_option("--max-examples", flags->max_examples, "stop after N examples (-1: one pass)");
   cmd->add_option("--parse-threads", flags->parse_threads, "reader threads")->capture_default_str();
+  cmd->add_option("--dense-precision", flags->dense_precision,
+                  "MLP GEMM arithmetic: fp32, bf16 (fp32 accumulation), or auto (bf16 where the "
+                  "CPU has AVX512-BF16)")
+      ->capture_default_str();
   cmd->add_flag("--preload", flags->preload, "parse all data before timing (benchmarks)");
   cmd->add_option("--progress-interval", flags->progress_interval,
                   "seconds between progress lines");
@@ -255,6 +268,7 @@ Action AddEvalCommand(CLI::App& app) {
     std::vector<std::string> data;
     int threads = 2;
     int batch_size = 1024;
+    std::string dense_precision = "auto";
   };
   auto flags = std::make_shared<EvalFlags>();
   CLI::App* cmd = app.add_subcommand("eval", "Score a saved model on held-out data.");
@@ -263,10 +277,15 @@ Action AddEvalCommand(CLI::App& app) {
   cmd->add_option("--threads", flags->threads)->capture_default_str();
   cmd->add_option("--batch-size", flags->batch_size)->capture_default_str();
   cmd->add_option("--report-json", flags->report_json, "write the metrics as JSON here");
+  cmd->add_option("--dense-precision", flags->dense_precision, "fp32, bf16 or auto, as for train")
+      ->capture_default_str();
   return [flags] {
+    auto precision = model::ParseDensePrecision(flags->dense_precision, "--dense-precision");
+    if (!precision.ok()) return Fail(precision.status());
     auto saved = model::LoadModel(flags->model);
     if (!saved.ok()) return Fail(saved.status());
     worker::TrainerOptions options;
+    options.precision = *precision;
     options.threads = flags->threads;
     options.batch_size = flags->batch_size;
     options.optimizer = saved->store_options.optimizer;

@@ -54,6 +54,9 @@ inline constexpr int kMaxSlots = 1 << 20;
 
 enum class DataFormat { kCriteoTsv, kSynthetic };
 enum class Optimizer { kSgd, kAdagrad };
+// The trainers' MLP GEMM arithmetic (model::DensePrecision); auto = bf16 on
+// CPUs with AVX512-BF16, else fp32.
+enum class GemmPrecision { kAuto, kFp32, kBf16 };
 
 // To add an algorithm: 1) the enumerator, 2) its name in EnumTraits below
 // (same position), 3) per-algorithm checks in ValidateJob and a parameter
@@ -96,6 +99,10 @@ struct EnumTraits<DataFormat> {
 template <>
 struct EnumTraits<Optimizer> {
   static constexpr std::array<std::string_view, 2> kNames = {"sgd", "adagrad"};
+};
+template <>
+struct EnumTraits<GemmPrecision> {
+  static constexpr std::array<std::string_view, 3> kNames = {"auto", "fp32", "bf16"};
 };
 template <>
 struct EnumTraits<SyncAlgorithm> {
@@ -225,8 +232,10 @@ struct TrainerSpec {
   int batch_size = 256;                       // "batchSize". Examples per thread step.
   double learning_rate = 0.02;                // "learningRate". Dense optimizer step size.
   Optimizer optimizer = Optimizer::kAdagrad;  // Dense optimizer.
-  std::optional<StragglerSpec> straggler;     // Absent: no injected slowness.
-  nlohmann::json pod_template;                // "template". Opaque pod template; null = none.
+  // "densePrecision". Of the MLP GEMMs; weights and optimizer stay fp32.
+  GemmPrecision dense_precision = GemmPrecision::kAuto;
+  std::optional<StragglerSpec> straggler;  // Absent: no injected slowness.
+  nlohmann::json pod_template;             // "template". Opaque pod template; null = none.
   bool operator==(const TrainerSpec&) const = default;
 };
 

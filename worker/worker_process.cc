@@ -181,6 +181,9 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   }
 
   TrainerOptions to;
+  SS_ASSIGN_OR_RETURN(to.precision,
+                      model::ParseDensePrecision(EnumName(spec.trainer.dense_precision),
+                                                 "spec.trainer.densePrecision"));
   to.threads = spec.trainer.threads;
   to.batch_size = spec.trainer.batch_size;
   to.optimizer = optimizer;

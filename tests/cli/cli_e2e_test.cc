@@ -78,7 +78,7 @@ metadata: {name: tiny}
 spec:
   model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
   data: {format: synthetic, synthetic: {examples: 6000, evalExamples: 1000, seed: 4}}
-  trainer: {threads: 2, batchSize: 64, learningRate: 0.02}
+  trainer: {threads: 2, batchSize: 64, learningRate: 0.02, densePrecision: fp32}
 )");
   std::string out;
   ASSERT_EQ(RunShell(Bin() + " train --config " + job + " --threads 1 --work-dir " +
@@ -92,6 +92,17 @@ spec:
   EXPECT_EQ(report["threads"], 1);  // the flag wins over the file
   EXPECT_EQ(report["batch_size"], 64);
   EXPECT_EQ(report["hash_buckets"], 5000);
+  EXPECT_EQ(report["dense_precision"], "fp32");
+
+  out.clear();
+  ASSERT_EQ(RunShell(Bin() + " train --config " + job + " --dense-precision bf16 --work-dir " +
+                         dir_.File("work") + " --report-json " + dir_.File("r16.json"),
+                     &out),
+            0)
+      << out;
+  const auto bf16 = nlohmann::json::parse(testing::ReadFile(dir_.File("r16.json")));
+  EXPECT_EQ(bf16["dense_precision"], "bf16");
+  EXPECT_LT(bf16["eval_ne"].get<double>(), 1.0) << "must beat the base-rate predictor";
 }
 
 TEST_F(CliTest, InvalidJobFileFailsWithFieldPathAndExitCodeTwo) {
@@ -117,6 +128,10 @@ TEST_F(CliTest, BadFlagsAndMissingFilesGiveClearErrors) {
   out.clear();
   EXPECT_EQ(RunShell(Bin() + " train --data x.tsv --bottom-mlp 64,zero", &out), 2);
   EXPECT_NE(out.find("--bottom-mlp"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " train --data x.tsv --dense-precision fp16", &out), 2);
+  EXPECT_NE(out.find("--dense-precision: 'fp16' is not one of auto, fp32, bf16"), std::string::npos)
+      << out;
   out.clear();
   EXPECT_EQ(RunShell(Bin() + " frobnicate", &out), 2);
   // Server limits that cannot work are refused before serving.
