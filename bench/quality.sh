@@ -14,10 +14,13 @@
 #                    [--hash-buckets 1000000] [--seed 1] [--threads 1]
 #                    [--train-fraction 0.9] [--data criteo_sample.tsv]
 #                    [--synth-examples 4400000] [--synth-seed 7] [--synth-threads 2]
+#                    [--precision fp32]
 #
 # Environment variables of the same names work too (BATCH_SIZE, LR, OPTIMIZER,
 # HASH_BUCKETS, SEED, THREADS, TRAIN_FRACTION, DATA, SYNTH_EXAMPLES, SYNTH_SEED,
-# SYNTH_THREADS). --synth-examples 0 skips check 2.
+# SYNTH_THREADS, PRECISION). --synth-examples 0 skips check 2. --precision is
+# the MLP GEMMs' (fp32, bf16 or auto): ours gets it as --dense-precision, and
+# the peer runs under torch.autocast(bfloat16) whenever ours resolves to bf16.
 #
 # Default lr 0.02 (also the trainer's default): with one pass over the sample, the
 # PyTorch peer's eval AUC at lr 0.05 swung 0.713-0.752 over seeds 1-3, while
@@ -44,6 +47,7 @@ DATA="${DATA:-$ROOT/../shared/data/criteo/criteo_sample.tsv}"
 SYNTH_EXAMPLES="${SYNTH_EXAMPLES:-4400000}"
 SYNTH_SEED="${SYNTH_SEED:-7}"
 SYNTH_THREADS="${SYNTH_THREADS:-2}"
+PRECISION="${PRECISION:-fp32}"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [[ $# -gt 0 ]]; do
@@ -59,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     --synth-examples) SYNTH_EXAMPLES="$2"; shift 2 ;;
     --synth-seed) SYNTH_SEED="$2"; shift 2 ;;
     --synth-threads) SYNTH_THREADS="$2"; shift 2 ;;
+    --precision) PRECISION="$2"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
@@ -76,20 +81,28 @@ OUT="$BENCH_TMP/quality"
 
 hp_args=(--batch-size "$BATCH_SIZE" --lr "$LR" --optimizer "$OPTIMIZER"
   --hash-buckets "$HASH_BUCKETS" --seed "$SEED" --preload)
+torch_precision=()
+case "$PRECISION" in
+  fp32) ;;
+  bf16) torch_precision=(--bf16) ;;
+  auto) ! grep -qw avx512_bf16 /proc/cpuinfo || torch_precision=(--bf16) ;;
+  *) die "--precision: '$PRECISION' is not one of fp32, bf16, auto" ;;
+esac
 echo "quality benchmark: one pass, batch=$BATCH_SIZE lr=$LR optimizer=$OPTIMIZER" \
-  "hash_buckets=$HASH_BUCKETS seed=$SEED threads=$THREADS train_fraction=$TRAIN_FRACTION"
+  "hash_buckets=$HASH_BUCKETS seed=$SEED threads=$THREADS train_fraction=$TRAIN_FRACTION" \
+  "precision=$PRECISION"
 
 # run_ours TRAIN EVAL THREADS JSON / run_torch TRAIN EVAL THREADS JSON
 run_ours() {
   local log="${4%.json}.log"
   "$SHADOWSYNC" train --data "$1" --eval-data "$2" --threads "$3" "${hp_args[@]}" \
-    --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
+    --dense-precision "$PRECISION" --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
   need_file "$4" "shadowsync report"
 }
 run_torch() {
   local log="${4%.json}.log"
   "$PY" "$TORCH_PEER" --data "$1" --eval-data "$2" --threads "$3" "${hp_args[@]}" \
-    --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
+    "${torch_precision[@]}" --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
   need_file "$4" "torch peer report"
 }
 

@@ -6,6 +6,11 @@
 # REPEATS times and the best examples/s counts (the run least disturbed by
 # other processes), for both programs alike.
 #
+# Both programs run at both precisions: fp32 (the headline ratio), and bf16
+# MLP GEMMs (`--dense-precision bf16` against the peer's `--bf16`, i.e.
+# torch.autocast; fp32 weights and optimizer in both). bf16 runs only where
+# the CPU has AVX512-BF16 (elsewhere both would emulate it).
+#
 #   bench/trainer.sh [--batch-size 512] [--lr 0.02] [--optimizer adagrad]
 #                    [--hash-buckets 1000000] [--examples 200000] [--eval-examples 20000]
 #                    [--seed 1] [--repeats 3] [--data TRAIN.tsv [--eval-data EVAL.tsv]]
@@ -18,9 +23,13 @@
 # The last line is machine-readable:
 #   RESULT name=trainer ours_eps=.. torch_eps=.. ratio=.. roofline_fraction=..
 #          ratio_ceiling=.. ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
+#          [ours_bf16_eps=.. torch_bf16_eps=.. ratio_bf16=.. ratio_bf16_2t=..
+#           ours_bf16_speedup=.. roofline_fraction_bf16=..]
 # ratio = ours/torch examples/s; roofline_fraction = ours 1-thread examples/s x
 # flops_per_example / single-core sgemm peak (`shadowsync bench gemm`);
 # ratio_ceiling = the 1-thread ratio of a trainer whose whole step ran at that peak.
+# ours_bf16_speedup = ours bf16 / ours fp32 at 1 thread; roofline_fraction_bf16
+# is ours bf16 against the same fp32 sgemm peak (bf16 doubles the peak).
 # The table's "cores" column is each program's CPU time over its training loop
 # divided by the loop's wall time (a WARNING line flags a run above its thread
 # count); "others" is how many cores other processes kept busy during the best
@@ -99,21 +108,36 @@ gemm_out=$("$SHADOWSYNC" bench gemm)
 gflops=$(calc "$(json_from_output "$gemm_out" sgemm_gflops_1core)" .2f)
 echo "  sgemm peak (1 core): $gflops GFLOP/s"
 
+# The CPU's bf16 support, as shadowsync itself resolves --dense-precision auto.
+programs=(ours torch)
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+  programs+=(ours_bf16 torch_bf16)
+else
+  echo "  no AVX512-BF16 on this CPU: fp32 only"
+fi
+
 # run_one WHO THREADS REP: one training run, its JSON report at $OUT/WHO_tTHREADS_rREP.json
 run_one() {
   local who=$1 t=$2 rep=$3 json log
   json="$OUT/${who}_t${t}_r${rep}.json"
   log="$OUT/${who}_t${t}_r${rep}.log"
   rm -f "$json"
-  if [[ "$who" == ours ]]; then
-    run_measured "${json%.json}.others" "$SHADOWSYNC" train "${common_args[@]}" --threads "$t" \
-      --report-json "$json" >"$log" 2>&1 ||
-      { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
-  else
-    run_measured "${json%.json}.others" "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" \
-      --report-json "$json" >"$log" 2>&1 ||
-      { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
-  fi
+  case "$who" in
+    ours | ours_bf16)
+      local precision=fp32
+      [[ "$who" == ours ]] || precision=bf16
+      run_measured "${json%.json}.others" "$SHADOWSYNC" train "${common_args[@]}" --threads "$t" \
+        --dense-precision "$precision" --report-json "$json" >"$log" 2>&1 ||
+        { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
+      ;;
+    *)
+      local bf16=()
+      [[ "$who" == torch ]] || bf16=(--bf16)
+      run_measured "${json%.json}.others" "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" \
+        "${bf16[@]}" --report-json "$json" >"$log" 2>&1 ||
+        { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
+      ;;
+  esac
   need_file "$json" "$who report"
 }
 
@@ -140,7 +164,7 @@ EOF
 # Interleave the programs so slow drifts in machine load hit both alike.
 for t in 1 2; do
   for ((rep = 0; rep < REPEATS; rep++)); do
-    for who in ours torch; do
+    for who in "${programs[@]}"; do
       note "run $who threads=$t repeat $((rep + 1))/$REPEATS"
       run_one "$who" "$t" "$rep"
     done
@@ -150,14 +174,14 @@ done
 # "cores": the program's own CPU seconds per second of its training loop, which
 # shows that a 1-thread run used one core. "others": cores other processes kept
 # busy during the best run (see run_measured).
-row='%-6s %7s %12s %-22s %9s %9s %9s %9s %6s %7s\n'
+row='%-10s %7s %12s %-22s %9s %9s %9s %9s %6s %7s\n'
 # shellcheck disable=SC2059  # the format is a variable on purpose
 printf "\n$row" program threads "ex/s(best)" "ex/s(all runs)" train_ne eval_ne eval_auc examples \
   cores others
 declare -A eps flops
 disturbed=0
 for t in 1 2; do
-  for who in ours torch; do
+  for who in "${programs[@]}"; do
     line=$(best "$who" "$t")
     read -r e all tne ene eauc n others fpe cores <<<"$line"
     eps[$who$t]=$e
@@ -187,7 +211,19 @@ echo
 echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t"
 echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, sgemm peak $gflops GFLOP/s)"
 echo "fp32 ceiling of the 1-thread ratio (whole step at the sgemm peak): $ceiling"
+bf16_keys=""
+if [[ -n "${eps[ours_bf161]:-}" ]]; then
+  ratio_bf16=$(calc "${eps[ours_bf161]} / ${eps[torch_bf161]}" .3f)
+  ratio_bf16_2t=$(calc "${eps[ours_bf162]} / ${eps[torch_bf162]}" .3f)
+  speedup=$(calc "${eps[ours_bf161]} / ${eps[ours1]}" .3f)
+  roofline_bf16=$(calc "${eps[ours_bf161]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
+  echo "bf16 GEMMs: ours/torch at 1 thread: $ratio_bf16   at 2 threads: $ratio_bf16_2t"
+  echo "ours bf16 over ours fp32 (1 thread): $speedup; its fraction of the fp32 sgemm peak: $roofline_bf16"
+  bf16_keys="ours_bf16_eps=$(calc "${eps[ours_bf161]}" .1f) torch_bf16_eps=$(calc "${eps[torch_bf161]}" .1f)"
+  bf16_keys+=" ratio_bf16=$ratio_bf16 ratio_bf16_2t=$ratio_bf16_2t ours_bf16_speedup=$speedup"
+  bf16_keys+=" roofline_fraction_bf16=$roofline_bf16"
+fi
 echo "reports and logs: $OUT"
 echo "RESULT name=trainer ours_eps=$(calc "${eps[ours1]}" .1f) torch_eps=$(calc "${eps[torch1]}" .1f)" \
   "ratio=$ratio roofline_fraction=$roofline ratio_ceiling=$ceiling ours_eps_2t=$(calc "${eps[ours2]}" .1f)" \
-  "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t"
+  "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t${bf16_keys:+ $bf16_keys}"

@@ -55,6 +55,9 @@ def parse_args(argv):
                         "DLRM reference + sparse torch.optim; 'manual' = index_select + hand-written "
                         "coalesced sparse update. All three compute the same thing.")
     p.add_argument("--eval-batch-size", type=int, default=16384)
+    p.add_argument("--bf16", action="store_true",
+                   help="MLPs under torch.autocast(cpu, bfloat16): bf16 GEMMs, fp32 weights and "
+                        "optimizer (shadowsync's --dense-precision bf16)")
     p.add_argument("--report-json", help="write the result JSON here")
     p.add_argument("--preload", action="store_true",
                    help="accepted for symmetry with `shadowsync train`; the peer always preloads")
@@ -250,12 +253,16 @@ class PairwiseDots(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, pairs):
-        ctx.save_for_backward(z, pairs)
-        return torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, pairs)
+        # fp32 even under --bf16, as in shadowsync, whose bf16 covers the MLP GEMMs only.
+        with torch.autocast("cpu", enabled=False):
+            z = z.float()
+            ctx.save_for_backward(z, pairs)
+            return torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, pairs)
 
     @staticmethod
     def backward(ctx, grad):
         z, pairs = ctx.saved_tensors
+        grad = grad.float()
         b, n, _ = z.shape
         g = torch.zeros(b, n * n, dtype=grad.dtype).index_copy_(1, pairs, grad).view(b, n, n)
         return torch.bmm(g + g.transpose(1, 2), z), None
@@ -454,10 +461,10 @@ def to_batches(labels, dense, rows, bs, impl, buckets):
 def evaluate(model, labels, dense, rows, args):
     model.eval()
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
         for x, i, _ in to_batches(labels, dense, rows, args.eval_batch_size, model.impl,
                                   model.buckets):
-            out.append(torch.sigmoid(model(x, i)))
+            out.append(torch.sigmoid(model(x, i).float()))
     model.train()
     probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
     return {"eval_ne": normalized_entropy(probs, labels), "eval_auc": auc(probs, labels),
@@ -465,8 +472,9 @@ def evaluate(model, labels, dense, rows, args):
             "eval_examples": len(labels)}
 
 
-def train_step(model, opts, manual, x, i, y):
-    logits = model(x, i)
+def train_step(model, opts, manual, x, i, y, bf16=False):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(x, i).float()
     loss = F.binary_cross_entropy_with_logits(logits, y)
     for o in opts:
         o.zero_grad(set_to_none=True)
@@ -514,7 +522,7 @@ def main(args):
     cpu_start = time.process_time()
     pos = 0
     for x, i, y in batches:
-        logits = train_step(model, opts, manual, x, i, y)
+        logits = train_step(model, opts, manual, x, i, y, args.bf16)
         b = y.shape[0]
         train_logits[pos:pos + b].copy_(logits.detach())  # progressive: made before the update
         pos += b
@@ -535,7 +543,8 @@ def main(args):
     if ev is not None:
         report.update(evaluate(model, ev[0], ev[1], ev_rows, args))
     report.update({"peer": "torch", "torch_version": torch.__version__, "optimizer": args.optimizer,
-                   "lr": args.lr, "hash_buckets": args.hash_buckets, "emb_impl": args.emb_impl})
+                   "lr": args.lr, "hash_buckets": args.hash_buckets, "emb_impl": args.emb_impl,
+                   "dense_precision": "bf16" if args.bf16 else "fp32"})
 
     if args.profile > 0:
         profile(model, opts, manual, batches, args.profile)
