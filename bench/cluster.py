@@ -34,7 +34,8 @@ def _wait_ready(path, proc, what, timeout=60):
 
 
 def write_job(path, *, algorithm, trainers, threads, batch_size, lr, ps, syncers,
-              hash_buckets, interval=10, min_interval_ms=0, extra_sync=None):
+              hash_buckets, interval=10, min_interval_ms=0, extra_sync=None,
+              dense_precision=None):
     """A ShadowSyncJob in JSON (a YAML subset), DLRM-small by default."""
     sync = {"algorithm": algorithm, "interval": interval, "minIntervalMs": min_interval_ms}
     sync.update(extra_sync or {})
@@ -52,6 +53,8 @@ def write_job(path, *, algorithm, trainers, threads, batch_size, lr, ps, syncers
             "sync": sync,
         },
     }
+    if dense_precision:
+        job["spec"]["trainer"]["densePrecision"] = dense_precision
     with open(path, "w") as f:
         json.dump(job, f, indent=2)
 

@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--duty-cycle", type=float, default=0.03,
                     help="shadow-*: share of wall time in sync rounds (sync.dutyCycle)")
     ap.add_argument("--only", default="", help="comma-separated labels to run")
+    ap.add_argument("--dense-precision", default="fp32",
+                    help="the trainers' MLP GEMMs (spec.trainer.densePrecision): fp32, bf16, auto")
     args = ap.parse_args()
 
     chosen = [s for s in STRATEGIES if not args.only or s[0] in args.only.split(",") or s[0] == "none"]
@@ -47,7 +49,7 @@ def main():
     print(f"sync benchmark: {args.trainers} trainers x {args.threads} threads, batch "
           f"{args.batch_size}, 2 ps, 1 syncer, DLRM-small, {args.examples} examples per trainer "
           f"per run, {args.repeats} repeats (median), duty_cycle={args.duty_cycle}, "
-          f"{os.cpu_count()} cores")
+          f"dense_precision={args.dense_precision}, {os.cpu_count()} cores")
     print(f"{'run':<16}{'rep':>4}{'ex/s':>10}{'rounds':>8}{'round_ms':>10}{'gap':>8}"
           f"{'MB_sent':>9}{'blocked_s':>10}")
     for rep in range(args.repeats):
@@ -57,7 +59,8 @@ def main():
                 cluster.write_job(job, algorithm=algorithm, trainers=args.trainers,
                                   threads=args.threads, batch_size=args.batch_size, lr=0.02, ps=2,
                                   syncers=1, hash_buckets=1_000_000, interval=k,
-                                  extra_sync={"dutyCycle": args.duty_cycle})
+                                  extra_sync={"dutyCycle": args.duty_cycle},
+                                  dense_precision=args.dense_precision)
                 reports = c.run_workers(job, args.trainers, args.data,
                                         max_examples=args.examples, preload=True)
             total = sum(r["examples_per_second"] for r in reports)

@@ -6,7 +6,7 @@
 # examples per trainer after preloading its share. fg-* run at k = 1 and 10.
 #
 #   bench/run.sh sync [--examples N] [--repeats R] [--threads T]
-#                     [--duty-cycle D] [--only label,label]
+#                     [--duty-cycle D] [--only label,label] [--dense-precision fp32]
 #
 # Prints a table per run (examples/s summed over trainers, sync rounds, mean
 # round latency, sync gap in local steps, MB sent, seconds training threads

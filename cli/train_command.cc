@@ -41,7 +41,7 @@ struct TrainFlags {
   uint64_t seed = 1;
   int64_t max_examples = -1;
   int parse_threads = 1;
-  std::string dense_precision = "auto";
+  std::string dense_precision = "fp32";
   bool preload = false;
   double progress_interval = 2.0;
   std::string report_json;
@@ -268,7 +268,7 @@ Action AddEvalCommand(CLI::App& app) {
     std::vector<std::string> data;
     int threads = 2;
     int batch_size = 1024;
-    std::string dense_precision = "auto";
+    std::string dense_precision = "fp32";
   };
   auto flags = std::make_shared<EvalFlags>();
   CLI::App* cmd = app.add_subcommand("eval", "Score a saved model on held-out data.");

@@ -55,7 +55,7 @@ inline constexpr int kMaxSlots = 1 << 20;
 enum class DataFormat { kCriteoTsv, kSynthetic };
 enum class Optimizer { kSgd, kAdagrad };
 // The trainers' MLP GEMM arithmetic (model::DensePrecision); auto = bf16 on
-// CPUs with AVX512-BF16, else fp32.
+// CPUs with AVX512-BF16, else fp32. fp32 by default: the same numbers on every CPU.
 enum class GemmPrecision { kAuto, kFp32, kBf16 };
 
 // To add an algorithm: 1) the enumerator, 2) its name in EnumTraits below
@@ -233,7 +233,7 @@ struct TrainerSpec {
   double learning_rate = 0.02;                // "learningRate". Dense optimizer step size.
   Optimizer optimizer = Optimizer::kAdagrad;  // Dense optimizer.
   // "densePrecision". Of the MLP GEMMs; weights and optimizer stay fp32.
-  GemmPrecision dense_precision = GemmPrecision::kAuto;
+  GemmPrecision dense_precision = GemmPrecision::kFp32;
   std::optional<StragglerSpec> straggler;  // Absent: no injected slowness.
   nlohmann::json pod_template;             // "template". Opaque pod template; null = none.
   bool operator==(const TrainerSpec&) const = default;
