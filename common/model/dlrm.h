@@ -46,8 +46,8 @@ absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config);
 
 // The arithmetic of the MLP layers' GEMMs. Parameters, activations, gradients
 // and the optimizer stay fp32 either way; kBf16 rounds each GEMM's inputs to
-// bf16 (mixed precision, as CPU DLRM training on Xeons does), which about
-// doubles GEMM throughput on CPUs with AVX512-BF16.
+// bf16 (mixed precision), which about doubles GEMM throughput on CPUs with
+// AVX512-BF16 (docs/decisions.md).
 enum class DensePrecision { kFp32, kBf16 };
 
 // "fp32", "bf16", or "auto": bf16 where the CPU has native bf16 dot products
