@@ -77,6 +77,9 @@ EOF
 # count_lines FILE: lines, counting a last line without '\n'.
 count_lines() { awk 'END { print NR }' "$1"; }
 
+# Whether the CPU has AVX512-BF16: what `--dense-precision auto` resolves to bf16 on.
+cpu_has_bf16() { grep -qw avx512_bf16 /proc/cpuinfo; }
+
 # split_file IN TRAIN_FRACTION TRAIN_OUT EVAL_OUT: the first floor(n*F) lines
 # to TRAIN_OUT, the rest to EVAL_OUT (as the peer's --train-fraction does).
 split_file() {

@@ -85,7 +85,7 @@ torch_precision=()
 case "$PRECISION" in
   fp32) ;;
   bf16) torch_precision=(--bf16) ;;
-  auto) ! grep -qw avx512_bf16 /proc/cpuinfo || torch_precision=(--bf16) ;;
+  auto) ! cpu_has_bf16 || torch_precision=(--bf16) ;;
   *) die "--precision: '$PRECISION' is not one of fp32, bf16, auto" ;;
 esac
 echo "quality benchmark: one pass, batch=$BATCH_SIZE lr=$LR optimizer=$OPTIMIZER" \

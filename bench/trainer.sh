@@ -108,9 +108,8 @@ gemm_out=$("$SHADOWSYNC" bench gemm)
 gflops=$(calc "$(json_from_output "$gemm_out" sgemm_gflops_1core)" .2f)
 echo "  sgemm peak (1 core): $gflops GFLOP/s"
 
-# The CPU's bf16 support, as shadowsync itself resolves --dense-precision auto.
 programs=(ours torch)
-if grep -qw avx512_bf16 /proc/cpuinfo; then
+if cpu_has_bf16; then
   programs+=(ours_bf16 torch_bf16)
 else
   echo "  no AVX512-BF16 on this CPU: fp32 only"
