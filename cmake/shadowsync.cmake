@@ -3,8 +3,11 @@
 
 # Warnings and ISA flags, linked PRIVATE by every target we own.
 add_library(shadowsync_build_flags INTERFACE)
+# -fno-math-errno: no caller reads errno after sqrt, and without it GCC keeps
+# sqrt scalar (with an errno branch), which left the optimizer's update loops
+# unvectorised. Results are unchanged: sqrt is correctly rounded either way.
 target_compile_options(shadowsync_build_flags INTERFACE
-  -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+  -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -fno-math-errno
   $<$<BOOL:${SHADOWSYNC_MARCH}>:-march=${SHADOWSYNC_MARCH}>)
 # cpprestsdk's macro U breaks GoogleTest and absl; turn it off everywhere.
 target_compile_definitions(shadowsync_build_flags INTERFACE _TURN_OFF_PLATFORM_STRING)

@@ -5,6 +5,7 @@
 #ifndef SHADOWSYNC_COMMON_MODEL_OPTIMIZER_H_
 #define SHADOWSYNC_COMMON_MODEL_OPTIMIZER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <span>
@@ -32,34 +33,50 @@ constexpr int StateFloatsPerParam(OptimizerKind kind) {
 }
 
 namespace optimizer_internal {
-// kShared: other threads access the same values, so every access is a
-// relaxed atomic (Hogwild). Otherwise plain accesses, which vectorise.
-template <bool kShared>
-inline float Load(const float& x) {
-  if constexpr (kShared) return std::atomic_ref<const float>(x).load(std::memory_order_relaxed);
-  return x;
-}
-template <bool kShared>
-inline void Store(float& x, float v) {
-  if constexpr (kShared) {
-    std::atomic_ref<float>(x).store(v, std::memory_order_relaxed);
-  } else {
-    x = v;
-  }
-}
-template <bool kShared>
-inline void ApplyUpdate(const OptimizerConfig& config, float* params, float* state,
-                        const float* grad, long n) {
+// The update of n values that no other thread touches meanwhile; vectorises.
+inline void ApplyUpdatePlain(const OptimizerConfig& config, float* params, float* state,
+                             const float* grad, long n) {
   const float lr = config.learning_rate;
   if (config.kind == OptimizerKind::kSgd) {
-    for (long i = 0; i < n; ++i) Store<kShared>(params[i], Load<kShared>(params[i]) - lr * grad[i]);
+    for (long i = 0; i < n; ++i) params[i] -= lr * grad[i];
     return;
   }
   for (long i = 0; i < n; ++i) {
     const float g = grad[i];
-    const float a = Load<kShared>(state[i]) + g * g;
-    Store<kShared>(state[i], a);
-    Store<kShared>(params[i], Load<kShared>(params[i]) - lr * g / (std::sqrt(a) + config.epsilon));
+    state[i] += g * g;
+    params[i] -= lr * g / (std::sqrt(state[i]) + config.epsilon);
+  }
+}
+
+// Values other threads update too. Each chunk is read with relaxed atomic
+// loads into a private buffer, updated there with the vectorised arithmetic,
+// and written back with relaxed atomic stores: the same per-value race as a
+// scalar loop (a concurrent update between the load and the store is lost),
+// at the cost of the copies rather than of scalar sqrt and division.
+inline void ApplyUpdateShared(const OptimizerConfig& config, float* params, float* state,
+                              const float* grad, long n) {
+  constexpr long kChunk = 256;
+  const bool adagrad = config.kind == OptimizerKind::kAdagrad;
+  alignas(64) float p[kChunk], s[kChunk];
+  for (long begin = 0; begin < n; begin += kChunk) {
+    const long m = std::min(kChunk, n - begin);
+    for (long i = 0; i < m; ++i) {
+      p[i] = std::atomic_ref<const float>(params[begin + i]).load(std::memory_order_relaxed);
+    }
+    if (adagrad) {
+      for (long i = 0; i < m; ++i) {
+        s[i] = std::atomic_ref<const float>(state[begin + i]).load(std::memory_order_relaxed);
+      }
+    }
+    ApplyUpdatePlain(config, p, s, grad + begin, m);
+    if (adagrad) {
+      for (long i = 0; i < m; ++i) {
+        std::atomic_ref<float>(state[begin + i]).store(s[i], std::memory_order_relaxed);
+      }
+    }
+    for (long i = 0; i < m; ++i) {
+      std::atomic_ref<float>(params[begin + i]).store(p[i], std::memory_order_relaxed);
+    }
   }
 }
 }  // namespace optimizer_internal
@@ -70,13 +87,13 @@ inline void ApplyUpdate(const OptimizerConfig& config, float* params, float* sta
 // undefined behaviour are not).
 inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, float* state,
                                const float* grad, long n) {
-  optimizer_internal::ApplyUpdate<true>(config, params, state, grad, n);
+  optimizer_internal::ApplyUpdateShared(config, params, state, grad, n);
 }
 
 // The same update for values no other thread touches meanwhile.
 inline void ApplyUpdateExclusive(const OptimizerConfig& config, float* params, float* state,
                                  const float* grad, long n) {
-  optimizer_internal::ApplyUpdate<false>(config, params, state, grad, n);
+  optimizer_internal::ApplyUpdatePlain(config, params, state, grad, n);
 }
 
 // Copies n floats with relaxed atomic loads, for a consistent-enough private

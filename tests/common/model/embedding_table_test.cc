@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,6 +145,37 @@ TEST(OptimizerTest, ExclusiveAndRelaxedUpdatesAgreeBitForBit) {
     EXPECT_EQ(p1, p2);
     EXPECT_EQ(s1, s2);
     EXPECT_FLOAT_EQ(p1[0], kind == OptimizerKind::kSgd ? 1 - 0.1f * 0.5f : 1 - 0.1f * 0.5f / 0.5f);
+  }
+}
+
+// The relaxed update works through a private buffer chunk by chunk; every
+// value, the last of a partial chunk included, must get the scalar formula.
+TEST(OptimizerTest, RelaxedUpdateMatchesTheFormulaAcrossChunkBoundaries) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1, 1);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+    const OptimizerConfig config{kind, 0.05f};
+    for (long n : {1L, 255L, 256L, 257L, 1000L}) {
+      std::vector<float> params(n), state(n), grad(n);
+      for (long i = 0; i < n; ++i) {
+        params[i] = value(rng);
+        state[i] = std::abs(value(rng));
+        grad[i] = value(rng);
+      }
+      std::vector<float> p = params, s = state;
+      ApplyUpdateRelaxed(config, p.data(), s.data(), grad.data(), n);
+      for (long i = 0; i < n; ++i) {
+        float want_s = state[i], want_p = params[i];
+        if (kind == OptimizerKind::kSgd) {
+          want_p -= config.learning_rate * grad[i];
+        } else {
+          want_s += grad[i] * grad[i];
+          want_p -= config.learning_rate * grad[i] / (std::sqrt(want_s) + config.epsilon);
+        }
+        ASSERT_EQ(p[i], want_p) << OptimizerName(kind) << " n=" << n << " i=" << i;
+        ASSERT_EQ(s[i], want_s) << OptimizerName(kind) << " n=" << n << " i=" << i;
+      }
+    }
   }
 }
 
