@@ -32,10 +32,10 @@ constexpr int StateFloatsPerParam(OptimizerKind kind) {
   return kind == OptimizerKind::kAdagrad ? 1 : 0;
 }
 
-namespace optimizer_internal {
-// The update of n values that no other thread touches meanwhile; vectorises.
-inline void ApplyUpdatePlain(const OptimizerConfig& config, float* params, float* state,
-                             const float* grad, long n) {
+// Applies one update to `n` parameters no other thread touches meanwhile.
+// `state` has n * StateFloatsPerParam floats. Vectorises.
+inline void ApplyUpdateExclusive(const OptimizerConfig& config, float* params, float* state,
+                                 const float* grad, long n) {
   const float lr = config.learning_rate;
   if (config.kind == OptimizerKind::kSgd) {
     for (long i = 0; i < n; ++i) params[i] -= lr * grad[i];
@@ -48,13 +48,13 @@ inline void ApplyUpdatePlain(const OptimizerConfig& config, float* params, float
   }
 }
 
-// Values other threads update too. Each chunk is read with relaxed atomic
-// loads into a private buffer, updated there with the vectorised arithmetic,
-// and written back with relaxed atomic stores: the same per-value race as a
-// scalar loop (a concurrent update between the load and the store is lost),
-// at the cost of the copies rather than of scalar sqrt and division.
-inline void ApplyUpdateShared(const OptimizerConfig& config, float* params, float* state,
-                              const float* grad, long n) {
+// The same update of values other Hogwild threads update too. Every access to
+// them is a relaxed atomic load or store: lost updates are accepted, torn
+// floats and undefined behaviour are not. Each chunk is loaded into a private
+// buffer, updated there by the vectorised loop above and stored back: the
+// same per-value race as a scalar loop, without its scalar sqrt and division.
+inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, float* state,
+                               const float* grad, long n) {
   constexpr long kChunk = 256;
   const bool adagrad = config.kind == OptimizerKind::kAdagrad;
   alignas(64) float p[kChunk], s[kChunk];
@@ -68,7 +68,7 @@ inline void ApplyUpdateShared(const OptimizerConfig& config, float* params, floa
         s[i] = std::atomic_ref<const float>(state[begin + i]).load(std::memory_order_relaxed);
       }
     }
-    ApplyUpdatePlain(config, p, s, grad + begin, m);
+    ApplyUpdateExclusive(config, p, s, grad + begin, m);
     if (adagrad) {
       for (long i = 0; i < m; ++i) {
         std::atomic_ref<float>(state[begin + i]).store(s[i], std::memory_order_relaxed);
@@ -78,22 +78,6 @@ inline void ApplyUpdateShared(const OptimizerConfig& config, float* params, floa
       std::atomic_ref<float>(params[begin + i]).store(p[i], std::memory_order_relaxed);
     }
   }
-}
-}  // namespace optimizer_internal
-
-// Applies one update to `n` parameters. `state` has n * StateFloatsPerParam
-// floats. Every access is a relaxed atomic load or store: Hogwild threads race
-// on the same values by design (lost updates are accepted, torn floats and
-// undefined behaviour are not).
-inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, float* state,
-                               const float* grad, long n) {
-  optimizer_internal::ApplyUpdateShared(config, params, state, grad, n);
-}
-
-// The same update for values no other thread touches meanwhile.
-inline void ApplyUpdateExclusive(const OptimizerConfig& config, float* params, float* state,
-                                 const float* grad, long n) {
-  optimizer_internal::ApplyUpdatePlain(config, params, state, grad, n);
 }
 
 // Copies n floats with relaxed atomic loads, for a consistent-enough private
