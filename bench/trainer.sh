@@ -15,10 +15,11 @@
 #                    [--hash-buckets 1000000] [--examples 400000] [--eval-examples 20000]
 #                    [--seed 1] [--repeats 3] [--data TRAIN.tsv [--eval-data EVAL.tsv]]
 #
-# 400k examples by default: in a 100k-example pass at batch 512 a thread takes
-# only ~100 steps, and 2 Hogwild threads (or, for some seeds, the peer) can end
-# that short run near the base rate; by 400k both recover (bench/results/trainer.txt).
-# The table's eval NE is checked: a WARNING names a run more than 2% off.
+# 400k examples by default: in a 100k-example pass at batch 512 each of 2
+# Hogwild threads takes only ~100 steps, and such runs can end near the base
+# rate; over 400k they end within 1% of 1 thread (docs/decisions.md). Some
+# seeds stall the peer too (batch 256, seed 1). So the table's eval NE is
+# checked: a WARNING names a run more than 2% off.
 #
 # Every flag also has an environment variable (BATCH_SIZE, LR, OPTIMIZER,
 # HASH_BUCKETS, EXAMPLES, EVAL_EXAMPLES, SEED, REPEATS, DATA, EVAL_DATA).
