@@ -32,6 +32,14 @@ constexpr int StateFloatsPerParam(OptimizerKind kind) {
   return kind == OptimizerKind::kAdagrad ? 1 : 0;
 }
 
+// Copies n floats with relaxed atomic loads, for a consistent-enough private
+// snapshot of values other threads are updating.
+inline void CopyRelaxed(const float* src, float* dst, long n) {
+  for (long i = 0; i < n; ++i) {
+    dst[i] = std::atomic_ref<const float>(src[i]).load(std::memory_order_relaxed);
+  }
+}
+
 // Applies one update to `n` parameters no other thread touches meanwhile.
 // `state` has n * StateFloatsPerParam floats. Vectorises.
 inline void ApplyUpdateExclusive(const OptimizerConfig& config, float* params, float* state,
@@ -60,14 +68,8 @@ inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, flo
   alignas(64) float p[kChunk], s[kChunk];
   for (long begin = 0; begin < n; begin += kChunk) {
     const long m = std::min(kChunk, n - begin);
-    for (long i = 0; i < m; ++i) {
-      p[i] = std::atomic_ref<const float>(params[begin + i]).load(std::memory_order_relaxed);
-    }
-    if (adagrad) {
-      for (long i = 0; i < m; ++i) {
-        s[i] = std::atomic_ref<const float>(state[begin + i]).load(std::memory_order_relaxed);
-      }
-    }
+    CopyRelaxed(params + begin, p, m);
+    if (adagrad) CopyRelaxed(state + begin, s, m);
     ApplyUpdateExclusive(config, p, s, grad + begin, m);
     if (adagrad) {
       for (long i = 0; i < m; ++i) {
@@ -77,14 +79,6 @@ inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, flo
     for (long i = 0; i < m; ++i) {
       std::atomic_ref<float>(params[begin + i]).store(p[i], std::memory_order_relaxed);
     }
-  }
-}
-
-// Copies n floats with relaxed atomic loads, for a consistent-enough private
-// snapshot of values other threads are updating.
-inline void CopyRelaxed(const float* src, float* dst, long n) {
-  for (long i = 0; i < n; ++i) {
-    dst[i] = std::atomic_ref<const float>(src[i]).load(std::memory_order_relaxed);
   }
 }
 
