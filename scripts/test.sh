@@ -29,18 +29,19 @@ ctest --preset release
 
 if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
   # ThreadSanitizer over the suites whose threads share memory on purpose:
-  # Hogwild training, the in-process embedding store, the parallel reader,
-  # our mutex, the parameter server's row store (lookups, pushes and its
-  # checkpoint thread), the syncer's rounds and SSP clocks, and the sync
-  # strategies (shadow threads beside Hogwild threads, barriers, ps-plus's
-  # asynchronous pulls and pushes, sync-switch's exchanger thread). Only their targets are built,
-  # which keeps the tsan stage to a few minutes on 2 cores.
+  # Hogwild training, the gate to a lone training thread's replica, the
+  # in-process embedding store, the parallel reader, our mutex, the
+  # parameter server's row store (lookups, pushes and its checkpoint
+  # thread), the syncer's rounds and SSP clocks, and the sync strategies
+  # (shadow threads beside Hogwild threads, barriers, ps-plus's asynchronous
+  # pulls and pushes, sync-switch's exchanger thread). Only their targets
+  # are built, which keeps the tsan stage to a few minutes on 2 cores.
   echo "== tsan build and concurrency tests"
-  tsan_targets=(mutex_test embedding_table_test criteo_reader_test trainer_test row_store_test
-    syncer_test sync_strategy_test ssp_clock_test staleness_strategies_test ds_sync_test
+  tsan_targets=(mutex_test embedding_table_test criteo_reader_test trainer_test replica_gate_test
+    row_store_test syncer_test sync_strategy_test ssp_clock_test staleness_strategies_test ds_sync_test
     sync_switch_test)
   scripts/build.sh tsan --target "${tsan_targets[@]}"
-  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest)\.'
+  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest)\.'
 
   # ASan + UBSan (clang-14, the `asan` preset) over the suites that parse
   # untrusted input or own memory by hand: the job spec, the Criteo reader,

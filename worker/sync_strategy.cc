@@ -180,8 +180,6 @@ class ShadowStrategy final : public SyncStrategy {
     return error_;
   }
 
-  bool WritesConcurrently() const override { return true; }
-
  private:
   void Loop() {
     const size_t n = replica_.params.size();
@@ -193,7 +191,9 @@ class ShadowStrategy final : public SyncStrategy {
       }
       const Clock::time_point start = Clock::now();
       const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
-      model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+      absl::Duration idle = AccessReplica([&] {
+        model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
+      });
       absl::Duration waited;
       absl::Status s = body_.Run(snapshot, target, &waited);
       if (!s.ok() && Transient(s)) {
@@ -215,17 +215,18 @@ class ShadowStrategy final : public SyncStrategy {
       }
       if (config_.apply_mode == SyncApplyMode::kDelta) {
         for (size_t i = 0; i < n; ++i) target[i] -= snapshot[i];
-        AddRelaxed(replica_.params, target);
+        idle += AccessReplica([&] { AddRelaxed(replica_.params, target); });
       } else {
-        StoreRelaxed(replica_.params, target);
+        idle += AccessReplica([&] { StoreRelaxed(replica_.params, target); });
       }
       const absl::Duration latency = Since(start);
       RecordRound(latency, client_->bytes_sent() - sent, client_->bytes_received() - received);
       // Rounds cost CPU here, on the syncer and on the other trainers: on a
       // machine without spare cores, back-to-back rounds would slow training.
-      // An all-reduce's latency also counts the wait for the last member,
-      // which costs nothing; pausing for it would drive the members apart.
-      const absl::Duration cost = std::max(absl::ZeroDuration(), latency - waited);
+      // An all-reduce's latency also counts the wait for the last member, and
+      // the round's waits for a step to end, which cost nothing; pausing for
+      // them would drive the members apart.
+      const absl::Duration cost = std::max(absl::ZeroDuration(), latency - waited - idle);
       const absl::Duration pause =
           std::max(config_.min_interval, cost * ((1 - config_.duty_cycle) / config_.duty_cycle));
       if (pause > absl::ZeroDuration()) {
@@ -609,9 +610,20 @@ absl::Status SyncStrategy::Start(const DenseReplica& replica) {
 }
 
 absl::Status SyncStrategy::ApplyGradient(int thread, std::span<const float> grad) {
-  model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
-                            grad.data(), static_cast<long>(grad.size()));
+  if (replica_.gate != nullptr && replica_.gate->serialised()) {
+    model::ApplyUpdateExclusive(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+                                grad.data(), static_cast<long>(grad.size()));
+  } else {
+    model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+                              grad.data(), static_cast<long>(grad.size()));
+  }
   return absl::OkStatus();
+}
+
+absl::Duration SyncStrategy::AccessReplica(absl::FunctionRef<void()> fn) {
+  if (replica_.gate != nullptr) return replica_.gate->Run(fn);
+  fn();
+  return absl::ZeroDuration();
 }
 
 absl::Status SyncStrategy::AfterStep(int thread) {

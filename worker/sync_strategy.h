@@ -29,11 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/model/optimizer.h"
 #include "nlohmann/json.hpp"
+#include "worker/replica_gate.h"
 #include "worker/sync_math.h"
 
 namespace prometheus {
@@ -53,9 +55,10 @@ struct SyncConfig {
   SyncAlgorithm algorithm = SyncAlgorithm::kNone;
   int interval = 10;  // fg-*: steps of each thread between two rounds (k).
   absl::Duration min_interval = absl::ZeroDuration();  // shadow-*: pause between rounds.
-  // shadow-*: share of wall time spent in rounds; after a round of latency L
-  // the shadow thread pauses max(min_interval, L * (1 - d) / d).
-  double duty_cycle = 0.03;
+  // shadow-*: share of wall time spent in rounds; after a round of latency L,
+  // W of it waiting for other trainers or a step's end, the shadow thread
+  // pauses max(min_interval, (L - W) * (1 - d) / d).
+  double duty_cycle = 0.02;
   // shadow-*: foreground averaging after each of the first warmup_steps
   // steps of every thread; a final averaging round at Finish.
   int64_t warmup_steps = 8;
@@ -104,6 +107,10 @@ struct DenseReplica {
   std::span<float> state;
   model::OptimizerConfig optimizer;
   int threads = 1;  // Hogwild threads that call the hooks, indices [0, threads).
+  // The trainer's (replica_gate.h): a strategy's own threads reach the
+  // replica through it, and a serialised gate's lone training thread writes
+  // with plain stores. Null: every thread accesses it with relaxed atomics.
+  ReplicaGate* gate = nullptr;
 };
 
 class SyncStrategy {
@@ -122,9 +129,6 @@ class SyncStrategy {
   // After every thread is done: stops background work and leaves the
   // syncer's rounds.
   virtual absl::Status Finish() { return absl::OkStatus(); }
-  // Whether the strategy writes the replica from a thread of its own while
-  // training threads run (then even a lone training thread must snapshot).
-  virtual bool WritesConcurrently() const { return false; }
   // What is particular to the algorithm, for progress files and reports
   // (e.g. sync-switch's current mode and switches, ps-plus's mean
   // staleness). A "mode" string, if present, is shown in the progress line.
@@ -145,6 +149,10 @@ class SyncStrategy {
   // Bookkeeping shared by every strategy.
   void RecordRound(absl::Duration latency, int64_t bytes_sent, int64_t bytes_received);
   void RecordBlocked(absl::Duration blocked);
+  // Runs `fn`, an access to the replica from a thread of the strategy's own,
+  // through the replica's gate (between two steps of a lone training thread).
+  // Returns the time spent waiting for that.
+  absl::Duration AccessReplica(absl::FunctionRef<void()> fn);
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
 
   const SyncConfig config_;

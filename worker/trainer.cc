@@ -167,7 +167,8 @@ Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConf
       options_(std::move(options)),
       store_(store),
       params_(model_.num_params()),
-      dense_state_(model_.num_params() * model::StateFloatsPerParam(options_.optimizer.kind)) {
+      dense_state_(model_.num_params() * model::StateFloatsPerParam(options_.optimizer.kind)),
+      gate_(/*serialised=*/options_.threads == 1) {
   model::UseSingleThreadedBlas();
   model_.InitParams(options_.seed, params_);
 }
@@ -246,8 +247,9 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
     grads.rows.push_back(ts.row_grads[t].values);
   }
   SyncStrategy* const sync = options_.sync;
-  if (options_.threads == 1 && (sync == nullptr || !sync->WritesConcurrently())) {
-    // Nothing races with a lone thread: no snapshot, and a vectorised update.
+  if (options_.threads == 1) {
+    // Nothing races with a lone thread (other threads wait for gate_): no
+    // snapshot, and a vectorised update.
     model_.Step(params_.data(), ts.batch, ts.ws.get(), ts.probs.data(), &grads);
     if (sync != nullptr) {
       SS_RETURN_IF_ERROR(sync->ApplyGradient(ts.index, ts.dense_grad));
@@ -317,7 +319,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
 
   if (options_.sync != nullptr) {
     SS_RETURN_IF_ERROR(options_.sync->Start(
-        DenseReplica{params_, dense_state_, options_.optimizer, options_.threads}));
+        DenseReplica{params_, dense_state_, options_.optimizer, options_.threads, &gate_}));
   }
   const int max_batch = options_.sync != nullptr ? options_.sync->MaxBatchSize(options_.batch_size)
                                                  : options_.batch_size;
@@ -350,6 +352,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
         prefetched = std::async(std::launch::async, [&] { return store_->Lookup(upcoming.rows); });
       }
       absl::Status step = TrainStep(batch, ts);
+      gate_.Serve();
       absl::Status lookup = !more                ? absl::OkStatus()
                             : prefetched.valid() ? prefetched.get()
                                                  : store_->Lookup(upcoming.rows);
@@ -372,7 +375,9 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   };
   auto body = [&](int index) -> absl::Status {
     ThreadState ts(index, model_, max_batch, model_.config().num_tables, options_.precision);
+    gate_.Open();
     absl::Status status = steps(ts);
+    gate_.Close();
     if (!status.ok()) stop = true;
     // Never leave the other threads waiting for this one at a sync barrier.
     if (options_.sync != nullptr) options_.sync->ThreadDone(index);
@@ -424,16 +429,20 @@ absl::StatusOr<QualityReport> Trainer::Evaluate(const std::vector<std::string>& 
 absl::StatusOr<QualityReport> Trainer::EvaluateSnapshot(const std::vector<std::string>& paths,
                                                         int64_t max_examples) const {
   std::vector<float> snapshot(params_.size());
-  model::CopyRelaxed(params_.data(), snapshot.data(), static_cast<long>(snapshot.size()));
+  gate_.Run([&] {
+    model::CopyRelaxed(params_.data(), snapshot.data(), static_cast<long>(snapshot.size()));
+  });
   return EvaluateParams(snapshot.data(), paths, max_examples, /*threads=*/1);
 }
 
 void Trainer::SnapshotDense(std::vector<float>* params, std::vector<float>* dense_state) const {
   params->resize(params_.size());
-  model::CopyRelaxed(params_.data(), params->data(), static_cast<long>(params_.size()));
   dense_state->resize(dense_state_.size());
-  model::CopyRelaxed(dense_state_.data(), dense_state->data(),
-                     static_cast<long>(dense_state_.size()));
+  gate_.Run([&] {
+    model::CopyRelaxed(params_.data(), params->data(), static_cast<long>(params_.size()));
+    model::CopyRelaxed(dense_state_.data(), dense_state->data(),
+                       static_cast<long>(dense_state_.size()));
+  });
 }
 
 absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,

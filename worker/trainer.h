@@ -25,6 +25,7 @@
 #include "common/model/embedding_table.h"
 #include "common/model/optimizer.h"
 #include "nlohmann/json.hpp"
+#include "worker/replica_gate.h"
 
 namespace shadowsync::worker {
 
@@ -115,8 +116,9 @@ class Trainer {
   std::vector<float>& params() { return params_; }
   std::vector<float>& dense_state() { return dense_state_; }
   // Copies the dense replica and its optimizer state into *params and
-  // *dense_state (resized). Reads with relaxed atomics like EvaluateSnapshot,
-  // so it may run while Train does (e.g. from on_progress, for checkpoints).
+  // *dense_state (resized). Like EvaluateSnapshot, it may run while Train
+  // does (e.g. from on_progress, for checkpoints): with one training thread
+  // it waits for the end of a step.
   void SnapshotDense(std::vector<float>* params, std::vector<float>* dense_state) const;
 
  private:
@@ -147,9 +149,12 @@ class Trainer {
   const std::vector<model::EmbeddingTableConfig> tables_;
   const TrainerOptions options_;
   model::EmbeddingStore* const store_;
-  // The shared dense replica: Hogwild threads read and write it with relaxed atomics.
+  // The shared dense replica: Hogwild threads read and write it with relaxed
+  // atomics, a lone thread with plain loads and stores. Other threads go
+  // through gate_ while Train runs.
   std::vector<float> params_;
   std::vector<float> dense_state_;
+  mutable ReplicaGate gate_;
 };
 
 }  // namespace shadowsync::worker

@@ -43,10 +43,11 @@ class StrategyTest : public ::testing::Test {
     return client.ok() ? std::move(*client) : nullptr;
   }
 
-  // Member `name` running `config`'s strategy, started on replica `init`.
+  // Member `name` running `config`'s strategy, started on replica `init`
+  // (behind `gate`, if given).
   Member Make(const std::string& name, const SyncConfig& config, std::vector<float> init,
               model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
-              int threads = 1) {
+              int threads = 1, ReplicaGate* gate = nullptr) {
     Member m;
     m.params = std::move(init);
     m.state.assign(m.params.size(), 0.0f);
@@ -55,7 +56,7 @@ class StrategyTest : public ::testing::Test {
     EXPECT_TRUE(strategy.ok()) << strategy.status();
     m.strategy = std::move(*strategy);
     const absl::Status started =
-        m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads});
+        m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads, gate});
     EXPECT_TRUE(started.ok()) << started;
     return m;
   }

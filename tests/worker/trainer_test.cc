@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <cmath>
+#include <vector>
 
 #include "common/synthetic.h"
 #include "gtest/gtest.h"
@@ -85,6 +86,37 @@ TEST_F(TrainerTest, Bf16GemmsLearnAsWellAsFp32) {
   EXPECT_LT(ne[1], 0.97) << "bf16 must beat the base-rate predictor";
   EXPECT_NEAR(ne[1], ne[0], 0.01 * ne[0]);
   EXPECT_NE(ne[1], ne[0]) << "identical NE: bf16 was not used";
+}
+
+// Checkpoints and curve evaluations copy the replica from the driving
+// thread while a lone training thread updates it with plain stores: the
+// copies wait for step boundaries (ThreadSanitizer, in the tsan preset,
+// reports any overlap), see training's progress, and training loses nothing.
+TEST_F(TrainerTest, SnapshotsDuringALoneThreadsTrainingWaitForItsSteps) {
+  model::LocalEmbeddingStore store(StoreOptions());
+  TrainerOptions options;
+  options.threads = 1;
+  options.batch_size = 64;
+  options.optimizer = store.options().optimizer;
+  options.progress_interval_seconds = 0.02;
+  Trainer* trainer_ptr = nullptr;
+  std::vector<float> params, state;
+  int snapshots = 0;
+  options.on_progress = [&](const Progress&) {
+    trainer_ptr->SnapshotDense(&params, &state);
+    ++snapshots;
+  };
+  Trainer trainer(SmallModel(), store.options().tables, options, &store);
+  trainer_ptr = &trainer;
+  const std::vector<float> initial = trainer.params();
+  auto report = trainer.Train({dir_->File("train.tsv")});
+  SS_ASSERT_OK(report);
+  EXPECT_EQ(report->examples, 24000);
+  ASSERT_GT(snapshots, 1);
+  EXPECT_NE(params, initial) << "the last snapshot during training saw no step";
+  auto eval = trainer.Evaluate({dir_->File("eval.tsv")});
+  SS_ASSERT_OK(eval);
+  EXPECT_LT(eval->ne, 0.97);
 }
 
 TEST_F(TrainerTest, PreloadAndStreamingSeeTheSameExamples) {
