@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--examples", type=int, default=40000, help="per trainer per run")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--duty-cycle", type=float, default=0.03,
+    ap.add_argument("--duty-cycle", type=float, default=0.02,
                     help="shadow-*: share of wall time in sync rounds (sync.dutyCycle)")
     ap.add_argument("--only", default="", help="comma-separated labels to run")
     ap.add_argument("--dense-precision", default="fp32",

@@ -420,9 +420,10 @@ void Fields(V& v, S& s) {
                         .min = 0});
   v(s.duty_cycle, {.name = "dutyCycle",
                    .doc = "shadow-*: share of wall time the shadow thread may spend in sync "
-                          "rounds; after a round of latency L it pauses L * (1 - d) / d (at "
-                          "least minIntervalMs). 1 = back to back. Keeps sync off the training "
-                          "threads' cores when the machine has none to spare.",
+                          "rounds; after a round of latency L (less its waits for the other "
+                          "trainers and for a training step to end) it pauses L * (1 - d) / d "
+                          "(at least minIntervalMs). 1 = back to back. Keeps sync off the "
+                          "training threads' cores when the machine has none to spare.",
                    .min = 0,
                    .max = 1,
                    .exclusive_min = true});

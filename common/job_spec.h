@@ -340,8 +340,8 @@ struct SyncSpec {
   int interval = 10;            // fg-*: trainer steps between two syncs (the papers' k).
   int64_t min_interval_ms = 0;  // "minIntervalMs". shadow-*: least pause between rounds.
   // "dutyCycle". shadow-*: the share of wall time the shadow thread may spend
-  // in rounds; it pauses latency * (1 - d) / d after each (1 = back to back).
-  double duty_cycle = 0.03;
+  // in rounds; it pauses cost * (1 - d) / d after each (1 = back to back).
+  double duty_cycle = 0.02;
   // "warmupSteps". shadow-*: the first steps of each trainer average the
   // replicas in the foreground after every step before the shadow thread
   // starts (post-local SGD's warm-up): replicas that leave one starting point

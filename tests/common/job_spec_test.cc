@@ -896,7 +896,7 @@ TEST_F(JobSpecTest, EnumNamesRoundTrip) {
 
 TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
   EXPECT_EQ(JobSummary(DefaultJob()),
-            "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.03 warmup_steps=8 "
+            "job=demo algorithm=shadow-easgd alpha=0.45 apply=delta duty_cycle=0.02 warmup_steps=8 "
             "final_average=true lr_scale=0.707107 trainers=2 threads=2 "
             "batch=256 lr=0.02 optimizer=adagrad ps=2 slots=4096 ps_optimizer=adagrad ps_lr=0.02 "
             "cache=1Gi syncers=1 data=synthetic examples=1000000 eval_examples=100000 seed=1 "
