@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--syncer-gbit", type=float, default=25.0, help="NIC of one syncer")
     ap.add_argument("--trainer-gbit", type=float, default=10.0, help="NIC of one trainer")
     ap.add_argument("--rtt-ms", type=float, default=0.2)
-    ap.add_argument("--duty-cycle", type=float, default=0.03)
+    ap.add_argument("--duty-cycle", type=float, default=0.02)
     ap.add_argument("--k", type=int, default=10, help="fg-* period")
     args = ap.parse_args()
 
