@@ -225,8 +225,8 @@ void Fields(V& v, S& s) {
   v(s.dense_precision,
     {.name = "densePrecision",
      .doc = "Arithmetic of the MLP GEMMs: fp32; bf16 (inputs rounded to bfloat16, fp32 products, "
-            "sums, weights and optimizer: about 1.45x the examples/s of fp32 on DLRM-small with "
-            "AVX512-BF16); or auto, bf16 where the CPU has AVX512-BF16, else fp32."});
+            "sums, weights and optimizer: 1.3-1.5x the examples/s of fp32 on DLRM-small with "
+            "AVX512-BF16, one thread); or auto, bf16 where the CPU has AVX512-BF16, else fp32."});
   v(s.straggler, {.name = "straggler",
                   .doc = "Injected slowness for straggler experiments; absent = none. Local "
                          "launcher and Kubernetes alike."});
