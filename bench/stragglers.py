@@ -159,7 +159,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--examples", type=int, default=100000, help="per trainer")
     ap.add_argument("--factor", type=float, default=4.0, help="the straggler's slowdown")
-    ap.add_argument("--duty-cycle", type=float, default=0.03)
+    ap.add_argument("--duty-cycle", type=float, default=0.02)
     ap.add_argument("--syncer-delay-ms", type=float, default=0,
                     help="one-way delay between trainers and the syncer (bench/latency_proxy.py)")
     ap.add_argument("--latency-ms", default="15,5",
