@@ -30,9 +30,7 @@ void AddRelaxed(std::span<float> replica, std::span<const float> delta) {
 }
 
 void StoreRelaxed(std::span<float> replica, std::span<const float> values) {
-  for (size_t i = 0; i < replica.size(); ++i) {
-    std::atomic_ref<float>(replica[i]).store(values[i], std::memory_order_relaxed);
-  }
+  model::StoreRelaxed(values.data(), replica.data(), static_cast<long>(replica.size()));
 }
 
 void OptimizerDelta(const model::OptimizerConfig& config, std::span<float> state,

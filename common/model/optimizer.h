@@ -40,6 +40,13 @@ inline void CopyRelaxed(const float* src, float* dst, long n) {
   }
 }
 
+// Stores n floats with relaxed atomic stores into values other threads read.
+inline void StoreRelaxed(const float* src, float* dst, long n) {
+  for (long i = 0; i < n; ++i) {
+    std::atomic_ref<float>(dst[i]).store(src[i], std::memory_order_relaxed);
+  }
+}
+
 // Applies one update to `n` parameters no other thread touches meanwhile.
 // `state` has n * StateFloatsPerParam floats. Vectorises.
 inline void ApplyUpdateExclusive(const OptimizerConfig& config, float* params, float* state,
@@ -71,14 +78,8 @@ inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, flo
     CopyRelaxed(params + begin, p, m);
     if (adagrad) CopyRelaxed(state + begin, s, m);
     ApplyUpdateExclusive(config, p, s, grad + begin, m);
-    if (adagrad) {
-      for (long i = 0; i < m; ++i) {
-        std::atomic_ref<float>(state[begin + i]).store(s[i], std::memory_order_relaxed);
-      }
-    }
-    for (long i = 0; i < m; ++i) {
-      std::atomic_ref<float>(params[begin + i]).store(p[i], std::memory_order_relaxed);
-    }
+    if (adagrad) StoreRelaxed(s, state + begin, m);
+    StoreRelaxed(p, params + begin, m);
   }
 }
 
