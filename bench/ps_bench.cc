@@ -1134,6 +1134,8 @@ absl::Status Main(const Flags& f) {
 }  // namespace shadowsync::bench
 
 int main(int argc, char** argv) {
+  // Our clients run as the trainer's do (cli.cc).
+  shadowsync::DisableMutexDeadlockDetection();
   shadowsync::bench::Flags f;
   CLI::App app("Parameter-server throughput against Redis (bench/ps.sh runs it).");
   app.add_option("--work-dir", f.work_dir, "databases and logs go here")->required();

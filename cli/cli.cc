@@ -3,10 +3,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/grpc_util.h"
 
 namespace shadowsync::cli {
 
 int RunCli(int argc, char** argv) {
+  DisableMutexDeadlockDetection();
   CLI::App app{"ShadowSync: train DLRM-style CTR models on one machine or many."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shadowsync 0.1.0");
