@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
-#include <future>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -16,6 +15,7 @@
 #include "common/model/dense_ops.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "worker/background_call.h"
 #include "worker/sync_strategy.h"
 
 namespace shadowsync::worker {
@@ -340,6 +340,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
       CollectRows(std::move(block), begin, end, *batch);
       return true;
     };
+    BackgroundCall prefetch;  // Ends before ts, whose rows it may be filling.
     int current = 0;
     SS_ASSIGN_OR_RETURN(bool have, next(&ts.batches[current]));
     if (have) SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[current].rows));
@@ -347,15 +348,15 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
       Batch& batch = ts.batches[current];
       Batch& upcoming = ts.batches[1 - current];
       SS_ASSIGN_OR_RETURN(bool more, next(&upcoming));
-      std::future<absl::Status> prefetched;
-      if (more && options_.prefetch) {
-        prefetched = std::async(std::launch::async, [&] { return store_->Lookup(upcoming.rows); });
+      const bool prefetching = more && options_.prefetch;
+      if (prefetching) {
+        prefetch.Start([this, &rows = upcoming.rows] { return store_->Lookup(rows); });
       }
       absl::Status step = TrainStep(batch, ts);
       gate_.Serve();
-      absl::Status lookup = !more                ? absl::OkStatus()
-                            : prefetched.valid() ? prefetched.get()
-                                                 : store_->Lookup(upcoming.rows);
+      absl::Status lookup = !more         ? absl::OkStatus()
+                            : prefetching ? prefetch.Wait()
+                                          : store_->Lookup(upcoming.rows);
       SS_RETURN_IF_ERROR(step);
       SS_RETURN_IF_ERROR(lookup);
       RunningEntropy batch_entropy;
