@@ -22,7 +22,7 @@ namespace shadowsync {
 // detector runs on every lock gRPC takes: it updates a process-wide graph
 // under a global lock, measured at 5x the cost of a nested lock pair. Our own
 // code locks shadowsync::Mutex, which TSan checks instead. The shadowsync
-// command and the benchmarks call this before starting anything.
+// command and ps_bench (whose clients stand in for trainers) call this first.
 void DisableMutexDeadlockDetection();
 
 // absl -> gRPC, for servers finishing an RPC.
