@@ -5,7 +5,7 @@
 # synthetic teacher data, all processes on loopback; each run trains EXAMPLES
 # examples per trainer after preloading its share. fg-* run at k = 1 and 10.
 #
-#   bench/run.sh sync [--examples N] [--repeats R] [--threads T]
+#   bench/run.sh sync [--examples N (200000)] [--repeats R (3)] [--threads T]
 #                     [--duty-cycle D] [--only label,label] [--dense-precision fp32]
 #
 # Prints a table per run (examples/s summed over trainers, sync rounds, mean
