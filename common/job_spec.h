@@ -288,7 +288,7 @@ struct EasgdSpec {
 
 // Mean convention: block learning rate 1 with momentum 0 is plain averaging.
 struct BmufSpec {
-  // "blockMomentum". Default: 1 - 1 / trainer.replicas (EffectiveBlockMomentum).
+  // "blockMomentum". Default: 0.5 (EffectiveBlockMomentum).
   std::optional<double> block_momentum;
   // "blockLearningRate". Default: 1 - blockMomentum (EffectiveBlockLearningRate):
   // a constant block update then moves the model once, not 1 / (1 - bm) times.
