@@ -324,7 +324,7 @@ nlohmann::json Launch::Report(double seconds) {
   nlohmann::json trainers = nlohmann::json::array();
   int64_t examples = 0, rounds = 0, sent = 0, received = 0;
   double ne = 0, logloss = 0, blocked = 0, round_seconds = 0, gap = 0;
-  double eval_ne = 0, eval_auc = 0, eval_logloss = 0;
+  double eval_ne = 0, eval_auc = 0, eval_logloss = 0, eval_calibration = 0;
   int evaluated = 0, n = 0;
   for (const Child& c : children_) {
     if (c.role != Role::kTrainer) continue;
@@ -347,6 +347,7 @@ nlohmann::json Launch::Report(double seconds) {
       eval_ne += Num(r, "eval_ne");
       eval_auc += Num(r, "eval_auc");
       eval_logloss += Num(r, "eval_logloss");
+      eval_calibration += Num(r, "eval_calibration");
     }
     trainers.push_back(std::move(r));
   }
@@ -383,6 +384,7 @@ nlohmann::json Launch::Report(double seconds) {
     out["eval_ne"] = eval_ne / evaluated;
     out["eval_auc"] = eval_auc / evaluated;
     out["eval_logloss"] = eval_logloss / evaluated;
+    out["eval_calibration"] = eval_calibration / evaluated;
   }
   // Synthetic data: the planted teacher's own quality, the best any model can do.
   std::ifstream teacher_file(run_dir_ + "/data/synthetic.tsv.teacher.json");

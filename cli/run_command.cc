@@ -35,9 +35,9 @@ void PrintReport(const nlohmann::json& r) {
   std::cout << absl::StrFormat("train NE %.4f  logloss %.4f", r["train_ne"].get<double>(),
                                r["train_logloss"].get<double>());
   if (r.contains("eval_ne")) {
-    std::cout << absl::StrFormat("   eval NE %.4f  AUC %.4f  logloss %.4f",
+    std::cout << absl::StrFormat("   eval NE %.4f  AUC %.4f  logloss %.4f  calibration %.3f",
                                  r["eval_ne"].get<double>(), r["eval_auc"].get<double>(),
-                                 r["eval_logloss"].get<double>());
+                                 r["eval_logloss"].get<double>(), r.value("eval_calibration", 0.0));
   }
   std::cout << "\n";
   if (r.contains("teacher") && r["teacher"].contains("ne")) {

@@ -206,8 +206,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
     out["eval_auc"] = eval->auc;
     out["eval_logloss"] = eval->logloss;
     out["eval_ctr"] = eval->ctr;
-    std::cout << absl::StrFormat("eval on %d examples: NE %.4f  AUC %.4f  logloss %.4f\n",
-                                 eval->examples, eval->ne, eval->auc, eval->logloss);
+    out["eval_calibration"] = eval->calibration;
+    std::cout << absl::StrFormat(
+        "eval on %d examples: NE %.4f  AUC %.4f  logloss %.4f  calibration %.3f\n", eval->examples,
+        eval->ne, eval->auc, eval->logloss, eval->calibration);
   }
   if (!flags.save_model.empty()) {
     absl::Status s =
@@ -294,11 +296,10 @@ Action AddEvalCommand(CLI::App& app) {
     trainer.params() = saved->params;
     auto eval = trainer.Evaluate(SplitList(flags->data));
     if (!eval.ok()) return Fail(eval.status());
-    nlohmann::json out = {{"eval_examples", eval->examples},
-                          {"eval_ne", eval->ne},
-                          {"eval_auc", eval->auc},
-                          {"eval_logloss", eval->logloss},
-                          {"eval_ctr", eval->ctr}};
+    nlohmann::json out = {
+        {"eval_examples", eval->examples}, {"eval_ne", eval->ne},
+        {"eval_auc", eval->auc},           {"eval_logloss", eval->logloss},
+        {"eval_ctr", eval->ctr},           {"eval_calibration", eval->calibration}};
     std::cout << out.dump(2) << "\n";
     if (!flags->report_json.empty()) std::ofstream(flags->report_json) << out.dump(2) << "\n";
     return 0;

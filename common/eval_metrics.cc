@@ -76,12 +76,19 @@ double RunningEntropy::ne() const {
   return logloss() / BinaryEntropy(ctr);
 }
 
+double Calibration(std::span<const float> probs, std::span<const float> labels) {
+  const double positives = std::accumulate(labels.begin(), labels.end(), 0.0);
+  if (positives <= 0) return kNaN;
+  return std::accumulate(probs.begin(), probs.end(), 0.0) / positives;
+}
+
 QualityReport Evaluate(std::span<const float> probs, std::span<const float> labels) {
   QualityReport r;
   r.examples = static_cast<int64_t>(labels.size());
   r.logloss = LogLoss(probs, labels);
   r.ne = NormalizedEntropy(probs, labels);
   r.auc = Auc(probs, labels);
+  r.calibration = Calibration(probs, labels);
   r.ctr =
       labels.empty() ? kNaN : std::accumulate(labels.begin(), labels.end(), 0.0) / labels.size();
   return r;

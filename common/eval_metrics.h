@@ -23,6 +23,11 @@ double LogLoss(std::span<const float> probs, std::span<const float> labels);
 // 1.0 for the base-rate predictor, lower is better. NaN if all labels agree.
 double NormalizedEntropy(std::span<const float> probs, std::span<const float> labels);
 
+// Calibration: mean predicted probability over the labels' mean (1.0 is
+// calibrated, above 1 over-predicts). NE moves with calibration where AUC,
+// a ranking metric, does not; reported beside both. NaN without positives.
+double Calibration(std::span<const float> probs, std::span<const float> labels);
+
 // Exact ROC AUC by sorting; tied scores count one half. NaN with one class only.
 double Auc(std::span<const float> probs, std::span<const float> labels);
 
@@ -48,6 +53,7 @@ struct QualityReport {
   double ne = 0;
   double auc = 0;
   double ctr = 0;
+  double calibration = 0;
 };
 QualityReport Evaluate(std::span<const float> probs, std::span<const float> labels);
 

@@ -335,6 +335,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
     out["eval_ne"] = r.eval->ne;
     out["eval_auc"] = r.eval->auc;
     out["eval_logloss"] = r.eval->logloss;
+    out["eval_calibration"] = r.eval->calibration;
   }
   return out;
 }

@@ -45,10 +45,12 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   ASSERT_EQ(RunShell(train, &out), 0) << out;
   const auto report = nlohmann::json::parse(testing::ReadFile(dir_.File("report.json")));
   for (const char* key : {"examples", "seconds", "examples_per_second", "train_ne", "eval_ne",
-                          "eval_auc", "eval_logloss"}) {
+                          "eval_auc", "eval_logloss", "eval_calibration"}) {
     EXPECT_TRUE(report.contains(key)) << key;
   }
   EXPECT_EQ(report["examples"], 25000);
+  // A trained model predicts about as many clicks as there are.
+  EXPECT_NEAR(report["eval_calibration"].get<double>(), 1.0, 0.3);
   // The process's CPU time over the training loop: busy, and on at most the two
   // threads asked for (plus the prefetch's bit of slack).
   const double seconds = report["seconds"].get<double>();
@@ -68,6 +70,7 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   // Reloaded bits give the very same predictions, hence the same metrics.
   EXPECT_EQ(eval["eval_auc"].get<double>(), report["eval_auc"].get<double>());
   EXPECT_EQ(eval["eval_logloss"].get<double>(), report["eval_logloss"].get<double>());
+  EXPECT_EQ(eval["eval_calibration"].get<double>(), report["eval_calibration"].get<double>());
 }
 
 TEST_F(CliTest, TrainFromJobFileGeneratesDataAndHonoursFlagOverrides) {

@@ -26,6 +26,18 @@ TEST(EvalMetricsTest, NeIsLogLossOverBaseEntropy) {
   EXPECT_NEAR(NormalizedEntropy(p, y), logloss / std::log(2.0), 1e-6);
 }
 
+TEST(EvalMetricsTest, CalibrationIsPredictedOverObservedClicks) {
+  // 0.9 + 0.2 + 0.4 + 0.3 = 1.8 predicted clicks against 2 observed.
+  std::vector<float> p = {0.9f, 0.2f, 0.4f, 0.3f}, y = {1, 0, 1, 0};
+  EXPECT_NEAR(Calibration(p, y), 0.9, 1e-6);
+  // The base-rate predictor is calibrated whatever its NE.
+  std::vector<float> base(4, 0.5f);
+  EXPECT_NEAR(Calibration(base, y), 1.0, 1e-9);
+  EXPECT_NEAR(Evaluate(p, y).calibration, 0.9, 1e-6);
+  std::vector<float> no_clicks = {0, 0};
+  EXPECT_TRUE(std::isnan(Calibration(std::vector<float>{0.1f, 0.2f}, no_clicks)));
+}
+
 TEST(EvalMetricsTest, AucCountsOrderedPairs) {
   // Positives at 0.9 and 0.4, negatives at 0.5 and 0.1: 3 of 4 pairs ordered.
   std::vector<float> p = {0.9f, 0.4f, 0.5f, 0.1f}, y = {1, 1, 0, 0};
