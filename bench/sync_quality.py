@@ -46,6 +46,7 @@ def summarize(reports):
         "eval_ne": statistics.mean(r["eval_ne"] for r in reports),
         "eval_ne_trainer0": reports[0]["eval_ne"],
         "eval_auc": statistics.mean(r["eval_auc"] for r in reports),
+        "calibration": statistics.mean(r.get("eval_calibration") or float("nan") for r in reports),
         "eps": sum(r["examples_per_second"] for r in reports),
         "mb": sum(r["sync_bytes_sent"] + r["sync_bytes_received"] for r in reports) / 1e6,
         "rounds": sum(r["sync_rounds"] for r in reports),
@@ -163,7 +164,8 @@ def main():
                                      for r in (singles[0], singles[-1]))
                          if repeats > 1 else "-")
         print(f"single trainer: eval NE {single['eval_ne']:.5f} (runs {single_spread}) AUC "
-              f"{single['eval_auc']:.4f} {single['eps']:.0f} ex/s", flush=True)
+              f"{single['eval_auc']:.4f} calibration {single['calibration']:.3f} "
+              f"{single['eps']:.0f} ex/s", flush=True)
         runs_note = (f"Each row is the median of {repeats} runs by eval NE, the single "
                      "trainer's too; \"gap % of runs\" is the range over a row's runs (the "
                      "single trainer's relative to its median)." if repeats > 1 else
@@ -180,10 +182,11 @@ def main():
                            f"{-(-examples // (most * batch))} steps each here; bsp's row (exact "
                            "synchronization) shows what that alone costs.")
         md += [f"## {name} ({examples:,} training examples)", "", batch_note, runs_note, "",
-               "| trainers | strategy | eval NE | gap % | gap % of runs | eval AUC | examples/s "
-               "| sync MB | rounds | gap steps |", "|---|---|---|---|---|---|---|---|---|---|",
+               "| trainers | strategy | eval NE | gap % | gap % of runs | eval AUC | calibration "
+               "| examples/s | sync MB | rounds | gap steps |",
+               "|---|---|---|---|---|---|---|---|---|---|---|",
                f"| 1 | single (none) | {single['eval_ne']:.5f} | 0 | {single_spread} | "
-               f"{single['eval_auc']:.4f} | "
+               f"{single['eval_auc']:.4f} | {single['calibration']:.3f} | "
                f"{single['eps']:.0f} | 0 | 0 | - |"]
         plots = {"single": single["curve"]}
         for n in trainer_counts:
@@ -196,7 +199,7 @@ def main():
                             evaluation, n, algorithm, examples, batch_of(n))))
                 except cluster.ClusterError as e:
                     print(f"{n} x {algorithm}: FAILED {e}", flush=True)
-                    md.append(f"| {n} | {algorithm} | failed | | | | | | | |")
+                    md.append(f"| {n} | {algorithm} | failed | | | | | | | | |")
                     continue
                 # The run with the median eval NE stands for the strategy.
                 runs.sort(key=lambda r: r["eval_ne"])
@@ -207,10 +210,11 @@ def main():
                 if algorithm in SHADOW:
                     worst[f"{name}_n{n}"] = max(worst.get(f"{name}_n{n}", -1e9), gap)
                 print(f"{n} x {algorithm:<13} eval NE {s['eval_ne']:.5f} ({gap:+.2f}%, runs "
-                      f"{spread}) AUC {s['eval_auc']:.4f} {s['eps']:.0f} ex/s {s['mb']:.0f} MB "
+                      f"{spread}) AUC {s['eval_auc']:.4f} cal {s['calibration']:.3f} "
+                      f"{s['eps']:.0f} ex/s {s['mb']:.0f} MB "
                       f"{s['rounds']} rounds gap {s['gap']:.1f}", flush=True)
                 md.append(f"| {n} | {algorithm} | {s['eval_ne']:.5f} | {gap:+.2f} | {spread} | "
-                          f"{s['eval_auc']:.4f} | {s['eps']:.0f} | {s['mb']:.0f} | {s['rounds']} "
+                          f"{s['eval_auc']:.4f} | {s['calibration']:.3f} | {s['eps']:.0f} | {s['mb']:.0f} | {s['rounds']} "
                           f"| {s['gap']:.1f} |")
                 if n == max(trainer_counts):
                     plots[f"{algorithm} x{n}"] = s["curve"]
