@@ -255,7 +255,14 @@ TEST_F(RunTest, ChildrenDieWithAKilledLauncher) {
 // directory and port; the job completes.
 TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
   const std::string run = dir_.File("run");
-  const pid_t launcher = StartLauncher(Bin(), WriteJob(60000), run);
+  // The server's restart, and one for each trainer that had a push in flight
+  // at the kill (see below): at most 3. With the default 2 the job failed
+  // when both trainers had one.
+  std::string text = WriteJobText(60000);
+  text.replace(text.find("backoffLimit: 2"), 15, "backoffLimit: 3");
+  const std::string job = dir_.File("job.yaml");
+  testing::WriteFile(job, text);
+  const pid_t launcher = StartLauncher(Bin(), job, run);
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
   const std::vector<pid_t> ps1 = ProcessesMentioning("--db " + run + "/ps-1");
   ASSERT_EQ(ps1.size(), 1u);
