@@ -66,9 +66,12 @@ class RunTest : public ::testing::Test {
     const std::string token = testing::ReadFile(certs + "/token");
     return token.substr(0, token.find('\n'));
   }
-  std::string WriteJob(int examples) {
+  std::string WriteJob(int examples, int backoff_limit = 2) {
+    std::string text = WriteJobText(examples);
+    text.replace(text.find("backoffLimit: 2"), 15,
+                 "backoffLimit: " + std::to_string(backoff_limit));
     const std::string path = dir_.File("job.yaml");
-    testing::WriteFile(path, WriteJobText(examples));
+    testing::WriteFile(path, text);
     return path;
   }
   testing::ScratchDir dir_;
@@ -255,14 +258,10 @@ TEST_F(RunTest, ChildrenDieWithAKilledLauncher) {
 // directory and port; the job completes.
 TEST_F(RunTest, RestartsAKilledParameterServerAndCompletes) {
   const std::string run = dir_.File("run");
-  // The server's restart, and one for each trainer that had a push in flight
-  // at the kill (see below): at most 3. With the default 2 the job failed
-  // when both trainers had one.
-  std::string text = WriteJobText(60000);
-  text.replace(text.find("backoffLimit: 2"), 15, "backoffLimit: 3");
-  const std::string job = dir_.File("job.yaml");
-  testing::WriteFile(job, text);
-  const pid_t launcher = StartLauncher(Bin(), job, run);
+  // Restarts: the server's, and one for each trainer that had a push in
+  // flight at the kill (see below), so up to 3. With 2 the job failed when
+  // both trainers had one.
+  const pid_t launcher = StartLauncher(Bin(), WriteJob(60000, /*backoff_limit=*/3), run);
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
   const std::vector<pid_t> ps1 = ProcessesMentioning("--db " + run + "/ps-1");
   ASSERT_EQ(ps1.size(), 1u);
@@ -491,11 +490,7 @@ ps::RowSetChecksum Checksum(const std::string& run) {
 // job completes with every example counted and an eval NE within 1% of an
 // undisturbed run of the same job.
 TEST_F(RunTest, KillsOfEveryRoleKeepTheRowsAndTheQuality) {
-  std::string text = kJob;
-  text.replace(text.find("EXAMPLES"), 8, "150000");
-  text.replace(text.find("backoffLimit: 2"), 15, "backoffLimit: 8");
-  const std::string job = dir_.File("job.yaml");
-  testing::WriteFile(job, text);
+  const std::string job = WriteJob(150000, /*backoff_limit=*/8);
   std::string out;
   ASSERT_EQ(RunShell(Bin() + " run " + job + " --out " + dir_.File("calm"), &out), 0) << out;
   const double calm_ne =
