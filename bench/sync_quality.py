@@ -102,7 +102,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dataset", action="append", required=True,
                     help="NAME:TRAIN:EVAL[:OPTION...], repeatable. Options: a number (runs of "
-                    "each multi-trainer row), batch=B (this dataset's batch instead of "
+                    "each row, the single trainer's too), batch=B (this dataset's batch instead of "
                     "--batch-size), global (the job's batch is held fixed, each of N trainers "
                     "taking 1/N of it), gate=no (reported, but outside within_0.5pct)")
     ap.add_argument("--workdir", required=True)
@@ -110,7 +110,7 @@ def main():
     ap.add_argument("--trainers", default="2,4")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each multi-trainer row (median reported), unless the "
+                    help="runs of each row, the single trainer's too (median reported), unless the "
                     "dataset names its own")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256)
@@ -214,8 +214,8 @@ def main():
                       f"{s['eps']:.0f} ex/s {s['mb']:.0f} MB "
                       f"{s['rounds']} rounds gap {s['gap']:.1f}", flush=True)
                 md.append(f"| {n} | {algorithm} | {s['eval_ne']:.5f} | {gap:+.2f} | {spread} | "
-                          f"{s['eval_auc']:.4f} | {s['calibration']:.3f} | {s['eps']:.0f} | {s['mb']:.0f} | {s['rounds']} "
-                          f"| {s['gap']:.1f} |")
+                          f"{s['eval_auc']:.4f} | {s['calibration']:.3f} | {s['eps']:.0f} | "
+                          f"{s['mb']:.0f} | {s['rounds']} | {s['gap']:.1f} |")
                 if n == max(trainer_counts):
                     plots[f"{algorithm} x{n}"] = s["curve"]
         plot = os.path.splitext(args.out)[0] + f"-{name}.svg"
