@@ -56,6 +56,14 @@ def summarize(reports):
     }
 
 
+def median_run(runs, reference_ne):
+    """The run with the median eval NE, its gap % to reference_ne and the gaps' range."""
+    runs = sorted(runs, key=lambda r: r["eval_ne"])
+    gaps = [100 * (r["eval_ne"] / reference_ne - 1) for r in runs]
+    spread = f"{gaps[0]:+.2f} .. {gaps[-1]:+.2f}" if len(gaps) > 1 else "-"
+    return runs[len(runs) // 2], gaps[len(gaps) // 2], spread
+
+
 def svg_plot(path, title, series):
     """series: {label: [(x, y), ...]}; a plain line chart."""
     w, h, ml, mr, mt, mb = 720, 440, 70, 170, 40, 50
@@ -110,8 +118,8 @@ def main():
     ap.add_argument("--trainers", default="2,4")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each row, the single trainer's too (median reported), unless the "
-                    "dataset names its own")
+                    help="runs of each row, the single trainer's too (median reported), "
+                    "unless the dataset names its own")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.02)
@@ -156,13 +164,11 @@ def main():
         print(f"== {name}: {examples} training examples, eval {evaluation}", flush=True)
         # The single trainer's NE varies from run to run too (thread timing), so it is the
         # median of as many runs as each row.
-        singles = sorted((summarize(run(args, os.path.join(args.workdir, f"{name}-1-none-{r}"),
-                                        train, evaluation, 1, "none", examples, batch))
-                          for r in range(repeats)), key=lambda r: r["eval_ne"])
-        single = singles[len(singles) // 2]
-        single_spread = (" .. ".join(f"{100 * (r['eval_ne'] / single['eval_ne'] - 1):+.2f}"
-                                     for r in (singles[0], singles[-1]))
-                         if repeats > 1 else "-")
+        singles = [summarize(run(args, os.path.join(args.workdir, f"{name}-1-none-{r}"), train,
+                                 evaluation, 1, "none", examples, batch))
+                   for r in range(repeats)]
+        median_ne = sorted(r["eval_ne"] for r in singles)[len(singles) // 2]
+        single, _, single_spread = median_run(singles, median_ne)
         print(f"single trainer: eval NE {single['eval_ne']:.5f} (runs {single_spread}) AUC "
               f"{single['eval_auc']:.4f} calibration {single['calibration']:.3f} "
               f"{single['eps']:.0f} ex/s", flush=True)
@@ -202,11 +208,7 @@ def main():
                     md.append(f"| {n} | {algorithm} | failed | | | | | | | | |")
                     continue
                 # The run with the median eval NE stands for the strategy.
-                runs.sort(key=lambda r: r["eval_ne"])
-                s = runs[len(runs) // 2]
-                gaps = [100 * (r["eval_ne"] / single["eval_ne"] - 1) for r in runs]
-                gap = gaps[len(gaps) // 2]
-                spread = f"{gaps[0]:+.2f} .. {gaps[-1]:+.2f}" if len(gaps) > 1 else "-"
+                s, gap, spread = median_run(runs, single["eval_ne"])
                 if algorithm in SHADOW:
                     worst[f"{name}_n{n}"] = max(worst.get(f"{name}_n{n}", -1e9), gap)
                 print(f"{n} x {algorithm:<13} eval NE {s['eval_ne']:.5f} ({gap:+.2f}%, runs "
