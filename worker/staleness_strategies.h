@@ -1,5 +1,5 @@
 // The staleness-bounded and staleness-aware asynchronous strategies
-// (DESIGN.md §5; ../shared/reference/sync-algorithms.md §1.4, §3):
+// (docs/sync.md):
 //
 //   ssp      asp plus a clock: every step's optimizer delta goes to the
 //            syncer's global weights (AddAndPull, which replace the

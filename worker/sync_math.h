@@ -1,6 +1,5 @@
 // The update rules of the dense-sync strategies, as pure functions on flat
-// vectors, so each is unit-tested against hand-computed vectors
-// (../shared/reference/sync-algorithms.md §1-2 gives the formulas).
+// vectors, so each is unit-tested against hand-computed vectors.
 //
 // Every rule produces the *target* a sync round moves the replica to, given
 // the snapshot s the round started from. The strategies then apply either

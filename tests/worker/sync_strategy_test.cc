@@ -1,5 +1,5 @@
 // The dense-sync update rules against hand-computed vectors (the formulas of
-// ../shared/reference/sync-algorithms.md §1-2), and each strategy against a
+// worker/sync_math.h), and each strategy against a
 // real syncer on loopback.
 #include "worker/sync_strategy.h"
 
