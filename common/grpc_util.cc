@@ -78,14 +78,17 @@ std::string WithPort(const std::string& address, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-std::string DialableAddress(const std::string& bind_address, int port) {
-  std::string address = WithPort(bind_address, port);
+bool IsWildcardAddress(const std::string& address) {
+  const std::string with_port = WithPort(address, 0);
   for (const char* wildcard : {"0.0.0.0:", "[::]:", "[::0]:"}) {
-    if (absl::StartsWith(address, wildcard)) {
-      return absl::StrCat("127.0.0.1:", port);
-    }
+    if (absl::StartsWith(with_port, wildcard)) return true;
   }
-  return address;
+  return false;
+}
+
+std::string DialableAddress(const std::string& bind_address, int port) {
+  return IsWildcardAddress(bind_address) ? absl::StrCat("127.0.0.1:", port)
+                                         : WithPort(bind_address, port);
 }
 
 }  // namespace shadowsync

@@ -73,6 +73,10 @@ std::optional<uint64_t> ShardEpochFromTrailers(const grpc::ClientContext& contex
 // -> "0.0.0.0:7001"; "[::]:0" -> "[::]:7001"). Addresses without a port get one.
 std::string WithPort(const std::string& address, int port);
 
+// True when `address` ("host:port") binds every interface (0.0.0.0, [::]):
+// it says nothing about the name other machines reach the server by.
+bool IsWildcardAddress(const std::string& address);
+
 // WithPort, with a wildcard host (0.0.0.0, [::]) replaced by 127.0.0.1: the
 // address a client on this machine dials for a server bound to `bind_address`.
 std::string DialableAddress(const std::string& bind_address, int port);

@@ -62,13 +62,17 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
                              ? DialableAddress(opts.grpc_address, s.grpc_port_)
                              : opts.advertise_address;
 
-  // The shard map: the persisted one (this server's own address refreshed,
-  // since a restart may bind a new port), else the initial one for a store
-  // that has none or an older one.
+  // The shard map: the persisted one, else the initial one for a store that
+  // has none or an older one. The persisted map's own address is refreshed,
+  // since a restart may bind a new port, unless this server binds every
+  // interface and advertises nothing: then the persisted entry (a pod's DNS
+  // name, say) is what others dial, and 127.0.0.1 would send them to themselves.
   absl::Status installed;
   if (persisted.has_value() && persisted->map.epoch() >= s.store_->epoch()) {
     v1::ShardMap proto = persisted->map.ToProto();
-    proto.set_addresses(static_cast<int>(persisted->self_index), s.advertise_address_);
+    if (!opts.advertise_address.empty() || !IsWildcardAddress(opts.grpc_address)) {
+      proto.set_addresses(static_cast<int>(persisted->self_index), s.advertise_address_);
+    }
     SS_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromProto(proto));
     Log(absl::StrFormat("ps using the persisted shard map epoch=%d self=%d", map.epoch(),
                         persisted->self_index));

@@ -48,9 +48,10 @@ struct PsServerOptions {
   // host:port of the HTTP server for /metrics and /healthz; port 0 picks a
   // free port (metrics_port()); empty = no HTTP server. Default: 127.0.0.1:0.
   std::string metrics_address = "127.0.0.1:0";
-  // This server's address in the shard map it starts with when it has none
-  // persisted. Default (empty): the gRPC address with the bound port, with a
-  // wildcard host (0.0.0.0, [::]) replaced by 127.0.0.1.
+  // This server's address in the shard map it starts with, and in a
+  // persisted map it restarts with. Default (empty): the gRPC address with the
+  // bound port; with a wildcard host (0.0.0.0, [::]), 127.0.0.1 for a new map
+  // and the persisted map's own entry on a restart.
   std::string advertise_address;
   // The initial shard map: Balanced(store.num_slots, peers, epoch 1) with this
   // server at peers[self_index]. Empty = a single-server map of this server.

@@ -845,6 +845,38 @@ TEST_F(PsServiceTest, ShardMapSurvivesRestartWithTheNewPort) {
   EXPECT_EQ(got.addresses(1), nodes_[1].address);  // The restarted server's new port.
 }
 
+// A server bound to every interface (a pod's 0.0.0.0:7000) restarts under
+// the name its peers dial it by, not as 127.0.0.1, which would send every
+// client to itself; an explicit advertise address still replaces the name.
+TEST_F(PsServiceTest, RestartOnAWildcardAddressKeepsItsNameInTheShardMap) {
+  StartCluster(2);
+  const int port = nodes_[1].server->grpc_port();
+  const std::string name = absl::StrCat("ps-1.ps.default.svc:", port);
+  const ShardMap named = ShardMap::Balanced(kSlots, {map_->addresses()[0], name}, /*epoch=*/3);
+  ASSERT_TRUE(SetMap(0, named, 0).ok());
+  ASSERT_TRUE(SetMap(1, named, 1).ok());
+  auto map_of = [&](int node) {
+    grpc::ClientContext context;
+    v1::ShardMap got;
+    EXPECT_TRUE(nodes_[node].stub->GetShardMap(&context, {}, &got).ok());
+    return got;
+  };
+
+  nodes_[1].server->Shutdown();
+  ps::PsServerOptions wildcard = Options("ps1");
+  wildcard.grpc_address = absl::StrCat("0.0.0.0:", port);
+  nodes_[1] = Start(wildcard);
+  ASSERT_NE(nodes_[1].server, nullptr);
+  EXPECT_EQ(map_of(1).epoch(), 3u);
+  EXPECT_EQ(map_of(1).addresses(1), name);
+
+  nodes_[1].server->Shutdown();
+  wildcard.advertise_address = absl::StrCat("localhost:", port);
+  nodes_[1] = Start(wildcard);
+  ASSERT_NE(nodes_[1].server, nullptr);
+  EXPECT_EQ(map_of(1).addresses(1), wildcard.advertise_address);
+}
+
 TEST_F(PsServiceTest, CheckpointRestoresTheSameRows) {
   StartCluster(1);
   Load(3, 50);
