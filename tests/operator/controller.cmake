@@ -2,8 +2,9 @@
 # API server, with a fake kubelet running every pod as a real process.
 if(TARGET shadowsync::fake_kube)
   shadowsync_cc_test(NAME operator_e2e_test
-    SRCS ${CMAKE_CURRENT_LIST_DIR}/operator_e2e_test.cc ${CMAKE_CURRENT_LIST_DIR}/fake_kubelet.cc
-    DEPS shadowsync::fake_kube shadowsync::reconcile shadowsync::reshard shadowsync::shard_map
+    SRCS ${CMAKE_CURRENT_LIST_DIR}/operator_e2e_test.cc
+    DEPS shadowsync::fake_kube shadowsync::fake_kubelet shadowsync::reconcile shadowsync::reshard
+         shadowsync::shard_map
     LABEL integration TIMEOUT 600)
   add_dependencies(operator_e2e_test shadowsync)
 endif()

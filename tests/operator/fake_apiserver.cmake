@@ -1,14 +1,19 @@
 # The in-process fake Kubernetes API server (tests/util/fake_kube_apiserver.h),
-# its standalone binary, and the tests that keep it honest: its own suite over
+# its kubelet, their standalone binary, and the tests that keep it honest: its own suite over
 # real HTTP, and real kubectl 1.31 (scripts/install-kube-tools.sh) against it.
 shadowsync_cc_library(NAME fake_kube
   SRCS ${PROJECT_SOURCE_DIR}/tests/util/fake_kube_apiserver.cc
   DEPS absl::status absl::statusor absl::strings absl::time nlohmann_json::nlohmann_json
        Threads::Threads)
 
+# The kubelet that runs the fake API server's pods, as processes or containers.
+shadowsync_cc_library(NAME fake_kubelet
+  SRCS ${CMAKE_CURRENT_SOURCE_DIR}/fake_kubelet.cc
+  DEPS shadowsync::fake_kube shadowsync::base)
+
 shadowsync_cc_binary(NAME fake_kube_apiserver
   SRCS ${CMAKE_CURRENT_SOURCE_DIR}/fake_kube_apiserver_main.cc
-  DEPS shadowsync::fake_kube CLI11::CLI11)
+  DEPS shadowsync::fake_kube shadowsync::fake_kubelet CLI11::CLI11)
 
 shadowsync_cc_test(NAME fake_kube_apiserver_test
   SRCS ${CMAKE_CURRENT_SOURCE_DIR}/fake_kube_apiserver_test.cc

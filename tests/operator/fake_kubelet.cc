@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/util/http_get.h"
@@ -40,6 +41,49 @@ bool Probe(const std::string& address, const std::string& path) {
                  /*timeout_seconds=*/1) == 200;
 }
 
+// A child about to exec: the caller's thread may block signals it waits for
+// (fake_kube_apiserver's main does), and the mask survives exec.
+void UnblockSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Starts `argv` (searched on PATH) with stdin and stderr on /dev/null, and
+// stdout on `stdout_fd` (-1: /dev/null); its pid.
+pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd = -1) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    UnblockSignals();
+    const int null_fd = open("/dev/null", O_RDWR);
+    dup2(null_fd, 0);
+    dup2(stdout_fd >= 0 ? stdout_fd : null_fd, 1);
+    dup2(null_fd, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs `argv` to completion; its exit code, or -1. Its stdout goes to `out`.
+int RunCommand(const std::vector<std::string>& argv, std::string* out) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = Spawn(argv, pipe_fds[1]);
+  close(pipe_fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) {
+    out->append(buf, static_cast<size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 }  // namespace
 
 FakeKubelet::FakeKubelet(FakeKubeApiServer* api, FakeKubeletOptions options)
@@ -51,7 +95,8 @@ FakeKubelet::~FakeKubelet() {
   stop_.store(true);
   thread_.join();
   MutexLock l(&mu_);
-  for (auto& [key, pod] : pods_) StopContainer(pod);
+  for (auto& [key, pod] : pods_) StopContainer(pod, /*wait=*/true);
+  for (const pid_t pid : stopping_) waitpid(pid, nullptr, 0);
 }
 
 void FakeKubelet::Loop() {
@@ -65,6 +110,7 @@ void FakeKubelet::SyncOnce() {
   absl::StatusOr<std::vector<json>> sets = api_->List("/apis/apps/v1/statefulsets");
   if (!sets.ok()) return;
   MutexLock l(&mu_);
+  std::erase_if(stopping_, [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) == pid; });
   std::set<std::string> wanted;
   for (const json& sts : *sets) {
     const std::string ns = sts["metadata"]["namespace"], name = sts["metadata"]["name"];
@@ -113,7 +159,7 @@ void FakeKubelet::SyncOnce() {
       ++it;
       continue;
     }
-    StopContainer(it->second);
+    StopContainer(it->second, /*wait=*/false);
     (void)api_->Delete(
         absl::StrCat("/api/v1/namespaces/", it->second.ns, "/pods/", it->second.name));
     it = pods_.erase(it);
@@ -121,45 +167,19 @@ void FakeKubelet::SyncOnce() {
 }
 
 void FakeKubelet::SyncPod(Pod& pod, const json& sts) {
-  const json& spec = sts["spec"]["template"]["spec"];
-  const json& container = spec["containers"][0];
-  if (pod.args.empty()) {
-    // Every volume becomes a directory of the pod; args naming a mount
-    // path name that directory instead.
-    std::map<std::string, std::string> mounts;  // mountPath -> local dir
-    for (const json& m : container.value("volumeMounts", json::array())) {
-      const std::string local = absl::StrCat(pod.dir, "/volumes/", m["name"].get<std::string>());
-      fs::create_directories(local);
-      mounts[m["mountPath"]] = local;
-      for (const json& v : spec.value("volumes", json::array())) {
-        if (v["name"] == m["name"] && v.contains("configMap")) {
-          pod.config_map = v["configMap"]["name"];
-          pod.config_dir = local;
-        }
-      }
-    }
-    for (const json& a : container.value("args", json::array())) {
-      std::string arg = a.get<std::string>();
-      for (const auto& [path, local] : mounts) {
-        // One mount per argument: the rewritten path lies under the pod's
-        // directory, which another mount path (e.g. /tmp) may prefix.
-        if (arg.find("=" + path + "/") != std::string::npos) {
-          arg = absl::StrReplaceAll(arg, {{"=" + path + "/", "=" + local + "/"}});
-          break;
-        }
-        if (arg.ends_with("=" + path)) {
-          arg = arg.substr(0, arg.size() - path.size()) + local;
-          break;
-        }
-      }
-      arg = absl::StrReplaceAll(arg, {{"0.0.0.0:", pod.ip + ":"}});
-      pod.args.push_back(arg);
-    }
+  if (!pod.prepared) {
+    const json& container = sts["spec"]["template"]["spec"]["containers"][0];
     for (const json& port : container.value("ports", json::array())) {
       if (port.value("name", "") == "metrics") {
         pod.readiness_address = absl::StrCat(pod.ip, ":", port["containerPort"].get<int>());
       }
     }
+    if (containers()) {
+      PrepareContainer(pod, sts);
+    } else {
+      PrepareProcess(pod, sts["spec"]["template"]["spec"]);
+    }
+    pod.prepared = true;
   }
   WriteConfig(pod);
   // Reap a container that ended; restartPolicy Always starts it again.
@@ -172,10 +192,199 @@ void FakeKubelet::SyncPod(Pod& pod, const json& sts) {
       ++pod.restarts;
     }
   }
-  if (pod.pid == 0 && !pod.config_rv.empty()) StartContainer(pod);
+  if (pod.pid == 0 && !pod.config_rv.empty() && pod.config_error.empty()) StartContainer(pod);
   pod.ready =
       pod.pid > 0 && !pod.readiness_address.empty() && Probe(pod.readiness_address, "/healthz");
   PublishPod(pod, sts);
+}
+
+void FakeKubelet::PrepareProcess(Pod& pod, const json& spec) {
+  const json& container = spec["containers"][0];
+  // Every volume becomes a directory of the pod; args naming a mount path
+  // name that directory instead.
+  std::map<std::string, std::string> mounts;  // mountPath -> local dir
+  for (const json& m : container.value("volumeMounts", json::array())) {
+    const std::string local = absl::StrCat(pod.dir, "/volumes/", m["name"].get<std::string>());
+    fs::create_directories(local);
+    mounts[m["mountPath"]] = local;
+    for (const json& v : spec.value("volumes", json::array())) {
+      if (v["name"] == m["name"] && v.contains("configMap")) {
+        pod.config_map = v["configMap"]["name"];
+        pod.config_dir = local;
+      }
+    }
+  }
+  for (const json& a : container.value("args", json::array())) {
+    std::string arg = a.get<std::string>();
+    for (const auto& [path, local] : mounts) {
+      // One mount per argument: the rewritten path lies under the pod's
+      // directory, which another mount path (e.g. /tmp) may prefix.
+      if (arg.find("=" + path + "/") != std::string::npos) {
+        arg = absl::StrReplaceAll(arg, {{"=" + path + "/", "=" + local + "/"}});
+        break;
+      }
+      if (arg.ends_with("=" + path)) {
+        arg = arg.substr(0, arg.size() - path.size()) + local;
+        break;
+      }
+    }
+    arg = absl::StrReplaceAll(arg, {{"0.0.0.0:", pod.ip + ":"}});
+    pod.args.push_back(arg);
+  }
+}
+
+void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
+  const json& spec = sts["spec"]["template"]["spec"];
+  const json& container = spec["containers"][0];
+  const std::string image = container.value("image", "");
+  // Container settings override the pod's, key by key.
+  const json pod_security = spec.value("securityContext", json::object());
+  const json security = container.value("securityContext", json::object());
+  auto setting = [&](const char* key) {
+    return security.contains(key) ? security[key] : pod_security.value(key, json());
+  };
+  auto fail = [&](const std::string& message) {
+    if (pod.config_error.empty()) pod.config_error = message;
+  };
+
+  pod.container_name = absl::StrCat("k8s_", pod.ns, "_", pod.name);
+  std::vector<std::string>& a = pod.args;
+  a = {options_.container_engine,
+       "run",
+       "--rm",
+       "--replace",
+       "--name",
+       pod.container_name,
+       "--hostname",
+       pod.name,
+       "--network",
+       options_.network,
+       "--ip",
+       pod.ip};
+  // The headless Service's per-pod DNS names.
+  const std::string service = sts["spec"].value("serviceName", "");
+  if (!service.empty()) {
+    for (const char* domain : {".svc", ".svc.cluster.local"}) {
+      a.insert(a.end(),
+               {"--network-alias", absl::StrCat(pod.name, ".", service, ".", pod.ns, domain)});
+    }
+  }
+
+  const json uid = setting("runAsUser"), gid = setting("runAsGroup"), fs_group = setting("fsGroup");
+  if (setting("runAsNonRoot") == true) {
+    // As the kubelet: the numeric uid that will run, from the spec or the image.
+    std::string user = uid.is_number() ? std::to_string(uid.get<int64_t>()) : "";
+    if (user.empty()) {
+      RunCommand(
+          {options_.container_engine, "image", "inspect", "--format", "{{.Config.User}}", image},
+          &user);
+      user = user.substr(0, user.find_first_of(":\n"));
+    }
+    if (user.empty() || user == "0" || user == "root") {
+      fail("container has runAsNonRoot and image will run as root");
+    } else if (user.find_first_not_of("0123456789") != std::string::npos) {
+      fail(absl::StrCat("container has runAsNonRoot and image has non-numeric user (", user,
+                        "), cannot verify user is non-root"));
+    }
+  }
+  if (uid.is_number()) {
+    a.insert(a.end(), {"--user",
+                       absl::StrCat(uid.get<int64_t>(),
+                                    gid.is_number() ? absl::StrCat(":", gid.get<int64_t>()) : "")});
+  }
+  if (fs_group.is_number()) {
+    a.insert(a.end(), {"--group-add", std::to_string(fs_group.get<int64_t>())});
+  }
+  if (setting("readOnlyRootFilesystem") == true) {
+    // Writable only where a volume is mounted: no engine-provided tmpfs.
+    a.insert(a.end(), {"--read-only", "--read-only-tmpfs=false"});
+  }
+  if (setting("allowPrivilegeEscalation") == false) {
+    a.insert(a.end(), {"--security-opt", "no-new-privileges"});
+  }
+  const json capabilities = security.value("capabilities", json::object());
+  for (const json& c : capabilities.value("drop", json::array())) {
+    a.insert(a.end(), {"--cap-drop", absl::AsciiStrToLower(c.get<std::string>())});
+  }
+  for (const json& c : capabilities.value("add", json::array())) {
+    a.insert(a.end(), {"--cap-add", absl::AsciiStrToLower(c.get<std::string>())});
+  }
+  const json seccomp_profile = setting("seccompProfile");
+  const std::string seccomp = seccomp_profile.is_object()
+                                  ? seccomp_profile.value("type", "RuntimeDefault")
+                                  : "RuntimeDefault";
+  if (seccomp == "Unconfined") {
+    a.insert(a.end(), {"--security-opt", "seccomp=unconfined"});
+  } else if (seccomp != "RuntimeDefault") {
+    fail(absl::StrCat("seccompProfile type ", seccomp, " is not supported by this kubelet"));
+  }
+
+  for (const json& e : container.value("env", json::array())) {
+    const std::string name = e["name"];
+    std::string value = e.value("value", "");
+    if (e.contains("valueFrom")) {
+      const std::string field =
+          e["valueFrom"].value("/fieldRef/fieldPath"_json_pointer, std::string());
+      if (field == "metadata.name") {
+        value = pod.name;
+      } else if (field == "metadata.namespace") {
+        value = pod.ns;
+      } else if (field == "status.podIP") {
+        value = pod.ip;
+      } else {
+        fail(absl::StrCat("env ", name, ": valueFrom ", e["valueFrom"].dump(),
+                          " is not supported by this kubelet"));
+      }
+    }
+    a.insert(a.end(), {"--env", absl::StrCat(name, "=", value)});
+  }
+  for (const json& p : container.value("ports", json::array())) {
+    a.insert(a.end(),
+             {"--expose", absl::StrCat(p["containerPort"].get<int>(), "/",
+                                       absl::AsciiStrToLower(p.value("protocol", "TCP")))});
+  }
+
+  // Volumes: host directories of the pod, so that emptyDirs and claims
+  // survive container restarts, as in Kubernetes.
+  std::set<std::string> claims;
+  for (const json& t : sts["spec"].value("volumeClaimTemplates", json::array())) {
+    claims.insert(t["metadata"]["name"].get<std::string>());
+  }
+  for (const json& m : container.value("volumeMounts", json::array())) {
+    const std::string name = m["name"];
+    const std::string local = absl::StrCat(pod.dir, "/volumes/", name);
+    fs::create_directories(local);
+    const json* volume = nullptr;
+    if (spec.contains("volumes")) {
+      for (const json& v : spec["volumes"]) {
+        if (v["name"] == name) volume = &v;
+      }
+    }
+    if (volume != nullptr && volume->contains("configMap")) {
+      pod.config_map = (*volume)["configMap"]["name"];
+      pod.config_dir = local;
+    } else if ((volume != nullptr && volume->contains("emptyDir")) ||
+               (volume == nullptr && claims.count(name))) {
+      // fsGroup: the group owns the volume and what is created in it.
+      if (fs_group.is_number()) {
+        (void)chown(local.c_str(), 0, static_cast<gid_t>(fs_group.get<int64_t>()));
+        fs::permissions(local, fs::perms::owner_all | fs::perms::group_all |
+                                   fs::perms::others_read | fs::perms::others_exec |
+                                   fs::perms::set_gid);
+      }
+    } else {
+      fail(absl::StrCat("volume ", name,
+                        ": only configMap, emptyDir and claim templates are "
+                        "supported by this kubelet"));
+    }
+    a.insert(a.end(), {"--volume", absl::StrCat(local, ":", m["mountPath"].get<std::string>(),
+                                                m.value("readOnly", false) ? ":ro" : "")});
+  }
+  if (container.contains("command")) {
+    a.insert(a.end(), {"--entrypoint", container["command"].dump()});
+  }
+  a.push_back(image);
+  for (const json& arg : container.value("args", json::array())) a.push_back(arg);
 }
 
 void FakeKubelet::WriteConfig(Pod& pod) {
@@ -196,7 +405,8 @@ void FakeKubelet::WriteConfig(Pod& pod) {
 
 void FakeKubelet::StartContainer(Pod& pod) {
   const std::string log = pod.dir + "/container.log";
-  std::vector<std::string> argv = {options_.binary};
+  std::vector<std::string> argv;
+  if (!containers()) argv.push_back(options_.binary);
   argv.insert(argv.end(), pod.args.begin(), pod.args.end());
   const pid_t pid = fork();
   if (pid == 0) {
@@ -204,20 +414,36 @@ void FakeKubelet::StartContainer(Pod& pod) {
     dup2(fd, 1);
     dup2(fd, 2);
     setpgid(0, 0);
+    UnblockSignals();
     setenv("POD_NAME", pod.name.c_str(), 1);
     setenv("POD_NAMESPACE", pod.ns.c_str(), 1);
     setenv("HOSTNAME", pod.name.c_str(), 1);
     std::vector<char*> args;
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());
     _exit(127);
   }
   pod.pid = pid;
 }
 
-void FakeKubelet::StopContainer(Pod& pod) {
+void FakeKubelet::StopContainer(Pod& pod, bool wait) {
   if (pod.pid <= 0) return;
+  if (containers()) {
+    // The engine sends SIGTERM, then SIGKILL after the grace period, and the
+    // waiting `run --rm` exits. Without `wait` both are reaped later, so that
+    // a slow stop does not hold up the other pods.
+    const pid_t stop =
+        Spawn({options_.container_engine, "stop", "--time", "10", pod.container_name});
+    if (wait) {
+      waitpid(stop, nullptr, 0);
+      waitpid(pod.pid, nullptr, 0);
+    } else {
+      stopping_.insert(stopping_.end(), {stop, pod.pid});
+    }
+    pod.pid = 0;
+    return;
+  }
   kill(pod.pid, SIGTERM);
   for (int i = 0; i < 200; ++i) {
     if (waitpid(pod.pid, nullptr, WNOHANG) == pod.pid) {
@@ -240,6 +466,10 @@ void FakeKubelet::PublishPod(const Pod& pod, const json& sts) {
                                                  : json{{"waiting", {{"reason", "Restarting"}}}}}};
   if (pod.last_exit >= 0) {
     container_status["lastState"] = {{"terminated", {{"exitCode", pod.last_exit}}}};
+  }
+  if (!pod.config_error.empty()) {
+    container_status["state"] = {
+        {"waiting", {{"reason", "CreateContainerConfigError"}, {"message", pod.config_error}}}};
   }
   const json status = {
       {"phase", "Running"},
@@ -283,9 +513,13 @@ void FakeKubelet::Signal(const std::string& ns, const std::string& job, const st
                          int sig) {
   MutexLock l(&mu_);
   for (auto& [key, pod] : pods_) {
-    if (pod.ns == ns && pod.job == job && pod.role == role && pod.pid > 0) {
-      // The pod command and the process it runs.
-      kill(-pod.pid, sig);
+    if (pod.ns != ns || pod.job != job || pod.role != role || pod.pid <= 0) continue;
+    if (containers()) {
+      waitpid(Spawn({options_.container_engine, "kill", "--signal", std::to_string(sig),
+                     pod.container_name}),
+              nullptr, 0);
+    } else {
+      kill(-pod.pid, sig);  // The pod command and the process it runs.
     }
   }
 }

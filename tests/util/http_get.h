@@ -14,8 +14,8 @@
 namespace shadowsync::testing {
 
 // GET `path` from `host` (an IPv4 address):`port`; returns the status code
-// (-1 if there is no HTTP answer, or none within `timeout_seconds` of a read)
-// and fills `body`.
+// (-1 if there is no HTTP answer, or none within `timeout_seconds` of the
+// connect or of a read) and fills `body`.
 inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
                    int timeout_seconds = 5) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -24,6 +24,9 @@ inline int HttpGet(const std::string& host, int port, const std::string& path, s
   addr.sin_port = htons(static_cast<uint16_t>(port));
   timeval timeout{.tv_sec = timeout_seconds, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  // Bounds connect() too (Linux): an address nobody holds yet, such as a
+  // container still starting, would otherwise hang for the ARP timeout.
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
