@@ -24,12 +24,12 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import {
+  dashboardsDir, evaluateDashboards, loadDashboards as loadDashboardFiles, panelsOf, podTargets, relabel, repo,
+  sleep, waitFor,
+} from './monitoring_lib.mjs';
 
-const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const dashboardsDir = path.join(repo, 'helm', 'shadowsync', 'dashboards');
 const rulesFile = path.join(repo, 'helm', 'shadowsync', 'rules', 'shadowsync-alerts.yaml');
-const rateInterval = '20s';  // $__rate_interval at a 1 s scrape interval.
 
 let binDir = path.join(repo, 'build', 'release', 'bin');
 let staticOnly = false;
@@ -50,7 +50,6 @@ const failures = [];
 const fail = (msg) => { failures.push(msg); console.error(`FAIL: ${msg}`); };
 const log = (msg) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}`);
 const t0 = Date.now();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function which(tool) {
   for (const dir of (process.env.PATH || '').split(':')) {
@@ -64,27 +63,9 @@ function which(tool) {
 // Static checks of the dashboards and the rule file.
 
 function loadDashboards() {
-  const out = [];
-  for (const name of fs.readdirSync(dashboardsDir).filter((n) => n.endsWith('.json')).sort()) {
-    const file = path.join(dashboardsDir, name);
-    try {
-      out.push({ file: name, json: JSON.parse(fs.readFileSync(file, 'utf8')) });
-    } catch (e) {
-      fail(`${name}: not valid JSON: ${e.message}`);
-    }
-  }
+  const out = loadDashboardFiles(fail);
   if (out.length < 4) fail(`${dashboardsDir}: ${out.length} dashboards, want at least 4`);
   return out;
-}
-
-// Panels including those nested in collapsed rows.
-function panelsOf(d) {
-  const all = [];
-  for (const p of d.panels || []) {
-    all.push(p);
-    for (const q of p.panels || []) all.push(q);
-  }
-  return all;
 }
 
 function checkDashboards(dashboards) {
@@ -164,33 +145,8 @@ function loadRules() {
 // --------------------------------------------------------------------------
 // deploy/monitoring against the pods the operator really renders.
 
-const sanitize = (name) => name.replace(/[^a-zA-Z0-9_]/g, '_');
-
-// Prometheus relabeling (keep, drop, replace) of one target's labels.
-function relabel(labels, configs) {
-  const out = { ...labels };
-  for (const c of configs) {
-    const value = (c.source_labels || []).map((l) => out[l] ?? '').join(c.separator ?? ';');
-    const re = new RegExp(`^(?:${c.regex ?? '(.*)'})$`);
-    const m = re.exec(value);
-    const action = c.action ?? 'replace';
-    if (action === 'keep' && !m) return null;
-    if (action === 'drop' && m) return null;
-    if (action === 'replace' && m) {
-      const v = (c.replacement ?? '$1').replace(/\$(\d+)|\$\{(\d+)\}/g, (_, a, b) => m[Number(a ?? b)] ?? '');
-      if (v === '') delete out[c.target_label]; else out[c.target_label] = v;
-    }
-    if (!['keep', 'drop', 'replace'].includes(action)) throw new Error(`relabel action ${action} not simulated`);
-  }
-  return out;
-}
-
-// Pod-role service-discovery targets (one per container port) of a pod template.
-function podTargets(namespace, podName, template) {
-  const base = { __meta_kubernetes_namespace: namespace, __meta_kubernetes_pod_name: podName, __meta_kubernetes_pod_phase: 'Running' };
-  for (const [k, v] of Object.entries(template.metadata.labels || {})) base[`__meta_kubernetes_pod_label_${sanitize(k)}`] = v;
-  return template.spec.containers.flatMap((c) => (c.ports || []).map((p) => ({ ...base, __meta_kubernetes_pod_container_port_name: p.name || '' })));
-}
+// The pod a StatefulSet or Deployment template makes, as service discovery sees it.
+const templatePod = (namespace, name, template) => ({ metadata: { ...template.metadata, namespace, name }, spec: template.spec });
 
 function matchesSelector(labels, selector) {
   for (const [k, v] of Object.entries(selector.matchLabels || {})) if (labels[k] !== v) return false;
@@ -220,17 +176,17 @@ function checkMonitoringManifests(yaml, statefulSets, jobName, promtool, dir) {
   const deploy = yaml.loadAll(fs.readFileSync(path.join(repo, 'deploy', 'operator.yaml'), 'utf8')).filter((o) => o);
   const operatorDeployment = deploy.find((o) => o.kind === 'Deployment');
   const operatorService = deploy.find((o) => o.kind === 'Service' && o.metadata.name === 'shadowsync-operator-metrics');
-  const operatorTargets = podTargets(operatorDeployment.metadata.namespace, 'shadowsync-operator-abc', operatorDeployment.spec.template);
+  const operatorTargets = podTargets(templatePod(operatorDeployment.metadata.namespace, 'shadowsync-operator-abc', operatorDeployment.spec.template));
   const roles = new Set();
   if (statefulSets.length < 3) fail(`the operator rendered ${statefulSets.length} StatefulSets for job ${jobName}, want 3`);
   for (const sts of statefulSets) {
     const pod = `${sts.metadata.name}-0`;
-    const kept = podTargets('default', pod, sts.spec.template).map((t) => relabel(t, jobs['shadowsync-jobs'].relabel_configs)).filter((t) => t);
+    const kept = podTargets(templatePod('default', pod, sts.spec.template)).map((t) => relabel(t, jobs['shadowsync-jobs'].relabel_configs)).filter((t) => t);
     if (kept.length !== 1) { fail(`${scrapeFile}: job shadowsync-jobs keeps ${kept.length} targets of pod ${pod}, want its one metrics port`); continue; }
     const t = kept[0];
     if (t.shadowsync_job !== jobName || t.namespace !== 'default' || t.pod !== pod || !t.role) fail(`${scrapeFile}: pod ${pod} gets labels ${JSON.stringify(Object.fromEntries(Object.entries(t).filter(([k]) => !k.startsWith('__'))))}, want namespace, pod, shadowsync_job and role`);
     roles.add(t.role);
-    if (podTargets('default', pod, sts.spec.template).some((x) => relabel(x, jobs['shadowsync-operator'].relabel_configs))) fail(`${scrapeFile}: job shadowsync-operator scrapes job pod ${pod}`);
+    if (podTargets(templatePod('default', pod, sts.spec.template)).some((x) => relabel(x, jobs['shadowsync-operator'].relabel_configs))) fail(`${scrapeFile}: job shadowsync-operator scrapes job pod ${pod}`);
   }
   if (roles.size !== 3) fail(`${scrapeFile}: roles ${[...roles]} of the job pods, want trainer, ps and syncer`);
   const op = operatorTargets.map((t) => relabel(t, jobs['shadowsync-operator'].relabel_configs)).filter((t) => t);
@@ -294,16 +250,6 @@ function freePort() {
     s.on('error', reject);
     s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
   });
-}
-
-async function waitFor(what, fn, timeoutMs) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  while (Date.now() < deadline) {
-    try { last = await fn(); if (last) return last; } catch (e) { last = e.message; }
-    await sleep(200);
-  }
-  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
 }
 
 async function getText(url) {
@@ -449,31 +395,7 @@ ${staticJob}
     log(`promtool check metrics: ${endpoints.length} endpoints checked`);
 
     // Every dashboard expression returns data.
-    const substitute = (expr) => expr
-      .replaceAll('$__rate_interval', rateInterval).replaceAll('${__rate_interval}', rateInterval)
-      .replaceAll('$__interval', '2s').replaceAll('$__range', '1m')
-      .replace(/\$\{?(namespace|job)\}?/g, '.+');
-    let evaluated = 0;
-    for (const { file, json: d } of dashboards) {
-      for (const p of panelsOf(d)) {
-        for (const t of p.targets || []) {
-          const expr = substitute(t.expr || '');
-          if (/\$/.test(expr)) { fail(`${file}: panel "${p.title}" ${t.refId}: unsubstituted variable in ${expr}`); continue; }
-          const r = await query(expr);
-          ++evaluated;
-          if (r.status !== 'success') fail(`${file}: panel "${p.title}" ${t.refId}: error ${r.errorType}: ${r.error}: ${expr}`);
-          else if (r.data.result.length === 0) fail(`${file}: panel "${p.title}" ${t.refId}: no data: ${expr}`);
-        }
-      }
-      for (const v of ((d.templating && d.templating.list) || []).filter((v) => v.type === 'query')) {
-        const q = substitute(typeof v.query === 'string' ? v.query : v.query.query);
-        const m = /^label_values\((.*),\s*([a-zA-Z_]\w*)\)$/.exec(q);
-        if (!m) { fail(`${file}: variable ${v.name}: not a label_values(metric, label) query: ${q}`); continue; }
-        const r = await (await fetch(`${prom}/api/v1/label/${m[2]}/values?${new URLSearchParams({ 'match[]': m[1] })}`)).json();
-        ++evaluated;
-        if (r.status !== 'success' || r.data.length === 0) fail(`${file}: variable ${v.name}: no values: ${q} (${r.error || 'empty'})`);
-      }
-    }
+    const { evaluated } = await evaluateDashboards(prom, dashboards, fail);
     log(`${evaluated} dashboard expressions and variables evaluated`);
 
     // Every rule evaluates, by query and inside Prometheus.
