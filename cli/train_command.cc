@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
+#include "common/model/export.h"
 #include "common/model/model_io.h"
 #include "common/status_macros.h"
 #include "common/synthetic.h"
@@ -47,6 +48,9 @@ struct TrainFlags {
   std::string report_json;
   std::string save_model;
   std::string work_dir = "runs/train";
+  // From --config: the export records the job, and divides its slot space.
+  nlohmann::json job = nullptr;
+  uint32_t slots = 4096;
 };
 
 absl::StatusOr<std::vector<int>> ParseWidths(const std::string& flag, const std::string& text) {
@@ -66,6 +70,8 @@ absl::StatusOr<std::vector<int>> ParseWidths(const std::string& flag, const std:
 absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   SS_ASSIGN_OR_RETURN(ShadowSyncJob job, LoadJobFile(flags.config));
   const JobSpec& spec = job.spec;
+  flags.job = JobToJson(job);
+  flags.slots = static_cast<uint32_t>(spec.parameter_server.slots);
   auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
   if (!given("--threads")) flags.threads = spec.trainer.threads;
   if (!given("--batch-size")) flags.batch_size = spec.trainer.batch_size;
@@ -198,9 +204,13 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   std::cout << absl::StrFormat("trained %d examples in %.2fs: %.0f examples/s, train NE %.4f\n",
                                report->examples, report->seconds, report->examples_per_second,
                                report->train_ne);
+  nlohmann::json eval_metrics = nlohmann::json::object();
   if (!flags.eval_data.empty()) {
     auto eval = trainer.Evaluate(flags.eval_data);
     if (!eval.ok()) return Fail(eval.status());
+    eval_metrics = {{"eval_examples", eval->examples}, {"eval_ne", eval->ne},
+                    {"eval_auc", eval->auc},           {"eval_logloss", eval->logloss},
+                    {"eval_ctr", eval->ctr},           {"eval_calibration", eval->calibration}};
     out["eval_examples"] = eval->examples;
     out["eval_ne"] = eval->ne;
     out["eval_auc"] = eval->auc;
@@ -212,10 +222,17 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
         eval->ne, eval->auc, eval->logloss, eval->calibration);
   }
   if (!flags.save_model.empty()) {
-    absl::Status s =
-        model::SaveModel(flags.save_model, config, trainer.params(), trainer.dense_state(), store);
+    model::ExportInfo info;
+    info.config = config;
+    info.num_slots = flags.slots;
+    info.dense_source = "trainer replica (one process)";
+    info.examples_trained = report->examples;
+    info.eval = eval_metrics;
+    info.job = flags.job;
+    absl::Status s = model::ExportLocalModel(flags.save_model, std::move(info), trainer.params(),
+                                             trainer.dense_state(), store);
     if (!s.ok()) return Fail(s);
-    std::cout << "saved model to " << flags.save_model << "\n";
+    std::cout << "exported the model to " << flags.save_model << "\n";
   }
   if (!flags.report_json.empty()) {
     std::ofstream f(flags.report_json);
@@ -258,7 +275,8 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--progress-interval", flags->progress_interval,
                   "seconds between progress lines");
   cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
-  cmd->add_option("--save-model", flags->save_model, "save the trained model here");
+  cmd->add_option("--save-model", flags->save_model,
+                  "export the trained model to this directory (docs/export.md)");
   cmd->add_option("--work-dir", flags->work_dir, "where generated data goes")
       ->capture_default_str();
   return [cmd, flags] { return RunTrain(*cmd, *flags); };
@@ -274,7 +292,10 @@ Action AddEvalCommand(CLI::App& app) {
   };
   auto flags = std::make_shared<EvalFlags>();
   CLI::App* cmd = app.add_subcommand("eval", "Score a saved model on held-out data.");
-  cmd->add_option("--model", flags->model, "model file written by train --save-model")->required();
+  cmd->add_option("--model", flags->model,
+                  "an export (train --save-model; docs/export.md), or a model file of the "
+                  "format before it")
+      ->required();
   cmd->add_option("--data", flags->data, "Criteo TSV files")->required();
   cmd->add_option("--threads", flags->threads)->capture_default_str();
   cmd->add_option("--batch-size", flags->batch_size)->capture_default_str();
@@ -284,7 +305,8 @@ Action AddEvalCommand(CLI::App& app) {
   return [flags] {
     auto precision = model::ParseDensePrecision(flags->dense_precision, "--dense-precision");
     if (!precision.ok()) return Fail(precision.status());
-    auto saved = model::LoadModel(flags->model);
+    auto saved = std::filesystem::is_directory(flags->model) ? model::LoadExport(flags->model)
+                                                             : model::LoadModel(flags->model);
     if (!saved.ok()) return Fail(saved.status());
     worker::TrainerOptions options;
     options.precision = *precision;

@@ -72,6 +72,13 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
             0)
       << eval_out;
   const auto eval = nlohmann::json::parse(testing::ReadFile(dir_.File("eval.json")));
+  // --save-model wrote an export (docs/export.md) that records what it was
+  // trained on and how it scored.
+  const auto manifest =
+      nlohmann::json::parse(testing::ReadFile(dir_.File("m.model/manifest.json")));
+  EXPECT_EQ(manifest["examplesTrained"], 25000);
+  EXPECT_EQ(manifest["eval"]["eval_auc"], report["eval_auc"]);
+  EXPECT_EQ(manifest["eval"]["eval_ne"], report["eval_ne"]);
   // Reloaded bits give the very same predictions, hence the same metrics.
   EXPECT_EQ(eval["eval_auc"].get<double>(), report["eval_auc"].get<double>());
   EXPECT_EQ(eval["eval_logloss"].get<double>(), report["eval_logloss"].get<double>());

@@ -1,0 +1,465 @@
+#include "common/model/export.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+
+namespace shadowsync::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kManifest[] = "manifest.json";
+constexpr char kDense[] = "dense.bin";
+
+uint32_t Crc(uint64_t crc, const void* p, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(p), n));
+}
+
+std::string PartName(int part) { return absl::StrFormat("embeddings/part-%05d.bin", part); }
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+json TablesToJson(const std::vector<EmbeddingTableConfig>& tables) {
+  json out = json::array();
+  for (const auto& t : tables) out.push_back({{"name", t.name}, {"hashBuckets", t.hash_buckets}});
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- writer
+
+ExportWriter::ExportWriter(std::string dir, std::string tmp, ExportInfo info)
+    : dir_(std::move(dir)),
+      tmp_(std::move(tmp)),
+      info_(std::move(info)),
+      state_floats_(info_.with_optimizer_state
+                        ? info_.embeddings.dim *
+                              StateFloatsPerParam(info_.embeddings.optimizer.kind)
+                        : 0) {}
+
+absl::StatusOr<std::unique_ptr<ExportWriter>> ExportWriter::Create(std::string dir,
+                                                                   ExportInfo info) {
+  if (info.num_parts < 1 || info.num_slots < static_cast<uint32_t>(info.num_parts)) {
+    return absl::InvalidArgumentError(absl::StrCat("export ", dir, ": ", info.num_parts,
+                                                   " parts over ", info.num_slots, " slots"));
+  }
+  if (info.embeddings.dim != info.config.embedding_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("export ", dir, ": embedding dim ",
+                                                   info.embeddings.dim, " but the model's is ",
+                                                   info.config.embedding_dim));
+  }
+  while (!dir.empty() && dir.back() == '/') dir.pop_back();
+  const std::string tmp = absl::StrCat(dir, ".tmp-", getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(fs::path(tmp) / "embeddings", ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  return std::unique_ptr<ExportWriter>(new ExportWriter(std::move(dir), tmp, std::move(info)));
+}
+
+ExportWriter::~ExportWriter() {
+  if (out_ != nullptr) std::fclose(out_);
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+}
+
+absl::Status ExportWriter::WriteFile(const std::string& name, const std::string& bytes,
+                                     int64_t rows) {
+  const std::string path = tmp_ + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  json entry = {
+      {"path", name}, {"bytes", bytes.size()}, {"crc32", Crc(0, bytes.data(), bytes.size())}};
+  if (rows >= 0) entry["rows"] = rows;
+  files_.push_back(std::move(entry));
+  return absl::OkStatus();
+}
+
+absl::Status ExportWriter::WriteDense(std::span<const float> params,
+                                      std::span<const float> dense_state) {
+  if (dense_written_)
+    return absl::FailedPreconditionError("export: dense parameters written twice");
+  const size_t expected = static_cast<size_t>(Dlrm(info_.config).num_params());
+  if (params.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("export ", dir_, ": ", params.size(),
+                                                   " dense parameters, the model has ", expected));
+  }
+  std::string bytes(reinterpret_cast<const char*>(params.data()), params.size_bytes());
+  if (info_.with_optimizer_state) {
+    bytes.append(reinterpret_cast<const char*>(dense_state.data()), dense_state.size_bytes());
+  }
+  SS_RETURN_IF_ERROR(WriteFile(kDense, bytes, -1));
+  files_.back()["params"] = params.size();
+  files_.back()["optimizerState"] = info_.with_optimizer_state ? dense_state.size() : 0;
+  dense_written_ = true;
+  return absl::OkStatus();
+}
+
+uint32_t ExportWriter::PartBegin(int part) const {
+  return static_cast<uint32_t>(static_cast<uint64_t>(part) * info_.num_slots /
+                               static_cast<uint64_t>(info_.num_parts));
+}
+
+absl::Status ExportWriter::BeginPart(int part) {
+  if (part_ >= 0 || part < next_part_ || part >= info_.num_parts) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("export: part ", part, " begun out of order (next is ", next_part_, ")"));
+  }
+  while (next_part_ < part) {  // Parts skipped hold no rows.
+    SS_RETURN_IF_ERROR(BeginPart(next_part_));
+    SS_RETURN_IF_ERROR(EndPart());
+  }
+  const std::string path = tmp_ + "/" + PartName(part);
+  out_ = std::fopen(path.c_str(), "wb");
+  if (out_ == nullptr) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  part_ = part;
+  part_begin_ = PartBegin(part);
+  part_end_ = PartBegin(part + 1);
+  crc_ = crc32_z(0, nullptr, 0);
+  bytes_ = 0;
+  rows_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status ExportWriter::AddRow(uint32_t table, uint64_t id, std::span<const float> values,
+                                  std::span<const float> state) {
+  if (part_ < 0) return absl::FailedPreconditionError("export: a row outside any part");
+  const uint32_t slot = SlotOf(table, id, info_.num_slots);
+  if (slot < part_begin_ || slot >= part_end_ || table >= info_.embeddings.tables.size() ||
+      values.size() != static_cast<size_t>(info_.embeddings.dim) ||
+      (state_floats_ > 0 && state.size() != static_cast<size_t>(state_floats_))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export: row (table ", table, ", id ", id, ", slot ", slot, ", ",
+                     values.size(), " values, ", state.size(), " state) does not belong in part ",
+                     part_, " (slots ", part_begin_, "-", part_end_, ")"));
+  }
+  auto put = [&](const void* p, size_t n) {
+    std::fwrite(p, 1, n, out_);
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
+    bytes_ += n;
+  };
+  put(&table, sizeof(table));
+  put(&id, sizeof(id));
+  put(values.data(), values.size_bytes());
+  if (state_floats_ > 0) put(state.data(), state.size_bytes());
+  ++rows_;
+  return absl::OkStatus();
+}
+
+absl::Status ExportWriter::EndPart() {
+  if (part_ < 0) return absl::FailedPreconditionError("export: no part is open");
+  const bool failed = std::ferror(out_) != 0;
+  const bool closed = std::fclose(out_) == 0;
+  out_ = nullptr;
+  const std::string name = PartName(part_);
+  if (failed || !closed)
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp_, "/", name));
+  files_.push_back({{"path", name},
+                    {"bytes", bytes_},
+                    {"crc32", static_cast<uint32_t>(crc_)},
+                    {"rows", rows_},
+                    {"slotBegin", part_begin_},
+                    {"slotEnd", part_end_}});
+  total_rows_ += rows_;
+  next_part_ = part_ + 1;
+  part_ = -1;
+  return absl::OkStatus();
+}
+
+absl::Status ExportWriter::Commit() {
+  if (!dense_written_) return absl::FailedPreconditionError("export: no dense parameters written");
+  if (part_ >= 0) SS_RETURN_IF_ERROR(EndPart());
+  if (next_part_ < info_.num_parts) {
+    SS_RETURN_IF_ERROR(BeginPart(info_.num_parts - 1));
+    SS_RETURN_IF_ERROR(EndPart());
+  }
+  const LocalStoreOptions& e = info_.embeddings;
+  const json manifest = {{"format", "shadowsync-export"},
+                         {"formatVersion", kExportFormatVersion},
+                         {"model", DlrmConfigToJson(info_.config)},
+                         {"embeddings",
+                          {{"dim", e.dim},
+                           {"tables", TablesToJson(e.tables)},
+                           {"optimizer", std::string(OptimizerName(e.optimizer.kind))},
+                           {"learningRate", e.optimizer.learning_rate},
+                           {"epsilon", e.optimizer.epsilon},
+                           {"seed", e.seed},
+                           {"withOptimizerState", info_.with_optimizer_state},
+                           {"stateFloatsPerRow", state_floats_},
+                           {"numSlots", info_.num_slots},
+                           {"numParts", info_.num_parts},
+                           {"rows", total_rows_}}},
+                         {"dense", {{"file", kDense}, {"source", info_.dense_source}}},
+                         {"examplesTrained", info_.examples_trained},
+                         {"eval", info_.eval},
+                         {"job", info_.job},
+                         {"files", files_}};
+  {
+    const std::string path = tmp_ + "/" + kManifest;
+    std::ofstream out(path, std::ios::trunc);
+    out << manifest.dump(1) << "\n";
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  }
+  // Into place: a plain rename, or an atomic exchange with the export there.
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) {
+    fs::rename(tmp_, dir_, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot rename ", tmp_, " to ", dir_, ": ", ec.message()));
+    }
+  } else {
+    if (!fs::exists(fs::path(dir_) / kManifest)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir_, " exists and is not an export: not replacing it"));
+    }
+    if (renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot replace ", dir_, " with ", tmp_, ": ", std::strerror(errno)));
+    }
+    fs::remove_all(tmp_, ec);  // The previous export, now under the temporary name.
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,
+                              std::span<const float> params, std::span<const float> dense_state,
+                              const LocalEmbeddingStore& store) {
+  info.embeddings = store.options();
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<ExportWriter> w, ExportWriter::Create(dir, info));
+  SS_RETURN_IF_ERROR(w->WriteDense(params, dense_state));
+  // One pass over the rows per part: the store is in memory, the parts small.
+  for (int part = 0; part < info.num_parts; ++part) {
+    SS_RETURN_IF_ERROR(w->BeginPart(part));
+    const uint32_t begin = w->PartBegin(part), end = w->PartBegin(part + 1);
+    absl::Status status;
+    store.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                         std::span<const float> state) {
+      const uint32_t slot = SlotOf(table, id, info.num_slots);
+      if (status.ok() && slot >= begin && slot < end) status = w->AddRow(table, id, values, state);
+    });
+    SS_RETURN_IF_ERROR(status);
+    SS_RETURN_IF_ERROR(w->EndPart());
+  }
+  return w->Commit();
+}
+
+// ---------------------------------------------------------------- reader
+
+absl::StatusOr<ExportReader> ExportReader::Open(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": not an export directory"));
+    }
+    return absl::NotFoundError(absl::StrCat(dir, ": no such export"));
+  }
+  const std::string manifest_path = dir + "/" + kManifest;
+  SS_ASSIGN_OR_RETURN(const std::string text, ReadWhole(manifest_path));
+  ExportReader r;
+  r.dir_ = dir;
+  r.manifest_ = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json& m = r.manifest_;
+  if (!m.is_object() || m.value("format", "") != "shadowsync-export") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest_path, ": not a ShadowSync export manifest"));
+  }
+  const json version = m.value("formatVersion", json());
+  if (version != kExportFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": formatVersion ",
+                                                   version.dump(), " is not supported (this ",
+                                                   "build reads ", kExportFormatVersion, ")"));
+  }
+  std::string field;  // The field being read, for the error message.
+  try {
+    ExportInfo& info = r.info_;
+    field = "model";
+    SS_RETURN_IF_ERROR(DlrmConfigFromJson(m.at("model"), &info.config));
+    const json& e = m.at("embeddings");
+    field = "embeddings";
+    info.embeddings.dim = e.at("dim").get<int>();
+    for (const json& t : e.at("tables")) {
+      info.embeddings.tables.push_back(
+          {t.at("name").get<std::string>(), t.at("hashBuckets").get<uint64_t>()});
+    }
+    SS_ASSIGN_OR_RETURN(info.embeddings.optimizer.kind,
+                        ParseOptimizerKind(e.at("optimizer").get<std::string>()));
+    info.embeddings.optimizer.learning_rate = e.at("learningRate").get<float>();
+    info.embeddings.optimizer.epsilon = e.at("epsilon").get<float>();
+    info.embeddings.seed = e.at("seed").get<uint64_t>();
+    info.with_optimizer_state = e.at("withOptimizerState").get<bool>();
+    info.num_slots = e.at("numSlots").get<uint32_t>();
+    info.num_parts = e.at("numParts").get<int>();
+    const int state_floats = e.at("stateFloatsPerRow").get<int>();
+    const int expected_state =
+        info.with_optimizer_state
+            ? info.embeddings.dim * StateFloatsPerParam(info.embeddings.optimizer.kind)
+            : 0;
+    if (state_floats != expected_state || info.embeddings.dim != info.config.embedding_dim ||
+        info.num_slots == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          manifest_path, ": embeddings: dim ", info.embeddings.dim, ", stateFloatsPerRow ",
+          state_floats, ", numSlots ", info.num_slots, " do not fit the model"));
+    }
+    field = "dense";
+    info.dense_source = m.at("dense").value("source", "");
+    info.examples_trained = m.value("examplesTrained", int64_t{0});
+    info.eval = m.value("eval", json::object());
+    info.job = m.value("job", json());
+    field = "files";
+    for (const json& f : m.at("files")) {
+      const std::string path = dir + "/" + f.at("path").get<std::string>();
+      const uint64_t want = f.at("bytes").get<uint64_t>();
+      if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+      const uint64_t have = fs::file_size(path, ec);
+      if (have != want) {
+        return absl::DataLossError(absl::StrCat(path, ": ", have, " bytes, the manifest says ",
+                                                want, have < want ? " (truncated)" : ""));
+      }
+    }
+  } catch (const json::exception& ex) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest_path, ": field ", field, ": ", ex.what()));
+  }
+  return r;
+}
+
+int64_t ExportReader::num_rows() const { return manifest_["embeddings"].value("rows", int64_t{0}); }
+
+absl::Status ExportReader::CheckShape(const DlrmConfig& config,
+                                      const std::vector<EmbeddingTableConfig>& tables) const {
+  const json want = DlrmConfigToJson(config);
+  for (const auto& [key, value] : want.items()) {
+    const json have = manifest_["model"].value(key, json());
+    if (have != value) {
+      return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": model.", key, " is ",
+                                                     have.dump(), ", the job's is ", value.dump()));
+    }
+  }
+  const json have_tables = manifest_["embeddings"]["tables"], want_tables = TablesToJson(tables);
+  if (have_tables.size() != want_tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": ", have_tables.size(),
+                                                   " embedding tables, the job has ",
+                                                   want_tables.size()));
+  }
+  for (size_t i = 0; i < want_tables.size(); ++i) {
+    if (have_tables[i]["hashBuckets"] != want_tables[i]["hashBuckets"]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, "/", kManifest, ": embeddings.tables[", i, "].hashBuckets is ",
+                       have_tables[i]["hashBuckets"].dump(), ", the job's is ",
+                       want_tables[i]["hashBuckets"].dump()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExportReader::ReadDense(std::vector<float>* params,
+                                     std::vector<float>* dense_state) const {
+  for (const json& f : manifest_["files"]) {
+    if (f["path"] != kDense) continue;
+    const std::string path = dir_ + "/" + kDense;
+    SS_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
+    if (Crc(0, bytes.data(), bytes.size()) != f["crc32"].get<uint32_t>()) {
+      return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
+    }
+    const size_t n = f.value("params", size_t{0}), s = f.value("optimizerState", size_t{0});
+    if (n != static_cast<size_t>(Dlrm(info_.config).num_params()) ||
+        bytes.size() != (n + s) * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(), " bytes for ", n,
+                                              " parameters and ", s, " state floats"));
+    }
+    params->resize(n);
+    dense_state->resize(s);
+    std::memcpy(params->data(), bytes.data(), n * sizeof(float));
+    std::memcpy(dense_state->data(), bytes.data() + n * sizeof(float), s * sizeof(float));
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": no ", kDense, " listed"));
+}
+
+absl::Status ExportReader::ForEachRow(const RowVisitor& visit) const {
+  const int dim = info_.embeddings.dim;
+  const int state_floats = manifest_["embeddings"]["stateFloatsPerRow"].get<int>();
+  const size_t record = sizeof(uint32_t) + sizeof(uint64_t) + (dim + state_floats) * sizeof(float);
+  std::vector<float> values(dim), state(state_floats);
+  for (const json& f : manifest_["files"]) {
+    if (!f.contains("slotBegin")) continue;  // Not a part.
+    const std::string path = dir_ + "/" + f["path"].get<std::string>();
+    SS_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
+    if (Crc(0, bytes.data(), bytes.size()) != f["crc32"].get<uint32_t>()) {
+      return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
+    }
+    if (bytes.size() % record != 0 || bytes.size() / record != f.value("rows", uint64_t{0})) {
+      return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(), " bytes is not ",
+                                              f.value("rows", 0), " rows of ", record, " bytes"));
+    }
+    for (const char* p = bytes.data(); p < bytes.data() + bytes.size(); p += record) {
+      uint32_t table;
+      uint64_t id;
+      std::memcpy(&table, p, sizeof(table));
+      std::memcpy(&id, p + sizeof(table), sizeof(id));
+      std::memcpy(values.data(), p + sizeof(table) + sizeof(id), dim * sizeof(float));
+      std::memcpy(state.data(), p + sizeof(table) + sizeof(id) + dim * sizeof(float),
+                  state_floats * sizeof(float));
+      if (table >= info_.embeddings.tables.size()) {
+        return absl::DataLossError(absl::StrCat(path, ": a row of table ", table,
+                                                " (the export has ", info_.embeddings.tables.size(),
+                                                ")"));
+      }
+      SS_RETURN_IF_ERROR(visit(table, id, values, state));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExportReader::Verify() const {
+  std::vector<float> params, state;
+  SS_RETURN_IF_ERROR(ReadDense(&params, &state));
+  return ForEachRow([](uint32_t, uint64_t, std::span<const float>, std::span<const float>) {
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir) {
+  SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
+  SS_RETURN_IF_ERROR(reader.Verify());
+  SavedModel m;
+  m.config = reader.config();
+  m.store_options = reader.info().embeddings;
+  SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
+  m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
+  const std::vector<float> zero_state(
+      m.store_options.dim * StateFloatsPerParam(m.store_options.optimizer.kind), 0.0f);
+  SS_RETURN_IF_ERROR(reader.ForEachRow([&](uint32_t table, uint64_t id,
+                                           std::span<const float> values,
+                                           std::span<const float> state) {
+    m.store->PutRow(table, id, values, state.empty() ? std::span<const float>(zero_state) : state);
+    return absl::OkStatus();
+  }));
+  return m;
+}
+
+}  // namespace shadowsync::model

@@ -1,0 +1,143 @@
+// The model export: the one format a trained model leaves a job in, whether
+// `shadowsync train --save-model` wrote it from one process or a distributed
+// job from its parameter servers (docs/export.md).
+//
+// An export is a directory:
+//   manifest.json         format version, model and embedding config, the
+//                         examples trained, eval metrics, the job spec, and
+//                         every file with its size, CRC-32 and row count;
+//   dense.bin             the dense parameters (f32), then their optimizer
+//                         state (f32) when the export carries it;
+//   embeddings/part-NNNNN.bin
+//                         the rows whose hash slot lies in the part's slot
+//                         range, as {u32 table, u64 id, f32[dim] values,
+//                         f32[state] optimizer state when carried}.
+// Parts cover the slot space in fixed ranges, so an export does not depend on
+// how many parameter servers held the rows. The writer streams rows into one
+// part at a time, and builds the export under a temporary name that it
+// renames into place: a reader sees the previous export or the whole new one.
+#ifndef SHADOWSYNC_COMMON_MODEL_EXPORT_H_
+#define SHADOWSYNC_COMMON_MODEL_EXPORT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model/dlrm.h"
+#include "common/model/embedding_table.h"
+#include "common/model/model_io.h"
+#include "nlohmann/json.hpp"
+
+namespace shadowsync::model {
+
+inline constexpr int kExportFormatVersion = 1;
+
+// What an export holds besides the numbers.
+struct ExportInfo {
+  DlrmConfig config;
+  LocalStoreOptions embeddings;  // tables, dim, sparse optimizer, init seed
+  bool with_optimizer_state = true;
+  uint32_t num_slots = 4096;  // The slot space the parts divide.
+  int num_parts = 16;
+  std::string dense_source;  // Which dense parameters: "trainer replica", "easgd centre", ...
+  int64_t examples_trained = 0;
+  nlohmann::json eval = nlohmann::json::object();  // eval_ne, eval_auc, ... at export time
+  nlohmann::json job = nullptr;                    // the job spec, when a job wrote it
+};
+
+class ExportWriter {
+ public:
+  // Starts an export that Commit() will put at `dir` (replacing an export
+  // there, atomically); until then it is built in a temporary directory
+  // beside `dir`, removed if the writer is destroyed uncommitted.
+  static absl::StatusOr<std::unique_ptr<ExportWriter>> Create(std::string dir, ExportInfo info);
+  ~ExportWriter();
+
+  // `dense_state` is ignored without info.with_optimizer_state.
+  absl::Status WriteDense(std::span<const float> params, std::span<const float> dense_state);
+  // Part p holds slots [p * S / P, (p + 1) * S / P). Parts are written in
+  // increasing order; rows in any order within a part.
+  uint32_t PartBegin(int part) const;
+  absl::Status BeginPart(int part);
+  // InvalidArgument if the row's slot is outside the open part's range.
+  absl::Status AddRow(uint32_t table, uint64_t id, std::span<const float> values,
+                      std::span<const float> state);
+  absl::Status EndPart();
+  // Writes the manifest and renames the export into place.
+  absl::Status Commit();
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  ExportWriter(std::string dir, std::string tmp, ExportInfo info);
+  absl::Status WriteFile(const std::string& name, const std::string& bytes, int64_t rows);
+
+  const std::string dir_, tmp_;
+  const ExportInfo info_;
+  const int state_floats_;  // Per row, when carried.
+  nlohmann::json files_ = nlohmann::json::array();
+  bool dense_written_ = false, committed_ = false;
+  int next_part_ = 0;
+  // The open part.
+  int part_ = -1;
+  uint32_t part_begin_ = 0, part_end_ = 0;
+  std::FILE* out_ = nullptr;
+  uint64_t crc_ = 0, bytes_ = 0;
+  int64_t rows_ = 0, total_rows_ = 0;
+};
+
+// An export on disk, its manifest checked: the format version, the files it
+// lists present with their sizes. Contents are checked as they are read.
+class ExportReader {
+ public:
+  // NotFound for a missing directory or file, DataLoss for a truncated file,
+  // InvalidArgument for an unknown format version or a malformed manifest;
+  // each names the file (and the manifest field).
+  static absl::StatusOr<ExportReader> Open(const std::string& dir);
+
+  const nlohmann::json& manifest() const { return manifest_; }
+  const DlrmConfig& config() const { return info_.config; }
+  const ExportInfo& info() const { return info_; }
+  int64_t num_rows() const;
+
+  // InvalidArgument naming the field ("model.bottomMlp: ...") unless the
+  // export's model and embedding tables are `config` and `tables`.
+  absl::Status CheckShape(const DlrmConfig& config,
+                          const std::vector<EmbeddingTableConfig>& tables) const;
+
+  // DataLoss naming the file on a checksum mismatch.
+  absl::Status ReadDense(std::vector<float>* params, std::vector<float>* dense_state) const;
+  // Every row, part by part; a part's checksum is verified before any of its
+  // rows is visited. `state` is empty for an export without optimizer state.
+  using RowVisitor = std::function<absl::Status(
+      uint32_t table, uint64_t id, std::span<const float> values, std::span<const float> state)>;
+  absl::Status ForEachRow(const RowVisitor& visit) const;
+  // Reads every file and checks its checksum: for a caller that must not
+  // change anything if any part is corrupt.
+  absl::Status Verify() const;
+
+ private:
+  std::string dir_;
+  nlohmann::json manifest_;
+  ExportInfo info_;
+};
+
+// An export as a trainable model in this process: dense parameters and
+// state, and a LocalEmbeddingStore of every row (zero optimizer state where
+// the export carries none). Verifies every file before loading any row.
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir);
+
+// Writes a single-process model (train --save-model) as an export.
+absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,
+                              std::span<const float> params, std::span<const float> dense_state,
+                              const LocalEmbeddingStore& store);
+
+}  // namespace shadowsync::model
+
+#endif  // SHADOWSYNC_COMMON_MODEL_EXPORT_H_

@@ -1,0 +1,267 @@
+// The export format (common/model/export.h): a round trip restores every
+// bit; rows land in the part of their slot; an export appears whole or not at
+// all and replaces the previous one atomically; and a truncated, corrupt,
+// incomplete, foreign-shaped or future-version export is refused naming the
+// file and what is wrong.
+#include "common/model/export.h"
+
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include "common/hash.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+DlrmConfig Config() {
+  DlrmConfig c;
+  c.num_dense = 3;
+  c.embedding_dim = 4;
+  c.bottom_mlp = {8};
+  c.top_mlp = {6};
+  c.num_tables = 3;
+  return c;
+}
+
+LocalStoreOptions StoreOptions() {
+  LocalStoreOptions o;
+  o.dim = 4;
+  o.tables = {{"t0", 1000}, {"t1", 1000}, {"t2", 50}};
+  o.optimizer.kind = OptimizerKind::kAdagrad;
+  o.seed = 7;
+  return o;
+}
+
+using Row = std::tuple<std::vector<float>, std::vector<float>>;
+using Rows = std::map<std::pair<uint32_t, uint64_t>, Row>;
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Rows in every table, each with its own values and optimizer state.
+    for (uint32_t t = 0; t < 3; ++t) {
+      for (uint64_t id = 0; id < 300; id += 1 + t) {
+        std::vector<float> values(4), state(4);
+        for (int k = 0; k < 4; ++k) {
+          values[k] = static_cast<float>(t * 1000 + id) + 0.25f * k;
+          state[k] = 0.5f * static_cast<float>(id + k);
+        }
+        store_.PutRow(t, id, values, state);
+        rows_[{t, id}] = {values, state};
+      }
+    }
+    Dlrm model(Config());
+    params_.resize(model.num_params());
+    model.InitParams(3, params_);
+    dense_state_.assign(params_.size(), 0.125f);
+  }
+
+  ExportInfo Info() {
+    ExportInfo info;
+    info.config = Config();
+    info.embeddings = StoreOptions();
+    info.num_slots = 64;
+    info.num_parts = 4;
+    info.dense_source = "trainer replica";
+    info.examples_trained = 12345;
+    info.eval = {{"eval_ne", 0.8}, {"eval_auc", 0.75}};
+    return info;
+  }
+
+  std::string Write(const std::string& name, ExportInfo info) {
+    const std::string dir = dir_.File(name);
+    SS_EXPECT_OK(ExportLocalModel(dir, info, params_, dense_state_, store_));
+    return dir;
+  }
+
+  static Rows ReadRows(const ExportReader& r) {
+    Rows out;
+    EXPECT_TRUE(r.ForEachRow([&](uint32_t t, uint64_t id, std::span<const float> v,
+                                 std::span<const float> s) {
+                   out[{t, id}] = {{v.begin(), v.end()}, {s.begin(), s.end()}};
+                   return absl::OkStatus();
+                 }).ok());
+    return out;
+  }
+
+  static json Manifest(const std::string& dir) {
+    return json::parse(testing::ReadFile(dir + "/manifest.json"));
+  }
+
+  testing::ScratchDir dir_;
+  LocalEmbeddingStore store_{StoreOptions()};
+  Rows rows_;
+  std::vector<float> params_, dense_state_;
+};
+
+TEST_F(ExportTest, RoundTripRestoresEveryBitAndTheManifest) {
+  const std::string dir = Write("export", Info());
+  auto reader = ExportReader::Open(dir);
+  SS_ASSERT_OK(reader);
+  EXPECT_EQ(reader->config(), Config());
+  EXPECT_EQ(reader->num_rows(), static_cast<int64_t>(rows_.size()));
+  EXPECT_EQ(reader->info().examples_trained, 12345);
+  EXPECT_EQ(reader->info().dense_source, "trainer replica");
+  EXPECT_EQ(reader->info().eval["eval_auc"], 0.75);
+  std::vector<float> params, state;
+  SS_ASSERT_OK(reader->ReadDense(&params, &state));
+  EXPECT_EQ(params, params_);
+  EXPECT_EQ(state, dense_state_);
+  EXPECT_EQ(ReadRows(*reader), rows_);
+
+  auto loaded = LoadExport(dir);
+  SS_ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->params, params_);
+  EXPECT_EQ(loaded->store->num_rows(), static_cast<int64_t>(rows_.size()));
+  Rows reloaded;
+  loaded->store->ForEachRow(
+      [&](uint32_t t, uint64_t id, std::span<const float> v, std::span<const float> s) {
+        reloaded[{t, id}] = {{v.begin(), v.end()}, {s.begin(), s.end()}};
+      });
+  EXPECT_EQ(reloaded, rows_);
+
+  // The manifest lists every file with its size and checksum.
+  const json m = Manifest(dir);
+  EXPECT_EQ(m["formatVersion"], kExportFormatVersion);
+  EXPECT_EQ(m["files"].size(), 1u + 4u);
+  for (const json& f : m["files"]) {
+    EXPECT_EQ(fs::file_size(dir + "/" + f["path"].get<std::string>()), f["bytes"].get<uint64_t>());
+    EXPECT_TRUE(f.contains("crc32"));
+  }
+}
+
+TEST_F(ExportTest, RowsLandInThePartOfTheirSlotRange) {
+  const std::string dir = Write("export", Info());
+  const json m = Manifest(dir);
+  int64_t rows = 0;
+  for (const json& f : m["files"]) {
+    if (!f.contains("slotBegin")) continue;
+    const uint32_t begin = f["slotBegin"], end = f["slotEnd"];
+    EXPECT_EQ(end - begin, 16u);  // 64 slots in 4 parts.
+    int64_t expected = 0;
+    for (const auto& [key, row] : rows_) {
+      const uint32_t slot = SlotOf(key.first, key.second, 64);
+      expected += slot >= begin && slot < end ? 1 : 0;
+    }
+    EXPECT_EQ(f["rows"].get<int64_t>(), expected) << f.dump();
+    rows += expected;
+  }
+  EXPECT_EQ(rows, static_cast<int64_t>(rows_.size()));
+
+  // The writer refuses a row outside the open part.
+  auto w = ExportWriter::Create(dir_.File("other"), Info());
+  SS_ASSERT_OK(w);
+  SS_ASSERT_OK((*w)->BeginPart(0));
+  uint64_t outside = 0;
+  while (SlotOf(0, outside, 64) < 16) ++outside;
+  const std::vector<float> v(4), s(4);
+  EXPECT_THAT((*w)->AddRow(0, outside, v, s),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "does not belong in part 0"));
+}
+
+TEST_F(ExportTest, WithoutOptimizerStateRowsLoadWithZeroState) {
+  ExportInfo info = Info();
+  info.with_optimizer_state = false;
+  const std::string dir = Write("weights-only", info);
+  auto loaded = LoadExport(dir);
+  SS_ASSERT_OK(loaded);
+  EXPECT_TRUE(loaded->dense_state.empty());
+  loaded->store->ForEachRow(
+      [&](uint32_t t, uint64_t id, std::span<const float> v, std::span<const float> s) {
+        EXPECT_EQ(std::vector<float>(v.begin(), v.end()), std::get<0>(rows_[{t, id}]));
+        EXPECT_EQ(std::vector<float>(s.begin(), s.end()), std::vector<float>(4, 0.0f));
+      });
+  // Smaller than with state: 12 + 16 bytes a row, not 12 + 32.
+  EXPECT_LT(fs::file_size(dir + "/embeddings/part-00000.bin"),
+            fs::file_size(Write("full", Info()) + "/embeddings/part-00000.bin"));
+}
+
+TEST_F(ExportTest, AnExportAppearsWholeAndReplacesThePreviousAtomically) {
+  const std::string dir = dir_.File("export");
+  {
+    auto w = ExportWriter::Create(dir, Info());
+    SS_ASSERT_OK(w);
+    SS_ASSERT_OK((*w)->WriteDense(params_, dense_state_));
+    EXPECT_FALSE(fs::exists(dir)) << "visible before Commit";
+  }  // Abandoned: nothing left behind.
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 0);
+
+  Write("export", Info());
+  ExportInfo second = Info();
+  second.examples_trained = 99;
+  Write("export", second);
+  auto reader = ExportReader::Open(dir);
+  SS_ASSERT_OK(reader);
+  EXPECT_EQ(reader->info().examples_trained, 99);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 1)
+      << "the previous export is removed";
+
+  // What is not an export is never replaced.
+  testing::WriteFile(dir_.File("precious"), "not an export");
+  EXPECT_THAT(ExportLocalModel(dir_.File("precious"), Info(), params_, dense_state_, store_),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "is not an export"));
+  EXPECT_EQ(testing::ReadFile(dir_.File("precious")), "not an export");
+}
+
+TEST_F(ExportTest, BadExportsAreRefusedNamingTheFileAndTheProblem) {
+  const std::string good = Write("good", Info());
+  auto copy = [&](const std::string& name) {
+    const std::string dir = dir_.File(name);
+    fs::copy(good, dir, fs::copy_options::recursive);
+    return dir;
+  };
+  const std::string part = "/embeddings/part-00002.bin";
+
+  const std::string truncated = copy("truncated");
+  fs::resize_file(truncated + part, fs::file_size(truncated + part) - 7);
+  EXPECT_THAT(LoadExport(truncated),
+              testing::StatusIs(absl::StatusCode::kDataLoss, truncated + part + ": "));
+  EXPECT_THAT(LoadExport(truncated), testing::StatusIs(absl::StatusCode::kDataLoss, "truncated"));
+
+  const std::string corrupt = copy("corrupt");
+  std::string bytes = testing::ReadFile(corrupt + part);
+  bytes[bytes.size() / 2] ^= 0x10;
+  testing::WriteFile(corrupt + part, bytes);
+  EXPECT_TRUE(ExportReader::Open(corrupt).ok()) << "sizes still match";
+  EXPECT_THAT(LoadExport(corrupt), testing::StatusIs(absl::StatusCode::kDataLoss,
+                                                     corrupt + part + ": checksum mismatch"));
+
+  const std::string missing = copy("missing");
+  fs::remove(missing + "/dense.bin");
+  EXPECT_THAT(LoadExport(missing),
+              testing::StatusIs(absl::StatusCode::kNotFound, missing + "/dense.bin: missing"));
+
+  const std::string future = copy("future");
+  json m = Manifest(future);
+  m["formatVersion"] = 7;
+  testing::WriteFile(future + "/manifest.json", m.dump());
+  EXPECT_THAT(LoadExport(future), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                    "formatVersion 7 is not supported"));
+
+  EXPECT_THAT(LoadExport(dir_.File("nowhere")),
+              testing::StatusIs(absl::StatusCode::kNotFound, "no such export"));
+
+  // Another model's shape: the field is named.
+  auto reader = ExportReader::Open(good);
+  SS_ASSERT_OK(reader);
+  SS_EXPECT_OK(reader->CheckShape(Config(), StoreOptions().tables));
+  DlrmConfig wider = Config();
+  wider.bottom_mlp = {16};
+  EXPECT_THAT(reader->CheckShape(wider, StoreOptions().tables),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "model.bottomMlp is [8]"));
+  std::vector<EmbeddingTableConfig> tables = StoreOptions().tables;
+  tables[2].hash_buckets = 60;
+  EXPECT_THAT(reader->CheckShape(Config(), tables),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                "embeddings.tables[2].hashBuckets is 50"));
+}
+
+}  // namespace
+}  // namespace shadowsync::model
