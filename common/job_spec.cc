@@ -586,6 +586,10 @@ concept HasFields = requires(AnyVisitor& v, T& t) {
 // ---------------------------------------------------------------------------
 // Small formatting helpers.
 
+// JSON text of `j` for a message: user strings may hold invalid UTF-8, which
+// dump() throws on; it is shown replaced (U+FFFD) instead.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // A JSON value as shown after "got": strings quoted (and shortened),
 // containers by kind.
 std::string Got(const json& j) {
@@ -597,7 +601,7 @@ std::string Got(const json& j) {
         while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
         s = s.substr(0, cut) + "...";
       }
-      return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+      return Dump(json(s));
     }
     case json::value_t::object:
       return "an object";
@@ -610,7 +614,7 @@ std::string Got(const json& j) {
       return std::isfinite(d) ? absl::StrCat(d) : (std::isnan(d) ? ".nan" : ".inf");
     }
     default:
-      return j.dump();
+      return Dump(j);
   }
 }
 
@@ -912,7 +916,7 @@ void DecodeValue(const json& j, const std::string& path, T& out, Problems& probl
     if (j.is_string()) {
       text = j.get<std::string>();
     } else if (j.is_number_integer()) {
-      text = j.dump();
+      text = Dump(j);
     } else if (j.is_number_float() && std::isfinite(j.get<double>())) {
       text = absl::StrCat(j.get<double>());
     }
@@ -1251,7 +1255,7 @@ std::string DocDefault(const T& def, const FieldInfo& f) {
     return def.empty() ? "empty" : absl::StrCat("`", def, "`");
   } else {
     json j = EncodeValue(def).value_or(json());
-    std::string text = j.is_string() ? j.get<std::string>() : j.dump();
+    std::string text = j.is_string() ? j.get<std::string>() : Dump(j);
     if (j.is_array()) {
       text = absl::StrReplaceAll(text, {{",", ", "}});
     }
@@ -1767,7 +1771,7 @@ void ValidateMetadata(const JobMetadata& m, Problems& p) {
     p.push_back({"metadata.name",
                  absl::StrCat("must be a DNS-1035 label: lowercase letters, digits and '-', "
                               "starting with a letter and ending with a letter or digit, got ",
-                              json(m.name).dump())});
+                              Dump(json(m.name)))});
   }
   if (m.name.size() > static_cast<size_t>(kMaxJobNameLength)) {
     p.push_back({"metadata.name",
@@ -1779,7 +1783,7 @@ void ValidateMetadata(const JobMetadata& m, Problems& p) {
   if (!m.namespace_name.empty() && !IsDns1123Label(m.namespace_name)) {
     p.push_back({"metadata.namespace",
                  absl::StrCat("must be a DNS-1123 label (lowercase letters, digits and '-'), got ",
-                              json(m.namespace_name).dump())});
+                              Dump(json(m.namespace_name)))});
   }
   for (const auto& [key, value] : m.labels) {
     if (!IsQualifiedName(key)) {
@@ -1790,7 +1794,7 @@ void ValidateMetadata(const JobMetadata& m, Problems& p) {
       p.push_back({Join("metadata.labels", key),
                    absl::StrCat("invalid label value: at most 63 characters of [A-Za-z0-9-_.] "
                                 "starting and ending alphanumeric, got ",
-                                json(value).dump())});
+                                Dump(json(value)))});
     }
   }
   for (const auto& [key, value] : m.annotations) {
@@ -1808,7 +1812,7 @@ void CheckMountedFile(const std::string& path, const std::string& field, std::st
   } else if (!secret_field.empty() && !absl::StartsWith(path, absl::StrCat(Av(mount), "/"))) {
     p.push_back(
         {field, absl::StrCat("with ", Av(secret_field), " set the Secret is mounted at ", Av(mount),
-                             ", so the file must be under it, got ", json(path).dump())});
+                             ", so the file must be under it, got ", Dump(json(path)))});
   }
 }
 
@@ -1822,12 +1826,12 @@ void SecurityProblems(const SecuritySpec& sec, Problems& p) {
     if (!tls.server_name.empty() && !IsDns1123Subdomain(tls.server_name)) {
       p.push_back({"spec.security.tls.serverName",
                    absl::StrCat("must be a DNS name (a DNS-1123 subdomain) or empty, got ",
-                                json(tls.server_name).dump())});
+                                Dump(json(tls.server_name)))});
     }
     if (!tls.secret_name.empty() && !IsDns1123Subdomain(tls.secret_name)) {
       p.push_back({"spec.security.tls.secretName",
                    absl::StrCat("must be a Secret name (a DNS-1123 subdomain), got ",
-                                json(tls.secret_name).dump())});
+                                Dump(json(tls.secret_name)))});
     }
   }
   if (sec.auth_token) {
@@ -1837,7 +1841,7 @@ void SecurityProblems(const SecuritySpec& sec, Problems& p) {
     if (!token.secret_name.empty() && !IsDns1123Subdomain(token.secret_name)) {
       p.push_back({"spec.security.authToken.secretName",
                    absl::StrCat("must be a Secret name (a DNS-1123 subdomain), got ",
-                                json(token.secret_name).dump())});
+                                Dump(json(token.secret_name)))});
     }
   }
 }
@@ -1864,7 +1868,7 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
     if (name.empty()) {
       p.push_back({path, "must not be empty"});
     } else if (auto [it, inserted] = seen.emplace(name, i); !inserted) {
-      p.push_back({path, absl::StrCat("duplicate table name ", json(name).dump(), " (also ",
+      p.push_back({path, absl::StrCat("duplicate table name ", Dump(json(name)), " (also ",
                                       Index("spec.model.tables", it->second), ")")});
     }
   }
@@ -1911,7 +1915,7 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
       !IsDns1123Subdomain(ps.storage.storage_class_name)) {
     p.push_back({"spec.parameterServer.storage.storageClassName",
                  absl::StrCat("must be a DNS-1123 subdomain, got ",
-                              json(ps.storage.storage_class_name).dump())});
+                              Dump(json(ps.storage.storage_class_name)))});
   }
 
   SecurityProblems(s.security, p);

@@ -460,6 +460,30 @@ TEST_F(JobSpecTest, LongValuesAreShortenedOnCharacterBoundaries) {
                 std::string(36, 'a') + "...\"");
 }
 
+// Every input fuzz_job_spec once crashed on goes through what the fuzzer
+// does without an exception: parse, validate, the JSON round trip, the
+// summary. (invalid-utf8-in-name.yaml: metadata.name came out of the parser
+// holding a byte that is not UTF-8, and quoting it in the validation message
+// threw.)
+TEST_F(JobSpecTest, FuzzRegressionsNeitherThrowNorCrash) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::SourceDir()) / "tests/fuzz/regressions/fuzz_job_spec";
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++inputs;
+    SCOPED_TRACE(entry.path().string());
+    const std::string text = testing::ReadFile(entry.path().string());
+    EXPECT_NO_THROW({
+      absl::StatusOr<ShadowSyncJob> job = ParseJobYaml(text, "fuzz.yaml");
+      if (job.ok() && ValidateJob(*job).ok()) {
+        EXPECT_TRUE(JobFromJson(JobToJson(*job)).ok());
+        (void)JobSummary(*job);
+      }
+    });
+  }
+  EXPECT_GE(inputs, 4);
+}
+
 TEST_F(JobSpecTest, TypeErrorsByKind) {
   struct Case {
     std::string spec;
