@@ -96,7 +96,7 @@ int RunChild(const std::vector<std::string>& args) {
 }
 
 // A trainer whose share is done: stays up until SIGTERM, saying so on /metrics.
-int ServeFinished(const std::string& metrics_listen, int64_t examples) {
+int ServeFinished(const std::string& metrics_listen, int64_t examples, int64_t resumed) {
   auto registry = std::make_shared<prometheus::Registry>();
   prometheus::BuildGauge()
       .Name("shadowsync_trainer_finished")
@@ -110,6 +110,12 @@ int ServeFinished(const std::string& metrics_listen, int64_t examples) {
       .Register(*registry)
       .Add({})
       .Set(static_cast<double>(examples));
+  prometheus::BuildGauge()
+      .Name("shadowsync_trainer_examples_resumed")
+      .Help("Examples of its share the trainer trained before its last run.")
+      .Register(*registry)
+      .Add({})
+      .Set(static_cast<double>(resumed));
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
       MetricsHttpServer::Start(metrics_listen);
   if (!http.ok()) {
@@ -118,7 +124,8 @@ int ServeFinished(const std::string& metrics_listen, int64_t examples) {
   }
   (*http)->RegisterCollectable(registry);
   (*http)->set_serving(true);
-  std::cerr << "trainer finished its share (" << examples << " examples); idle until stopped\n";
+  std::cerr << "trainer finished its share (" << resumed + examples << " examples, " << examples
+            << " in its last run); idle until stopped\n";
   AwaitStopSignal();
   return 0;
 }
@@ -203,7 +210,9 @@ int RunPod(const PodFlags& f) {
       // Finished before this container restarted: do not train again.
       std::ifstream r(done);
       const nlohmann::json report = nlohmann::json::parse(r, nullptr, false);
-      return ServeFinished(f.metrics_listen, report.is_object() ? report.value("examples", 0) : 0);
+      return ServeFinished(f.metrics_listen,
+                           report.is_object() ? report.value("examples", int64_t{0}) : 0,
+                           report.is_object() ? report.value("skipped_examples", int64_t{0}) : 0);
     }
     // A scale-up reaches the StatefulSet before the ConfigMap: wait until
     // the job this pod reads counts it among the trainers.

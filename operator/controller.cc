@@ -482,7 +482,10 @@ Observed Controller::Observe(const Json& job) {
   for (int i = 0; i < trainers; ++i) {
     if (!texts[i].has_value()) continue;
     if (std::optional<double> v = SumMetric(*texts[i], "shadowsync_trainer_examples_total")) {
-      p.per_trainer[i] = std::max(p.per_trainer[i], static_cast<int64_t>(*v));
+      // A restarted trainer counts from its checkpoint: add what it resumed from.
+      const double resumed =
+          SumMetric(*texts[i], "shadowsync_trainer_examples_resumed").value_or(0);
+      p.per_trainer[i] = std::max(p.per_trainer[i], static_cast<int64_t>(*v + resumed));
       any = true;
     }
     if (SumMetric(*texts[i], "shadowsync_trainer_finished").value_or(0) > 0) ++p.finished;

@@ -117,6 +117,15 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
                                             .Help("Examples this trainer has trained on.")
                                             .Register(*registry)
                                             .Add(labels);
+  // examples_total counts this run; a restarted trainer resumes part-way
+  // through its share, and the share done so far is the sum of the two.
+  prometheus::Gauge& examples_resumed =
+      prometheus::BuildGauge()
+          .Name("shadowsync_trainer_examples_resumed")
+          .Help("Examples of this trainer's share trained before this run (from its checkpoint).")
+          .Register(*registry)
+          .Add(labels);
+  examples_resumed.Set(static_cast<double>(skip));
   prometheus::Gauge& examples_per_second =
       prometheus::BuildGauge()
           .Name("shadowsync_trainer_examples_per_second")

@@ -299,6 +299,8 @@ TEST_F(WorkerProcessTest, MetricsExposeLossAndTheRunsExampleTarget) {
   EXPECT_EQ(report->train.examples, 800);
   ASSERT_FALSE(text.empty()) << "no progress report with examples";
   EXPECT_EQ(Sample(text, R"(shadowsync_trainer_examples_target{trainer="0"})"), 800) << text;
+  // What the operator adds to examples_total for the share done so far.
+  EXPECT_EQ(Sample(text, R"(shadowsync_trainer_examples_resumed{trainer="0"})"), 200) << text;
   const std::optional<double> exposed =
       Sample(text, R"(shadowsync_trainer_train_logloss{trainer="0"})");
   ASSERT_TRUE(exposed.has_value()) << text;
