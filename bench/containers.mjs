@@ -288,8 +288,8 @@ async function chaos(c) {
     if (phase === 'Failed') throw new Error('chaos Failed');
     return phase === 'Succeeded';
   }, 1200000).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(ssj('chaos').status)}`); });
-  // Every trainer restarted from its checkpoint (the killed server failed
-  // their pushes): the status still counts each whole share.
+  // Trainers whose push the kill failed restarted from their checkpoints:
+  // the status still counts each whole share.
   await waitFor('the final example count', () => ssj('chaos').status.examplesProcessed === 1200000, 60000)
     .catch(() => fail(`status.examplesProcessed ${ssj('chaos').status.examplesProcessed}, want 1200000`));
   log(`chaos Succeeded: ${ssj('chaos').status.examplesProcessed} examples counted of 1200000`);
