@@ -6,7 +6,8 @@
 #   scripts/fresh-root.sh -- scripts/quickstart.sh      what a new user runs
 #   SHADOWSYNC_FRESH_ROOT_KEEP=1 scripts/fresh-root.sh -- bash   keep the root to look at
 #
-# What the root gets from the host is network set-up only: /etc/resolv.conf,
+# What the root gets from the host is network set-up only: /etc/resolv.conf
+# (and an /etc/hosts naming localhost, which an installed Debian has),
 # and the host's CA bundle read-only at /etc/ssl/host-ca.crt with
 # NPM_CONFIG_CAFILE pointing at it (these machines reach the npm registry
 # through TLS that only the host's bundle trusts). The checkout's parent
@@ -81,6 +82,8 @@ deb $mirror bookworm-updates main
 deb $security bookworm-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# What an installed system has and debootstrap does not write: localhost's name.
+[[ -f "$root/etc/hosts" ]] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 mkdir -p "$root/etc/ssl" "$root$(dirname "$repo")"
 touch "$root/etc/ssl/host-ca.crt"
 
