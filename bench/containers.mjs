@@ -29,7 +29,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { evaluateDashboards, loadDashboards, podTargets, repo, sleep, waitFor } from '../tests/deploy/monitoring_lib.mjs';
+import { evaluateDashboards, GiveUp, loadDashboards, podTargets, repo, waitFor } from '../tests/deploy/monitoring_lib.mjs';
 
 let binDir = path.join(repo, 'build', 'release', 'bin');
 let image = 'shadowsync:0.1.0';
@@ -203,7 +203,7 @@ async function quickstart() {
   log('quickstart applied');
   await waitFor('quickstart to succeed', () => {
     const phase = (ssj('quickstart').status || {}).phase;
-    if (phase === 'Failed') throw new Error('quickstart Failed');
+    if (phase === 'Failed') throw new GiveUp('quickstart Failed');
     return phase === 'Succeeded';
   }, 900000).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(ssj('quickstart').status)}`); });
   // The trainers' final counts follow the phase within seconds.
@@ -216,12 +216,15 @@ async function quickstart() {
   kubectl('delete', 'ssj', 'quickstart', '--wait=false');
 }
 
-// The longer job: the quickstart's model and data, 6x the examples, each
-// trainer pausing 15 ms a step so that the faults land mid-run.
+// The longer job: the quickstart's model and data, 15x the examples, each
+// trainer pausing 15 ms a step, so that the kill, the scale-out and two
+// minutes of scrapes all land mid-run (at 1.2M, one run of three finished
+// before the scrapes, its servers already removed).
+const kChaosExamples = 3000000;
 function chaosJob(name, straggle) {
   const job = yaml().load(fs.readFileSync(path.join(repo, 'deploy', 'examples', 'quickstart.yaml'), 'utf8'));
   job.metadata = { name, namespace: 'default' };
-  job.spec.data.synthetic.examples = 1200000;
+  job.spec.data.synthetic.examples = kChaosExamples;
   if (straggle) job.spec.trainer.straggler = { count: job.spec.trainer.replicas, delayMs: 15 };
   job.spec.checkpoint = { intervalSeconds: 5 };
   job.spec.runPolicy.backoffLimit = 6;
@@ -272,6 +275,7 @@ async function chaos(c) {
   // Every target up with 6 scrapes (20 s rates need two), then the dashboards.
   const query = async (expr) => (await fetch(`${c.prom}/api/v1/query`, { method: 'POST', body: new URLSearchParams({ query: expr }) })).json();
   await waitFor('7 job pods and the operator scraped 6 times each', async () => {
+    if (['Succeeded', 'Failed'].includes(ssj('chaos').status.phase)) throw new GiveUp('job chaos finished before its pods were scraped: make it longer');
     const r = await query('count_over_time(up[30s]) >= 6 and up == 1');
     return r.status === 'success' && r.data.result.filter((x) => x.metric.shadowsync_job === 'chaos' || x.metric.job === 'shadowsync-operator').length >= 7;
   }, 120000).catch(async (e) => {
@@ -285,14 +289,14 @@ async function chaos(c) {
 
   await waitFor('job chaos to succeed', () => {
     const phase = (ssj('chaos').status || {}).phase;
-    if (phase === 'Failed') throw new Error('chaos Failed');
+    if (phase === 'Failed') throw new GiveUp('chaos Failed');
     return phase === 'Succeeded';
   }, 1200000).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(ssj('chaos').status)}`); });
   // Trainers whose push the kill failed restarted from their checkpoints:
   // the status still counts each whole share.
-  await waitFor('the final example count', () => ssj('chaos').status.examplesProcessed === 1200000, 60000)
-    .catch(() => fail(`status.examplesProcessed ${ssj('chaos').status.examplesProcessed}, want 1200000`));
-  log(`chaos Succeeded: ${ssj('chaos').status.examplesProcessed} examples counted of 1200000`);
+  await waitFor('the final example count', () => ssj('chaos').status.examplesProcessed === kChaosExamples, 60000)
+    .catch(() => fail(`status.examplesProcessed ${ssj('chaos').status.examplesProcessed}, want ${kChaosExamples}`));
+  log(`chaos Succeeded: ${ssj('chaos').status.examplesProcessed} examples counted of ${kChaosExamples}`);
 }
 
 async function main() {

@@ -12,14 +12,25 @@ const rateInterval = '20s';  // $__rate_interval at a 1 s scrape interval.
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Polls fn until it returns something truthy, which it returns.
+// Thrown by a waitFor condition that can no longer come true.
+export class GiveUp extends Error {}
+
+// Polls fn until it returns something truthy, which it returns. Errors count
+// as "not yet" (the last one is reported on timeout), except GiveUp.
 export async function waitFor(what, fn, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
+  let last = '';
   while (Date.now() < deadline) {
-    try { const v = await fn(); if (v) return v; } catch { /* not yet */ }
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      if (e instanceof GiveUp) throw e;
+      last = `; last error: ${e.message}`;
+    }
     await sleep(200);
   }
-  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
+  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}${last}`);
 }
 
 // Every dashboard of helm/shadowsync/dashboards, parsed; `fail` gets each that is not JSON.
