@@ -101,4 +101,4 @@ log "$engine build -t $tag"
 start=$SECONDS
 "$engine" build "${build_flags[@]}" -t "$tag" .
 bytes=$("$engine" image inspect "$tag" --format '{{.Size}}')
-log "built $tag in $((SECONDS - start)) s: $((bytes / 1000000)) MB"
+log "built $tag in $((SECONDS - start)) s: $(((bytes + 500000) / 1000000)) MB"
