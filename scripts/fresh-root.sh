@@ -45,12 +45,11 @@ if ! command -v debootstrap >/dev/null 2>&1; then
   log "debootstrap is missing: run scripts/install-deps.sh --fresh-root"
   exit 1
 fi
-case "$root" in
-  / | "$repo" | "$repo"/* | "$(dirname "$repo")")
-    log "refusing SHADOWSYNC_FRESH_ROOT=$root: it holds the checkout"
-    exit 1
-    ;;
-esac
+# The root is deleted: it must neither hold the checkout nor lie inside it.
+if [[ "$repo/" == "${root%/}/"* || "$root" == "$repo"/* ]]; then
+  log "refusing SHADOWSYNC_FRESH_ROOT=$root: it holds or lies in the checkout $repo"
+  exit 1
+fi
 
 # The root's mounts live in a private namespace and vanish with it; still,
 # never delete a tree that has anything mounted under it.
