@@ -244,7 +244,7 @@ function checkKeys(runDir) {
 async function chaos(c) {
   // The undisturbed reference, meanwhile, as local processes.
   fs.writeFileSync(`${dir}/reference.json`, JSON.stringify(chaosJob('reference', false)));
-  const reference = start('reference run', path.join(binDir, 'shadowsync'), ['run', `${dir}/reference.json`, '--out', `${dir}/reference`], `${dir}/reference.log`);
+  start('reference run', path.join(binDir, 'shadowsync'), ['run', `${dir}/reference.json`, '--out', `${dir}/reference`], `${dir}/reference.log`);
 
   fs.writeFileSync(`${dir}/chaos.json`, JSON.stringify(chaosJob('chaos', true)));
   kubectl('apply', '-f', `${dir}/chaos.json`);
