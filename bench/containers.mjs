@@ -194,7 +194,7 @@ async function cluster() {
     fs.renameSync(`${dir}/targets.json.tmp`, `${dir}/targets.json`);
   };
   const timer = setInterval(() => updateTargets().catch(() => {}), 2000);
-  return { port, prom: `http://127.0.0.1:${promPort}`, timer };
+  return { prom: `http://127.0.0.1:${promPort}`, timer };
 }
 
 // 2. The quickstart, unchanged, to Succeeded.
