@@ -1,6 +1,7 @@
 // The export format (common/model/export.h): a round trip restores every
-// bit; rows land in the part of their slot; an export appears whole or not at
-// all and replaces the previous one atomically; and a truncated, corrupt,
+// bit; rows land in the part of their slot; nothing is visible before Commit
+// and a second export replaces the first, leaving nothing behind (the
+// exchange's atomicity itself is renameat2's); and a truncated, corrupt,
 // incomplete, foreign-shaped or future-version export is refused naming the
 // file and what is wrong.
 #include "common/model/export.h"
@@ -182,7 +183,7 @@ TEST_F(ExportTest, WithoutOptimizerStateRowsLoadWithZeroState) {
             fs::file_size(Write("full", Info()) + "/embeddings/part-00000.bin"));
 }
 
-TEST_F(ExportTest, AnExportAppearsWholeAndReplacesThePreviousAtomically) {
+TEST_F(ExportTest, NothingIsVisibleBeforeCommitAndASecondExportReplacesTheFirst) {
   const std::string dir = dir_.File("export");
   {
     auto w = ExportWriter::Create(dir, Info());
