@@ -54,9 +54,16 @@ const json& Field(const json& object, std::string_view key) {
   return it == object.end() ? kNull : *it;
 }
 
+// The API server sends integers for integer fields; anything else (a float,
+// an unsigned beyond int64) is not one, and converting it would be undefined.
 int64_t IntField(const json& object, std::string_view key, int64_t fallback = 0) {
   const json& v = Field(object, key);
-  return v.is_number() ? v.get<int64_t>() : fallback;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(u)
+                                                                            : fallback;
+  }
+  return v.is_number_integer() ? v.get<int64_t>() : fallback;
 }
 
 std::string StringField(const json& object, std::string_view key) {
