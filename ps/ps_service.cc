@@ -677,8 +677,10 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
 
 // --- ExportSlots ----------------------------------------------------------------
 
-// Reads one slot at a time on the executor, writes its chunks one by one, then
-// the next slot; a single operation is outstanding at any time. Finish (or
+// Takes one snapshot of the store, then reads one slot at a time from it on
+// the executor, writes its chunks one by one, then the next slot; a single
+// operation is outstanding at any time. The stream is the store at one
+// moment, however long the client takes to read it. Finish (or
 // StartWriteAndFinish) is always the reactor's last touch of itself: OnDone
 // may delete it on another thread right after.
 class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotChunk> {
@@ -725,6 +727,15 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
  private:
   // Executor thread; no write is outstanding.
   void LoadNext() {
+    if (snapshot_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
+          service_->store_->TakeSnapshot();
+      if (!snapshot.ok()) {
+        Done(snapshot.status());
+        return;
+      }
+      snapshot_ = *std::move(snapshot);
+    }
     std::deque<v1::SlotChunk> loaded;
     while (true) {
       uint32_t slot;
@@ -737,10 +748,10 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       int64_t rows = 0;
       uint64_t checksum = 0;
       const int chunk_rows = std::max(1, service_->options_.export_chunk_rows);
-      const absl::Status status = service_->store_->ExportSlots(
-          {slot}, [&](uint32_t row_slot, const StoredRow& row) -> absl::Status {
+      const absl::Status status =
+          snapshot_->ExportSlot(slot, [&](const StoredRow& row) -> absl::Status {
             if (loaded.empty() || loaded.back().rows_size() >= chunk_rows) {
-              loaded.emplace_back().set_slot(row_slot);
+              loaded.emplace_back().set_slot(slot);
             }
             v1::SlotRow* out = loaded.back().add_rows();
             out->set_table(row.table);
@@ -812,6 +823,8 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   PsService* const service_;
   const std::vector<uint32_t> slots_;
   const Clock::time_point start_ = Clock::now();
+  // Only the executor thread touches it, one LoadNext at a time.
+  std::unique_ptr<RowStore::Snapshot> snapshot_;
   std::recursive_mutex handoff_;
   Mutex mu_;
   size_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;

@@ -891,6 +891,7 @@ class RowStoreImpl final : public RowStore {
   absl::Status ExportSlots(
       const std::vector<uint32_t>& slots,
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) override;
+  absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() override;
   absl::Status ImportRows(std::span<const StoredRow> rows) override;
   absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) override;
   absl::StatusOr<int64_t> Checkpoint(const std::string& path) override;
@@ -2131,39 +2132,73 @@ absl::Status RowStoreImpl::ValidateSlots(const std::vector<uint32_t>& slots,
   return absl::OkStatus();
 }
 
+// Reads slots from one RocksDB snapshot.
+class RowSnapshotImpl final : public RowStore::Snapshot {
+ public:
+  RowSnapshotImpl(rocksdb::DB* db, std::string db_path, uint32_t num_slots, size_t row_bytes,
+                  int row_floats)
+      : db_path_(std::move(db_path)),
+        num_slots_(num_slots),
+        row_bytes_(row_bytes),
+        row_floats_(row_floats) {
+    holder_.db = db;
+  }
+  SnapshotHolder& holder() { return holder_; }
+
+  absl::Status ExportSlot(uint32_t slot,
+                          const std::function<absl::Status(const StoredRow&)>& visit) override {
+    if (slot >= num_slots_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", slot, ": the store has ", num_slots_, " slots"));
+    }
+    rocksdb::ReadOptions read;
+    read.snapshot = holder_.snapshot;
+    read.fill_cache = false;
+    const std::string upper = SlotBound(slot + 1);
+    const rocksdb::Slice upper_slice(upper);
+    read.iterate_upper_bound = &upper_slice;
+    row_.values.resize(row_floats_);
+    std::unique_ptr<rocksdb::Iterator> it(holder_.db->NewIterator(read));
+    for (it->Seek(SlotBound(slot)); it->Valid(); it->Next()) {
+      if (it->key().size() != kKeySize || it->value().size() != row_bytes_) {
+        return absl::DataLossError(absl::StrCat(db_path_, ": slot ", slot, " holds a ",
+                                                it->key().size(), "-byte key with a ",
+                                                it->value().size(), "-byte value"));
+      }
+      const RowKey key = DecodeRowKey(it->key().data());
+      row_.table = key.table;
+      row_.id = key.id;
+      std::memcpy(row_.values.data(), it->value().data(), row_bytes_);
+      SS_RETURN_IF_ERROR(visit(row_));
+    }
+    return FromRocks(it->status(), absl::StrCat("export slot ", slot, " of ", db_path_));
+  }
+
+ private:
+  SnapshotHolder holder_;
+  const std::string db_path_;
+  const uint32_t num_slots_;
+  const size_t row_bytes_;
+  const int row_floats_;
+  StoredRow row_;  // Reused by every row.
+};
+
+absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> RowStoreImpl::TakeSnapshot() {
+  auto snapshot = std::make_unique<RowSnapshotImpl>(db_.get(), options_.db_path, options_.num_slots,
+                                                    row_bytes_, row_floats_);
+  SS_RETURN_IF_ERROR(ConsistentSnapshot(&snapshot->holder()));
+  return snapshot;
+}
+
 absl::Status RowStoreImpl::ExportSlots(
     const std::vector<uint32_t>& slots,
     const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) {
   std::vector<uint32_t> sorted;
   SS_RETURN_IF_ERROR(ValidateSlots(slots, &sorted));
-  SnapshotHolder snapshot;
-  SS_RETURN_IF_ERROR(ConsistentSnapshot(&snapshot));
-  rocksdb::ReadOptions read;
-  read.snapshot = snapshot.snapshot;
-  read.fill_cache = false;
-  std::string upper;
-  rocksdb::Slice upper_slice;
-  read.iterate_upper_bound = &upper_slice;
-  StoredRow row;
-  row.values.resize(row_floats_);
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> snapshot, TakeSnapshot());
   for (uint32_t slot : sorted) {
-    upper = SlotBound(slot + 1);
-    upper_slice = rocksdb::Slice(upper);
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
-    for (it->Seek(SlotBound(slot)); it->Valid(); it->Next()) {
-      if (it->key().size() != kKeySize || it->value().size() != row_bytes_) {
-        return absl::DataLossError(absl::StrCat(options_.db_path, ": slot ", slot, " holds a ",
-                                                it->key().size(), "-byte key with a ",
-                                                it->value().size(), "-byte value"));
-      }
-      const RowKey key = DecodeRowKey(it->key().data());
-      row.table = key.table;
-      row.id = key.id;
-      std::memcpy(row.values.data(), it->value().data(), row_bytes_);
-      SS_RETURN_IF_ERROR(visit(slot, row));
-    }
     SS_RETURN_IF_ERROR(
-        FromRocks(it->status(), absl::StrCat("export slot ", slot, " of ", options_.db_path)));
+        snapshot->ExportSlot(slot, [&](const StoredRow& row) { return visit(slot, row); }));
   }
   return absl::OkStatus();
 }

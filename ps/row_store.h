@@ -190,6 +190,17 @@ class RowStore {
   virtual absl::Status ExportSlots(
       const std::vector<uint32_t>& slots,
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) = 0;
+  // The same consistent snapshot, read a slot at a time: a long stream (a
+  // model export) sees one moment of the store however long it reads, while
+  // pushes go on. Must not outlive the store.
+  class Snapshot {
+   public:
+    virtual ~Snapshot() = default;
+    // Every row of `slot` (< num_slots, else InvalidArgument) in key order.
+    virtual absl::Status ExportSlot(uint32_t slot,
+                                    const std::function<absl::Status(const StoredRow&)>& visit) = 0;
+  };
+  virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() = 0;
   virtual absl::Status ImportRows(std::span<const StoredRow> rows) = 0;
   virtual absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) = 0;
 

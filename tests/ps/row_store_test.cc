@@ -630,6 +630,34 @@ TEST_F(RowStoreTest, ExportImportRoundTripMovesEveryRowOnce) {
   EXPECT_EQ(dst->stats().rows_stored, before.rows);
 }
 
+TEST_F(RowStoreTest, ASnapshotReadsTheStoreAsItWasWhenTakenWhilePushesGoOn) {
+  RowStoreOptions o = Options();
+  auto store = Open(o);
+  SS_ASSERT_OK(PushRow(*store, 0, 3, {1, 1, 1, 1}));  // dirty in the cache until the snapshot
+  SS_ASSERT_OK(PushRow(*store, 1, 8, {1, 1, 1, 1}));
+  const RowMap before = ExportAll(*store);
+  ASSERT_EQ(before.size(), 2u);
+  absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot = store->TakeSnapshot();
+  SS_ASSERT_OK(snapshot.status());
+  // Later pushes: a changed row and a new one.
+  SS_ASSERT_OK(PushRow(*store, 0, 3, {5, 5, 5, 5}));
+  SS_ASSERT_OK(PushRow(*store, 2, 9, {1, 1, 1, 1}));
+  RowMap seen;
+  for (uint32_t slot = 0; slot < o.num_slots; ++slot) {
+    SS_ASSERT_OK((*snapshot)->ExportSlot(slot, [&](const StoredRow& row) {
+      EXPECT_EQ(SlotOf(row.table, row.id, o.num_slots), slot);
+      seen[{row.table, row.id}] = row.values;
+      return absl::OkStatus();
+    }));
+  }
+  EXPECT_EQ(seen, before);
+  EXPECT_EQ(ExportAll(*store).size(), 3u);
+  EXPECT_NE(ExportAll(*store).at({0, 3}), before.at({0, 3}));
+  EXPECT_THAT(
+      (*snapshot)->ExportSlot(o.num_slots, [](const StoredRow&) { return absl::OkStatus(); }),
+      StatusIs(absl::StatusCode::kInvalidArgument, "slot 64"));
+}
+
 TEST_F(RowStoreTest, ImportReplacesCachedRowsAndValidatesInput) {
   RowStoreOptions o = Options();
   auto store = Open(o);
