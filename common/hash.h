@@ -5,7 +5,9 @@
 #ifndef SHADOWSYNC_COMMON_HASH_H_
 #define SHADOWSYNC_COMMON_HASH_H_
 
+#include <bit>
 #include <cstdint>
+#include <span>
 
 namespace shadowsync {
 
@@ -33,6 +35,22 @@ constexpr uint32_t SlotOf(uint32_t table, uint64_t id, uint32_t num_slots) {
 // deterministic initialisation that every process and restart agrees on.
 constexpr float UniformFromKey(uint64_t key) {
   return static_cast<float>(Mix64(key) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Per-row hashes of the parameter servers' checksums, shared by everything
+// that streams rows (resharding, model export and import):
+//   RowKeyHash(t, id)      = Mix64(HashId(t, id))
+//   RowValueHash(t, id, v) = h_n, where h_0 = RowKeyHash(t, id) and
+//                            h_{i+1} = Mix64(h_i ^ bits(v[i])), bits(x) being
+//                            the IEEE-754 binary32 pattern of x
+// over the full stored value (dim values, then optimizer state). A set's
+// checksum is the sum mod 2^64, so it is independent of order and of
+// num_slots.
+constexpr uint64_t RowKeyHash(uint32_t table, uint64_t id) { return Mix64(HashId(table, id)); }
+constexpr uint64_t RowValueHash(uint32_t table, uint64_t id, std::span<const float> values) {
+  uint64_t h = RowKeyHash(table, id);
+  for (float v : values) h = Mix64(h ^ std::bit_cast<uint32_t>(v));
+  return h;
 }
 
 }  // namespace shadowsync

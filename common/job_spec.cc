@@ -475,6 +475,30 @@ void Fields(V& v, S& s) {
     {.name = "intervalSeconds", .doc = "Seconds between two checkpoints.", .min = 1});
 }
 
+template <typename V, Is<ExportSpec> S>
+void Fields(V& v, S& s) {
+  v(s.path, {.name = "path",
+             .doc = "Directory the exports go under, each in its own subdirectory; empty = "
+                    "`exports/` in the run directory of `shadowsync run` (docs/export.md)."});
+  v(s.interval_seconds, {.name = "intervalSeconds",
+                         .doc = "Seconds between two exports while training runs; 0 = only at "
+                                "completion and on demand.",
+                         .min = 0});
+  v(s.keep, {.name = "keep", .doc = "Newest exports kept; older ones are deleted.", .min = 1});
+  v(s.with_optimizer_state,
+    {.name = "withOptimizerState",
+     .doc = "Export the optimizer state (Adagrad's accumulators) with the weights, so that a "
+            "warm-started job continues training where this one stopped."});
+}
+
+template <typename V, Is<InitSpec> S>
+void Fields(V& v, S& s) {
+  v(s.from_model, {.name = "fromModel",
+                   .doc = "An export directory to start from (dense parameters and every "
+                          "embedding row, loaded onto however many servers this job has); "
+                          "empty = a fresh model."});
+}
+
 template <typename V, Is<RunPolicySpec> S>
 void Fields(V& v, S& s) {
   v(s.backoff_limit, {.name = "backoffLimit",
@@ -543,6 +567,8 @@ void Fields(V& v, S& s) {
   v(s.syncer, {.name = "syncer", .doc = "Sync servers for the dense parameters."});
   v(s.sync, {.name = "sync", .doc = "Dense synchronization strategy and its parameters."});
   v(s.checkpoint, {.name = "checkpoint", .doc = "Periodic checkpoints."});
+  v(s.export_, {.name = "export", .doc = "Exports of the trained model (docs/export.md)."});
+  v(s.init, {.name = "init", .doc = "Where the model starts from: fresh, or a previous export."});
   v(s.run_policy,
     {.name = "runPolicy", .doc = "Lifecycle policy, as in Kubeflow's TFJob/PyTorchJob."});
   v(s.security, {.name = "security",
@@ -2293,6 +2319,7 @@ std::string JobSummary(const ShadowSyncJob& job) {
   if (!s.checkpoint.path.empty()) {
     add("checkpoint", absl::StrCat(s.checkpoint.path, "@", s.checkpoint.interval_seconds, "s"));
   }
+  if (!s.init.from_model.empty()) add("init", s.init.from_model);
   return absl::StrJoin(parts, " ");
 }
 

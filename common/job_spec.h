@@ -47,6 +47,9 @@ inline constexpr int kMaxJobNameLength = 40;
 
 inline constexpr int64_t kDefaultHashBuckets = 1'000'000;
 inline constexpr int kMaxSlots = 1 << 20;
+// The parameter servers' row initialisation seed: a row never pushed reads
+// as its initial value from it, in a job and in an export of the job.
+inline constexpr uint64_t kEmbeddingInitSeed = 1;
 
 // ---------------------------------------------------------------------------
 // Enumerations. Wire names are EnumTraits<E>::kNames, indexed by the
@@ -379,6 +382,23 @@ struct CheckpointSpec {
   bool operator==(const CheckpointSpec&) const = default;
 };
 
+// The trained model's exports (docs/export.md).
+struct ExportSpec {
+  // Directory the exports go under, each in its own subdirectory; "" = the
+  // run directory's exports/ (shadowsync run).
+  std::string path;
+  int64_t interval_seconds = 0;      // "intervalSeconds". 0 = at completion and on demand only.
+  int keep = 3;                      // Newest exports kept; older ones are deleted.
+  bool with_optimizer_state = true;  // "withOptimizerState".
+  bool operator==(const ExportSpec&) const = default;
+};
+
+// Where the model starts from.
+struct InitSpec {
+  std::string from_model;  // "fromModel": an export directory; "" = a fresh model.
+  bool operator==(const InitSpec&) const = default;
+};
+
 // Kubeflow's runPolicy (operator-anchors.md §6).
 struct RunPolicySpec {
   int backoff_limit = 3;                              // "backoffLimit". Restarts before Failed.
@@ -435,6 +455,8 @@ struct JobSpec {
   SyncerSpec syncer;
   SyncSpec sync;
   CheckpointSpec checkpoint;
+  ExportSpec export_;  // "export".
+  InitSpec init;
   RunPolicySpec run_policy;  // "runPolicy".
   SecuritySpec security;
   bool operator==(const JobSpec&) const = default;

@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "ps/row_store.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 
 namespace shadowsync::ps {

@@ -36,14 +36,6 @@ namespace shadowsync::ps {
 static_assert(std::endian::native == std::endian::little,
               "values, metadata and the redo log are stored in native little-endian order");
 
-uint64_t RowKeyHash(uint32_t table, uint64_t id) { return Mix64(HashId(table, id)); }
-
-uint64_t RowValueHash(uint32_t table, uint64_t id, std::span<const float> values) {
-  uint64_t h = RowKeyHash(table, id);
-  for (float v : values) h = Mix64(h ^ std::bit_cast<uint32_t>(v));
-  return h;
-}
-
 absl::Status WrongOwnerError(uint32_t slot, uint64_t epoch, uint32_t owner) {
   return absl::FailedPreconditionError(
       absl::StrCat("WRONG_OWNER slot=", slot, " epoch=", epoch, " owner=", owner));

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/hash.h"
 #include "common/model/embedding_table.h"
 #include "common/model/optimizer.h"
 
@@ -123,17 +124,8 @@ absl::Status WrongOwnerError(uint32_t slot, uint64_t epoch, uint32_t owner);
 // Parses the epoch back out of a WrongOwnerError; nullopt for other errors.
 std::optional<uint64_t> WrongOwnerEpoch(const absl::Status& status);
 
-// Per-row hashes behind RowStore::Checksums, exposed so a resharding stream
-// can be checksummed the same way:
-//   RowKeyHash(t, id)      = Mix64(HashId(t, id))
-//   RowValueHash(t, id, v) = h_n, where h_0 = RowKeyHash(t, id) and
-//                            h_{i+1} = Mix64(h_i ^ bits(v[i])), bits(x) being
-//                            the IEEE-754 binary32 pattern of x
-// over the full stored value (dim values, then optimizer state). A set's
-// checksum is the sum mod 2^64, so it is independent of order and of
-// num_slots.
-uint64_t RowKeyHash(uint32_t table, uint64_t id);
-uint64_t RowValueHash(uint32_t table, uint64_t id, std::span<const float> values);
+// RowKeyHash and RowValueHash (common/hash.h) are the per-row hashes behind
+// RowStore::Checksums.
 
 // Typical use (the service owns one):
 //   RowStoreOptions o{.db_path = "/data/ps0", .tables = tables};

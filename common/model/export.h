@@ -73,6 +73,7 @@ class ExportWriter {
   absl::Status Commit();
 
   const std::string& dir() const { return dir_; }
+  const ExportInfo& info() const { return info_; }
 
  private:
   ExportWriter(std::string dir, std::string tmp, ExportInfo info);

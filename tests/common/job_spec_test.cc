@@ -96,6 +96,8 @@ spec:
     psPlus: {lrModulation: exponential, gamma: 0.5}
     ssp: {staleness: 0}
   checkpoint: {path: /ckpt, intervalSeconds: 60}
+  export: {path: /exports, intervalSeconds: 900, keep: 2, withOptimizerState: false}
+  init: {fromModel: /exports/model-000003}
   runPolicy:
     backoffLimit: 0
     activeDeadlineSeconds: 7200
@@ -135,6 +137,8 @@ constexpr char kFullJson[] = R"({
              "psPlus": {"lrModulation": "exponential", "gamma": 0.5},
              "ssp": {"staleness": 0}},
     "checkpoint": {"path": "/ckpt", "intervalSeconds": 60},
+    "export": {"path": "/exports", "intervalSeconds": 900, "keep": 2, "withOptimizerState": false},
+    "init": {"fromModel": "/exports/model-000003"},
     "runPolicy": {"backoffLimit": 0, "activeDeadlineSeconds": 7200,
                   "ttlSecondsAfterFinished": 600, "suspend": true, "cleanPodPolicy": "All"}
   }

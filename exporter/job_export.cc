@@ -1,0 +1,372 @@
+#include "exporter/job_export.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+#include "common/hash.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+#include "syncer/syncer_client.h"
+#include "worker/checkpoint.h"
+
+namespace shadowsync::exporter {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Stub = v1::ParameterServer::Stub;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::unique_ptr<Stub> Connect(const std::string& address, const GrpcSecurity& security) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  return v1::ParameterServer::NewStub(CreateChannel(address, security, args));
+}
+
+absl::Status Annotate(const grpc::Status& status, const char* what, const std::string& address) {
+  if (status.ok()) return absl::OkStatus();
+  const absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat(what, " on ", address, ": ", s.message()));
+}
+
+absl::StatusOr<ShardMap> GetMap(const std::string& address, const RowStreamOptions& options) {
+  std::unique_ptr<Stub> stub = Connect(address, options.security);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
+  v1::ShardMap proto;
+  SS_RETURN_IF_ERROR(Annotate(stub->GetShardMap(&context, {}, &proto), "GetShardMap", address));
+  return ShardMap::FromProto(proto);
+}
+
+model::OptimizerKind KindOf(Optimizer optimizer) {
+  return *model::ParseOptimizerKind(EnumName(optimizer));
+}
+
+// One server's ExportSlots stream, read a chunk ahead so that the merge can
+// see which slot comes next.
+class ServerStream {
+ public:
+  ServerStream(std::string address, const RowStreamOptions& options,
+               const std::vector<uint32_t>& slots)
+      : address_(std::move(address)), stub_(Connect(address_, options.security)) {
+    context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
+    v1::ExportSlotsRequest request;
+    request.mutable_slots()->Add(slots.begin(), slots.end());
+    reader_ = stub_->ExportSlots(&context_, request);
+  }
+
+  // The chunk at the head, or nullptr once the stream ended (check Finish).
+  const v1::SlotChunk* head() {
+    if (!loaded_ && !ended_) {
+      if (reader_->Read(&chunk_) && !chunk_.done()) {
+        loaded_ = true;
+      } else {
+        if (chunk_.done()) done_ = chunk_;
+        ended_ = true;
+      }
+    }
+    return loaded_ ? &chunk_ : nullptr;
+  }
+  void Pop() { loaded_ = false; }
+
+  void Count(uint32_t table, uint64_t id, std::span<const float> values) {
+    ++rows_;
+    checksum_ += RowValueHash(table, id, values);
+  }
+
+  absl::Status Finish() {
+    while (head() != nullptr) Pop();  // Drain what a failed merge left.
+    SS_RETURN_IF_ERROR(Annotate(reader_->Finish(), "ExportSlots", address_));
+    if (!done_.done() || done_.total_rows() != static_cast<uint64_t>(rows_) ||
+        done_.checksum() != checksum_) {
+      return absl::DataLossError(absl::StrFormat(
+          "ExportSlots on %s: the rows received (%d, checksum %#x) disagree with the stream's "
+          "end marker (%d, checksum %#x)",
+          address_, rows_, checksum_, done_.total_rows(), done_.checksum()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string address_;
+  std::unique_ptr<Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader_;
+  v1::SlotChunk chunk_, done_;
+  bool loaded_ = false, ended_ = false;
+  int64_t rows_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+// ImportSlots streams to one server: rows go out in chunks of one slot, and
+// a stream is closed (staged rows applied, count and checksum verified)
+// every `stream_rows` rows.
+class ServerSink {
+ public:
+  ServerSink(std::string address, const RowStreamOptions& options)
+      : address_(std::move(address)),
+        options_(options),
+        stub_(Connect(address_, options.security)) {}
+
+  absl::Status Add(uint32_t slot, uint32_t table, uint64_t id, std::span<const float> values) {
+    if (writer_ == nullptr) {
+      context_ = std::make_unique<grpc::ClientContext>();
+      context_->set_deadline(DeadlineFromNow(options_.rpc_deadline));
+      writer_ = stub_->ImportSlots(context_.get(), &response_);
+    }
+    if (chunk_.rows_size() > 0 && (chunk_.slot() != slot || chunk_.rows_size() >= 1024)) {
+      SS_RETURN_IF_ERROR(Flush());
+    }
+    chunk_.set_slot(slot);
+    v1::SlotRow* row = chunk_.add_rows();
+    row->set_table(table);
+    row->set_id(id);
+    row->mutable_values()->Add(values.begin(), values.end());
+    ++stream_rows_;
+    checksum_ += RowValueHash(table, id, values);
+    if (stream_rows_ >= options_.import_stream_rows) return Close();
+    return absl::OkStatus();
+  }
+
+  // Ends the open stream, if any, and waits for the server to apply it.
+  absl::Status Close() {
+    if (writer_ == nullptr) return absl::OkStatus();
+    SS_RETURN_IF_ERROR(Flush());
+    chunk_.set_done(true);
+    chunk_.set_total_rows(static_cast<uint64_t>(stream_rows_));
+    chunk_.set_checksum(checksum_);
+    writer_->Write(chunk_);
+    writer_->WritesDone();
+    const grpc::Status status = writer_->Finish();
+    writer_.reset();
+    chunk_.Clear();
+    SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", address_));
+    if (response_.rows() != static_cast<uint64_t>(stream_rows_) ||
+        response_.checksum() != checksum_) {
+      return absl::DataLossError(absl::StrFormat(
+          "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)", address_,
+          response_.rows(), response_.checksum(), stream_rows_, checksum_));
+    }
+    rows_ += stream_rows_;
+    stream_rows_ = 0;
+    checksum_ = 0;
+    return absl::OkStatus();
+  }
+
+  int64_t rows() const { return rows_; }
+
+ private:
+  absl::Status Flush() {
+    if (chunk_.rows_size() == 0) return absl::OkStatus();
+    if (!writer_->Write(chunk_)) {
+      // The server ended the stream; Finish says why.
+      const grpc::Status status = writer_->Finish();
+      writer_.reset();
+      SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", address_));
+      return absl::UnavailableError(absl::StrCat("ImportSlots on ", address_, ": stream closed"));
+    }
+    chunk_.Clear();
+    return absl::OkStatus();
+  }
+
+  const std::string address_;
+  const RowStreamOptions& options_;
+  std::unique_ptr<Stub> stub_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer_;
+  v1::ImportSlotsResponse response_;
+  v1::SlotChunk chunk_;
+  int64_t stream_rows_ = 0, rows_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+}  // namespace
+
+model::ExportInfo ExportInfoForJob(const ShadowSyncJob& job) {
+  const JobSpec& spec = job.spec;
+  model::ExportInfo info;
+  info.config.num_dense = spec.model.dense_features;
+  info.config.embedding_dim = spec.model.embedding_dim;
+  info.config.bottom_mlp = spec.model.bottom_mlp;
+  info.config.top_mlp = spec.model.top_mlp;
+  info.config.num_tables = static_cast<int>(spec.model.tables.size());
+  info.embeddings.dim = spec.model.embedding_dim;
+  for (const TableSpec& t : spec.model.tables) {
+    info.embeddings.tables.push_back({t.name, static_cast<uint64_t>(t.hash_buckets)});
+  }
+  info.embeddings.optimizer = {KindOf(spec.parameter_server.optimizer),
+                               static_cast<float>(EffectivePsLearningRate(spec))};
+  info.embeddings.seed = kEmbeddingInitSeed;
+  info.num_slots = static_cast<uint32_t>(spec.parameter_server.slots);
+  info.with_optimizer_state = spec.export_.with_optimizer_state;
+  info.job = JobToJson(job);
+  return info;
+}
+
+DenseSource DenseSourceFor(SyncAlgorithm algorithm) {
+  switch (algorithm) {
+    case SyncAlgorithm::kShadowEasgd:
+    case SyncAlgorithm::kFgEasgd:
+    case SyncAlgorithm::kAsp:
+    case SyncAlgorithm::kSsp:
+    case SyncAlgorithm::kPsPlus:
+      return DenseSource::kCentre;
+    default:
+      return DenseSource::kReplicaMean;
+  }
+}
+
+std::string_view DenseSourceName(DenseSource source) {
+  return source == DenseSource::kCentre ? "syncer centre" : "mean of the trainers' replicas";
+}
+
+absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
+                                         const std::vector<std::string>& checkpoints,
+                                         const std::vector<std::string>& syncer_addresses,
+                                         const GrpcSecurity& security) {
+  if (checkpoints.empty()) return absl::InvalidArgumentError("export: no trainer checkpoints");
+  const size_t num_params =
+      static_cast<size_t>(model::Dlrm(ExportInfoForJob(job).config).num_params());
+  DenseParams dense;
+  // Summed in double: the mean of N replicas rounds once.
+  std::vector<double> params(num_params), state;
+  for (size_t k = 0; k < checkpoints.size(); ++k) {
+    SS_ASSIGN_OR_RETURN(worker::DenseCheckpoint c, worker::LoadDenseCheckpoint(checkpoints[k]));
+    if (k == 0) state.resize(c.dense_state.size());
+    if (c.params.size() != num_params || c.dense_state.size() != state.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          checkpoints[k], ": ", c.params.size(), " dense parameters and ", c.dense_state.size(),
+          " state floats, want ", num_params, " and ", state.size()));
+    }
+    for (size_t i = 0; i < num_params; ++i) params[i] += c.params[i];
+    for (size_t i = 0; i < state.size(); ++i) state[i] += c.dense_state[i];
+    dense.examples += c.examples;
+  }
+  const double n = static_cast<double>(checkpoints.size());
+  for (double v : params) dense.params.push_back(static_cast<float>(v / n));
+  for (double v : state) dense.state.push_back(static_cast<float>(v / n));
+  const DenseSource source = DenseSourceFor(job.spec.sync.algorithm);
+  dense.source = std::string(DenseSourceName(source));
+  if (source == DenseSource::kCentre) {
+    syncer::SyncerClientOptions options;
+    options.addresses = syncer_addresses;
+    options.member = "exporter";
+    options.security = security;
+    SS_ASSIGN_OR_RETURN(auto client, syncer::SyncerClient::Connect(options, num_params));
+    SS_RETURN_IF_ERROR(client->PullCentre(dense.params));
+  }
+  return dense;
+}
+
+absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
+                                                const RowStreamOptions& options,
+                                                model::ExportWriter* writer) {
+  const Clock::time_point start = Clock::now();
+  SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
+  const model::ExportInfo& info = writer->info();
+  if (map.num_slots() != info.num_slots) {
+    return absl::FailedPreconditionError(absl::StrCat("export: the servers have ", map.num_slots(),
+                                                      " slots, the export ", info.num_slots));
+  }
+  const int dim = info.embeddings.dim;
+  const size_t state_floats =
+      static_cast<size_t>(dim * model::StateFloatsPerParam(info.embeddings.optimizer.kind));
+  std::vector<std::unique_ptr<ServerStream>> streams;
+  for (int s = 0; s < map.num_servers(); ++s) {
+    std::vector<uint32_t> slots = map.SlotsOwnedBy(static_cast<uint32_t>(s));
+    if (slots.empty()) continue;
+    std::sort(slots.begin(), slots.end());
+    streams.push_back(std::make_unique<ServerStream>(map.addresses()[s], options, slots));
+  }
+  RowStreamStats stats;
+  stats.servers = map.num_servers();
+  absl::Status status;
+  for (int part = 0; part < info.num_parts && status.ok(); ++part) {
+    status = writer->BeginPart(part);
+    const uint32_t end = writer->PartBegin(part + 1);
+    for (auto& stream : streams) {
+      for (const v1::SlotChunk* chunk = stream->head();
+           status.ok() && chunk != nullptr && chunk->slot() < end; chunk = stream->head()) {
+        for (const v1::SlotRow& row : chunk->rows()) {
+          const std::span<const float> values(row.values().data(), row.values_size());
+          if (values.size() != static_cast<size_t>(dim) + state_floats) {
+            status = absl::DataLossError(absl::StrCat(
+                "export: a server sent (table ", row.table(), ", id ", row.id(), ") with ",
+                values.size(), " floats, want ", dim, " + ", state_floats, " optimizer state"));
+            break;
+          }
+          stream->Count(row.table(), row.id(), values);
+          status = writer->AddRow(
+              row.table(), row.id(), values.first(dim),
+              info.with_optimizer_state ? values.subspan(dim) : std::span<const float>());
+          if (!status.ok()) break;
+          ++stats.rows;
+          stats.bytes += static_cast<int64_t>(
+              sizeof(uint32_t) + sizeof(uint64_t) +
+              (info.with_optimizer_state ? values.size_bytes() : dim * sizeof(float)));
+        }
+        stream->Pop();
+      }
+    }
+    if (status.ok()) status = writer->EndPart();
+  }
+  // A stream's own failure explains a merge failure better than the merge.
+  for (auto& stream : streams) SS_RETURN_IF_ERROR(stream->Finish());
+  SS_RETURN_IF_ERROR(status);
+  stats.seconds = Since(start);
+  return stats;
+}
+
+absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reader,
+                                                const ShadowSyncJob& job,
+                                                const std::string& ps_address,
+                                                const RowStreamOptions& options) {
+  const Clock::time_point start = Clock::now();
+  const model::ExportInfo want = ExportInfoForJob(job);
+  SS_RETURN_IF_ERROR(reader.CheckShape(want.config, want.embeddings.tables));
+  SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
+  std::vector<std::unique_ptr<ServerSink>> sinks;
+  for (const std::string& address : map.addresses()) {
+    sinks.push_back(std::make_unique<ServerSink>(address, options));
+  }
+  // The servers' rows: dim values, then their optimizer's state, which the
+  // export's rows carry only if taken with state and the same optimizer.
+  const size_t dim = static_cast<size_t>(want.embeddings.dim);
+  const size_t state_floats = dim * model::StateFloatsPerParam(want.embeddings.optimizer.kind);
+  const bool same_optimizer =
+      reader.info().embeddings.optimizer.kind == want.embeddings.optimizer.kind;
+  RowStreamStats stats;
+  stats.servers = map.num_servers();
+  std::vector<float> row;
+  SS_RETURN_IF_ERROR(
+      reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                            std::span<const float> state) -> absl::Status {
+        row.assign(values.begin(), values.end());
+        if (same_optimizer && state.size() == state_floats) {
+          row.insert(row.end(), state.begin(), state.end());
+        } else {
+          row.resize(dim + state_floats, 0.0f);
+        }
+        const uint32_t slot = SlotOf(table, id, map.num_slots());
+        SS_RETURN_IF_ERROR(sinks[map.owner_of_slot(slot)]->Add(slot, table, id, row));
+        ++stats.rows;
+        stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row.size() * 4);
+        return absl::OkStatus();
+      }));
+  for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
+  stats.seconds = Since(start);
+  return stats;
+}
+
+}  // namespace shadowsync::exporter

@@ -1,0 +1,101 @@
+// A distributed job's model export and warm start (docs/export.md): the
+// export format of common/model/export.h, filled from and loaded into a
+// running cluster of parameter servers, with the dense parameters chosen per
+// sync strategy.
+//
+//   SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, ExportInfoForJob(job)));
+//   SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
+//   SS_ASSIGN_OR_RETURN(RowStreamStats rows, ExportServerRows("ps-0:7000", {}, writer.get()));
+//   SS_RETURN_IF_ERROR(writer->Commit());
+//
+// Consistency: each parameter server streams its rows from one snapshot,
+// taken as its stream starts, and a row's weights and optimizer state are
+// always the same version. While training runs, servers are snapshotted a
+// few milliseconds apart and the dense parameters come from the trainers'
+// latest checkpoints; once training has stopped, the export is one point in
+// time across every server and the dense parameters.
+#ifndef SHADOWSYNC_EXPORTER_JOB_EXPORT_H_
+#define SHADOWSYNC_EXPORTER_JOB_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/grpc_security.h"
+#include "common/job_spec.h"
+#include "common/model/export.h"
+
+namespace shadowsync::exporter {
+
+// The export's description of a job's model: the DLRM shape, the tables,
+// the servers' sparse optimizer and row seed, and the job's slot space.
+model::ExportInfo ExportInfoForJob(const ShadowSyncJob& job);
+
+// Which dense parameters stand for the job's model.
+enum class DenseSource {
+  // The syncers' centre variable: the EASGD centre (shadow-easgd, fg-easgd)
+  // or the shared global weights (asp, ssp, ps-plus).
+  kCentre,
+  // The element-wise mean of the trainers' replicas (none, the ma and bmuf
+  // families, bsp, ds-sync, sync-switch). Where the replicas agree (bsp, a
+  // finalAverage) it is each of them.
+  kReplicaMean,
+};
+DenseSource DenseSourceFor(SyncAlgorithm algorithm);
+std::string_view DenseSourceName(DenseSource source);
+
+struct DenseParams {
+  std::vector<float> params;
+  std::vector<float> state;  // Dense optimizer state: the mean of the trainers'.
+  std::string source;        // As the manifest's dense.source says it.
+  int64_t examples = 0;      // Trained into them: the sum of the trainers' counts.
+};
+
+// The job's dense parameters from its trainers' checkpoints (one per
+// trainer, worker/checkpoint.h) and, for kCentre, its syncers.
+absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
+                                         const std::vector<std::string>& checkpoints,
+                                         const std::vector<std::string>& syncer_addresses,
+                                         const GrpcSecurity& security);
+
+struct RowStreamOptions {
+  GrpcSecurity security;
+  absl::Duration rpc_deadline = absl::Hours(2);  // Of each server's whole stream.
+  // Rows per ImportSlots stream: each is staged by the server and applied
+  // atomically, so this bounds the server's staging memory.
+  int64_t import_stream_rows = 100'000;
+};
+
+struct RowStreamStats {
+  int64_t rows = 0;
+  int64_t bytes = 0;  // Row payload (keys, values, state).
+  double seconds = 0;
+  int servers = 0;
+};
+
+// Streams every stored row of every parameter server (the shard map read
+// from `ps_address`) into `writer`, part by part: one ExportSlots stream per
+// server, each from one snapshot, merged by slot. Each stream's row count
+// and checksum are verified against its end marker. The servers' slot count
+// must be the writer's.
+absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
+                                                const RowStreamOptions& options,
+                                                model::ExportWriter* writer);
+
+// Warm start: every row of `reader` into the parameter servers of `job`,
+// each to the owner of its slot under the cluster's shard map (any server
+// count and slot count). Rows get zero optimizer state where the export
+// carries none or another optimizer's. InvalidArgument naming the field if
+// the export's shape is not the job's (CheckShape). Each stream is verified
+// by the server's row count and checksum.
+absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reader,
+                                                const ShadowSyncJob& job,
+                                                const std::string& ps_address,
+                                                const RowStreamOptions& options);
+
+}  // namespace shadowsync::exporter
+
+#endif  // SHADOWSYNC_EXPORTER_JOB_EXPORT_H_

@@ -1,0 +1,273 @@
+// The distributed export and warm start against real parameter servers on
+// loopback: rows streamed from 3 servers into an export, and from the export
+// into 2 (and into another slot count), compared by the servers' own row
+// counts and value checksums.
+#include "exporter/job_export.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/hash.h"
+#include "common/model/dlrm.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "ps/ps_server.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+#include "tests/util/test_util.h"
+#include "worker/ps_client.h"
+
+namespace shadowsync::exporter {
+namespace {
+
+using ::shadowsync::testing::StatusIs;
+
+ShadowSyncJob Job(int slots, int embedding_dim = 4, bool with_state = true) {
+  absl::StatusOr<ShadowSyncJob> job =
+      ParseJobYaml(absl::StrCat(R"(
+apiVersion: shadowsync.io/v1alpha1
+kind: ShadowSyncJob
+metadata: {name: export-test}
+spec:
+  model: {embeddingDim: )",
+                                embedding_dim, R"(, bottomMlp: [8], topMlp: [8],
+          criteoTables: {hashBuckets: 1000}}
+  parameterServer: {slots: )",
+                                slots, R"(}
+  export: {withOptimizerState: )",
+                                with_state ? "true" : "false", "}\n"));
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+// The servers of a job, sharing a balanced shard map.
+class Cluster {
+ public:
+  Cluster(const ShadowSyncJob& job, int n, const ::shadowsync::testing::ScratchDir& dir,
+          const std::string& name) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < n; ++i) {
+      ps::PsServerOptions o;
+      o.grpc_address = "127.0.0.1:0";
+      o.metrics_address = "";
+      o.store.db_path = dir.File(absl::StrCat(name, "-", i));
+      o.store.dim = job.spec.model.embedding_dim;
+      o.store.tables = ExportInfoForJob(job).embeddings.tables;
+      o.store.num_slots = static_cast<uint32_t>(job.spec.parameter_server.slots);
+      o.store.seed = kEmbeddingInitSeed;
+      o.store.cache_bytes = 1 << 20;
+      o.eviction_interval = absl::ZeroDuration();
+      o.shutdown_grace = absl::Milliseconds(200);
+      o.service.export_chunk_rows = 5;  // Several chunks per slot.
+      absl::StatusOr<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Start(std::move(o));
+      EXPECT_TRUE(server.ok()) << server.status();
+      addresses.push_back((*server)->address());
+      servers_.push_back(*std::move(server));
+    }
+    map_ = ShardMap::Balanced(static_cast<uint32_t>(job.spec.parameter_server.slots), addresses,
+                              /*epoch=*/2);
+    for (int i = 0; i < n; ++i) {
+      auto stub = Stub(i);
+      grpc::ClientContext context;
+      v1::SetShardMapRequest request;
+      *request.mutable_map() = map_->ToProto();
+      request.set_self_index(i);
+      v1::SetShardMapResponse response;
+      EXPECT_TRUE(stub->SetShardMap(&context, request, &response).ok());
+    }
+  }
+
+  std::string address() const { return servers_.front()->address(); }
+
+  // Rows stored and the sum of the value checksums, over every server.
+  std::pair<int64_t, uint64_t> Totals() {
+    int64_t rows = 0;
+    uint64_t values = 0;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      grpc::ClientContext context;
+      v1::StatsResponse stats;
+      EXPECT_TRUE(Stub(i)->Stats(&context, {}, &stats).ok());
+      rows += static_cast<int64_t>(stats.rows_stored());
+      values += stats.value_checksum();
+    }
+    return {rows, values};
+  }
+
+  // Pushes random gradients of `rows_per_table` random ids in each table.
+  void Train(int rows_per_table, int tables, int dim, uint64_t seed) {
+    worker::PsClientOptions options;
+    auto client = worker::PsClient::Create(*map_, dim, tables, options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<model::TableRows> grads(tables);
+      for (auto& r : grads) {
+        std::set<uint64_t> ids;
+        while (static_cast<int>(ids.size()) < rows_per_table) ids.insert(rng() % 100'000);
+        r.ids.assign(ids.begin(), ids.end());
+        r.values.resize(r.ids.size() * dim);
+        for (float& v : r.values) v = u(rng);
+      }
+      SS_ASSERT_OK((*client)->Push(grads));
+    }
+  }
+
+ private:
+  std::unique_ptr<v1::ParameterServer::Stub> Stub(size_t i) {
+    return v1::ParameterServer::NewStub(
+        grpc::CreateChannel(servers_[i]->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  std::vector<std::unique_ptr<ps::PsServer>> servers_;
+  std::optional<ShardMap> map_;
+};
+
+// Sum of RowValueHash over the export's rows, as the servers would store
+// them (values, then the state the export carries).
+std::pair<int64_t, uint64_t> ExportTotals(const model::ExportReader& reader) {
+  int64_t rows = 0;
+  uint64_t values = 0;
+  std::vector<float> row;
+  EXPECT_TRUE(reader
+                  .ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> v,
+                                  std::span<const float> state) {
+                    row.assign(v.begin(), v.end());
+                    row.insert(row.end(), state.begin(), state.end());
+                    ++rows;
+                    values += RowValueHash(table, id, row);
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  return {rows, values};
+}
+
+absl::Status WriteExport(const ShadowSyncJob& job, const std::string& address,
+                         const std::string& dir, RowStreamStats* stats) {
+  const model::ExportInfo info = ExportInfoForJob(job);
+  SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, info));
+  const size_t n = static_cast<size_t>(model::Dlrm(info.config).num_params());
+  SS_RETURN_IF_ERROR(writer->WriteDense(std::vector<float>(n, 0.5f), std::vector<float>(n, 0.25f)));
+  SS_ASSIGN_OR_RETURN(*stats, ExportServerRows(address, {}, writer.get()));
+  return writer->Commit();
+}
+
+class JobExportTest : public ::testing::Test {
+ protected:
+  ::shadowsync::testing::ScratchDir dir_;
+};
+
+TEST_F(JobExportTest, EveryRowOfThreeServersLandsOnTwoWithItsOptimizerState) {
+  const ShadowSyncJob job = Job(64);
+  Cluster three(job, 3, dir_, "three");
+  three.Train(200, 26, 4, 1);
+  const auto [rows, values] = three.Totals();
+  ASSERT_GT(rows, 3000);
+
+  RowStreamStats exported;
+  SS_ASSERT_OK(WriteExport(job, three.address(), dir_.File("model"), &exported));
+  EXPECT_EQ(exported.rows, rows);
+  EXPECT_EQ(exported.servers, 3);
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+  EXPECT_EQ(reader->num_rows(), rows);
+  EXPECT_EQ(ExportTotals(*reader), std::pair(rows, values));
+
+  Cluster two(job, 2, dir_, "two");
+  absl::StatusOr<RowStreamStats> imported =
+      ImportServerRows(*reader, job, two.address(), {.import_stream_rows = 500});
+  SS_ASSERT_OK(imported.status());
+  EXPECT_EQ(imported->rows, rows);
+  EXPECT_EQ(two.Totals(), std::pair(rows, values));
+}
+
+TEST_F(JobExportTest, AnExportLoadsOntoAnotherSlotCount) {
+  Cluster source(Job(64), 2, dir_, "source");
+  source.Train(100, 26, 4, 2);
+  RowStreamStats exported;
+  SS_ASSERT_OK(WriteExport(Job(64), source.address(), dir_.File("model"), &exported));
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+
+  const ShadowSyncJob wider = Job(256);
+  Cluster target(wider, 3, dir_, "target");
+  SS_ASSERT_OK(ImportServerRows(*reader, wider, target.address(), {}).status());
+  EXPECT_EQ(target.Totals(), source.Totals());
+}
+
+TEST_F(JobExportTest, WithoutOptimizerStateRowsStartWithZeroState) {
+  const ShadowSyncJob job = Job(64, 4, /*with_state=*/false);
+  Cluster source(job, 2, dir_, "source");
+  source.Train(50, 26, 4, 3);
+  RowStreamStats exported;
+  SS_ASSERT_OK(WriteExport(job, source.address(), dir_.File("model"), &exported));
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+  EXPECT_FALSE(reader->info().with_optimizer_state);
+
+  Cluster target(job, 1, dir_, "target");
+  SS_ASSERT_OK(ImportServerRows(*reader, job, target.address(), {}).status());
+  // What the servers hold: the exported values and 4 zeros of Adagrad state.
+  int64_t rows = 0;
+  uint64_t values = 0;
+  SS_ASSERT_OK(reader->ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> v, std::span<const float> state) {
+        EXPECT_TRUE(state.empty());
+        std::vector<float> row(v.begin(), v.end());
+        row.resize(8, 0.0f);
+        ++rows;
+        values += RowValueHash(table, id, row);
+        return absl::OkStatus();
+      }));
+  EXPECT_EQ(target.Totals(), std::pair(rows, values));
+}
+
+TEST_F(JobExportTest, AnExportOfAnotherShapeIsRefusedAndNothingIsImported) {
+  Cluster source(Job(64), 1, dir_, "source");
+  source.Train(20, 26, 4, 4);
+  RowStreamStats exported;
+  SS_ASSERT_OK(WriteExport(Job(64), source.address(), dir_.File("model"), &exported));
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+
+  const ShadowSyncJob wider = Job(64, /*embedding_dim=*/8);
+  Cluster target(wider, 1, dir_, "target");
+  EXPECT_THAT(ImportServerRows(*reader, wider, target.address(), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "embeddingDim"));
+  EXPECT_EQ(target.Totals().first, 0);
+}
+
+TEST_F(JobExportTest, AnExportTakenWhilePushesGoOnIsWholeAndVerified) {
+  const ShadowSyncJob job = Job(64);
+  Cluster cluster(job, 2, dir_, "live");
+  cluster.Train(100, 26, 4, 5);
+  const int64_t rows_before = cluster.Totals().first;
+  std::atomic<bool> stop = false;
+  std::thread trainer([&] {
+    for (uint64_t seed = 100; !stop.load(); ++seed) cluster.Train(20, 26, 4, seed);
+  });
+  RowStreamStats exported;
+  const absl::Status status = WriteExport(job, cluster.address(), dir_.File("model"), &exported);
+  stop = true;
+  trainer.join();
+  SS_ASSERT_OK(status);
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+  SS_ASSERT_OK(reader->Verify());
+  // Each server was read from one snapshot: at least the rows before, at most those after.
+  EXPECT_GE(reader->num_rows(), rows_before);
+  EXPECT_LE(reader->num_rows(), cluster.Totals().first);
+}
+
+}  // namespace
+}  // namespace shadowsync::exporter
