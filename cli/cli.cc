@@ -13,9 +13,10 @@ int RunCli(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "shadowsync 0.1.0");
   std::vector<Action> actions = {
-      AddTrainCommand(app), AddEvalCommand(app),   AddGenDataCommand(app),  AddBenchCommand(app),
-      AddPsCommand(app),    AddSyncerCommand(app), AddWorkerCommand(app),   AddRunCommand(app),
-      AddScaleCommand(app), AddCrdCommand(app),    AddOperatorCommand(app), AddPodCommand(app)};
+      AddTrainCommand(app), AddEvalCommand(app),   AddGenDataCommand(app), AddBenchCommand(app),
+      AddPsCommand(app),    AddSyncerCommand(app), AddWorkerCommand(app),  AddRunCommand(app),
+      AddScaleCommand(app), AddExportCommand(app), AddCrdCommand(app),     AddOperatorCommand(app),
+      AddPodCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

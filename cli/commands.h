@@ -20,6 +20,7 @@ Action AddSyncerCommand(CLI::App& app);
 Action AddWorkerCommand(CLI::App& app);
 Action AddRunCommand(CLI::App& app);
 Action AddScaleCommand(CLI::App& app);
+Action AddExportCommand(CLI::App& app);
 Action AddCrdCommand(CLI::App& app);
 Action AddOperatorCommand(CLI::App& app);
 Action AddPodCommand(CLI::App& app);

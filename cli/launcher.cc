@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "common/job_spec.h"
 #include "common/model/optimizer.h"
 #include "common/status_macros.h"
+#include "exporter/job_export.h"
 #include "ps/resharder.h"
 #include "worker/checkpoint.h"
 
@@ -83,6 +85,7 @@ struct Child {
   pid_t pid = -1;
   bool finished = false;      // A trainer that exited 0.
   int64_t skip_examples = 0;  // A restarted trainer resumes after these.
+  std::string checkpoint;     // A trainer's dense checkpoint.
   int metrics_port = 0;
   int64_t peak_rss_kb = 0;  // Over every incarnation.
 };
@@ -110,6 +113,11 @@ class Launch {
   // lost data is an error: the job must not go on.
   absl::Status PollControl();
   absl::StatusOr<nlohmann::json> ScaleTo(int n, bool pause);
+  // Exports the model (exporter/job_export.h). While training runs, the
+  // trainers are first asked for fresh checkpoints (SIGUSR1); `final`
+  // (training has ended) also scores the export on the eval data.
+  absl::StatusOr<nlohmann::json> ExportModel(bool final);
+  std::string ExportsDir() const;
   // What a resume needs to know beyond the job: the parameter servers now.
   void WriteLaunchState() const;
   void ShowProgress(bool final);
@@ -122,6 +130,12 @@ class Launch {
   std::string run_dir_;
   std::vector<Child> children_;
   std::vector<std::string> ps_addresses_;  // ps-i at [i]; changes with scale
+  std::vector<std::string> syncer_addresses_;
+  std::vector<std::string> checkpoints_;  // trainer-i's at [i]
+  std::vector<std::string> eval_data_;
+  nlohmann::json init_;                     // The warm start's import, if any.
+  nlohmann::json latest_export_ = nullptr;  // Summary of the newest export.
+  Clock::time_point last_export_;
   nlohmann::json reshards_ = nlohmann::json::array();
   nlohmann::json retired_peak_rss_ = nlohmann::json::object();  // Servers scaled away.
   int restarts_ = 0;
@@ -385,6 +399,28 @@ nlohmann::json Launch::Report(double seconds) {
     out["eval_auc"] = eval_auc / evaluated;
     out["eval_logloss"] = eval_logloss / evaluated;
     out["eval_calibration"] = eval_calibration / evaluated;
+    out["eval_source"] = "mean of the trainers' evaluations";
+  }
+  if (!init_.is_null()) {
+    out["init"] = init_;
+    // Every trainer starts from the same model: the first one's score says it.
+    for (const nlohmann::json& r : trainers) {
+      if (r.contains("init_eval")) {
+        out["init"]["eval"] = r["init_eval"];
+        break;
+      }
+    }
+  }
+  if (!latest_export_.is_null()) {
+    out["export"] = latest_export_;
+    // The job's model is the export: its evaluation is the job's.
+    const nlohmann::json& eval = latest_export_["eval"];
+    if (eval.is_object() && eval.contains("eval_ne")) {
+      for (const char* key : {"eval_ne", "eval_auc", "eval_logloss", "eval_calibration"}) {
+        out[key] = eval[key];
+      }
+      out["eval_source"] = "the exported model";
+    }
   }
   // Synthetic data: the planted teacher's own quality, the best any model can do.
   std::ifstream teacher_file(run_dir_ + "/data/synthetic.tsv.teacher.json");
@@ -577,39 +613,101 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   return r;
 }
 
-absl::Status Launch::PollControl() {
-  const std::string request_path = run_dir_ + "/control/scale.json";
-  std::ifstream in(request_path);
-  if (!in) return absl::OkStatus();
-  const nlohmann::json request = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  in.close();
-  fs::remove(request_path);
-  nlohmann::json result;
-  absl::Status fatal;
-  if (!request.is_object() || !request.contains("id") || !request["id"].is_string() ||
-      !request.contains("ps") || !request["ps"].is_number_integer()) {
-    result = {{"ok", false}, {"error", "malformed scale request: " + request.dump()}};
-    // Whoever wrote it may not wait for a result (no id): say it here.
-    std::cerr << request_path << ": ignored a malformed scale request (want "
-              << R"({"id": "...", "ps": N, "pause": false}), got )" << request.dump() << "\n";
-  } else {
-    absl::StatusOr<nlohmann::json> r =
-        ScaleTo(request["ps"].get<int>(), request.value("pause", false));
-    if (r.ok()) {
-      result = {{"ok", true}, {"report", *r}};
-    } else {
-      result = {{"ok", false}, {"error", std::string(r.status().message())}};
-      std::cerr << "reshard failed: " << r.status().message() << "\n";
-      if (r.status().code() == absl::StatusCode::kDataLoss) fatal = r.status();
+std::string Launch::ExportsDir() const {
+  return job_.spec.export_.path.empty() ? run_dir_ + "/exports" : job_.spec.export_.path;
+}
+
+absl::StatusOr<nlohmann::json> Launch::ExportModel(bool final) {
+  last_export_ = Clock::now();
+  if (!final) {
+    // Fresh dense parameters: every running trainer writes its checkpoint at
+    // its next progress report. Only trainers that are ready (whose SIGUSR1
+    // handler is installed) are asked; the others' last checkpoints stand.
+    struct Asked {
+      std::string name, checkpoint;
+      fs::file_time_type before;
+    };
+    std::vector<Asked> asked;
+    for (const Child& c : children_) {
+      if (c.role != Role::kTrainer || c.pid <= 0 || c.finished || !fs::exists(c.ready)) continue;
+      std::error_code ec;
+      asked.push_back({c.name, c.checkpoint, fs::last_write_time(c.checkpoint, ec)});
+      kill(c.pid, SIGUSR1);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (const Asked& a : asked) {
+      auto running = [&] {
+        for (const Child& c : children_) {
+          if (c.name == a.name) return c.pid > 0 && !c.finished;
+        }
+        return false;
+      };
+      std::error_code ec;
+      while (Clock::now() < deadline && running() &&
+             fs::last_write_time(a.checkpoint, ec) == a.before) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        SS_RETURN_IF_ERROR(Reap());
+      }
     }
   }
-  if (request.is_object() && request.contains("id") && request["id"].is_string()) {
-    const std::string path =
-        absl::StrCat(run_dir_, "/control/scale-", request["id"].get<std::string>(), ".result.json");
-    std::ofstream(path + ".tmp") << result.dump(2) << "\n";
-    fs::rename(path + ".tmp", path);
+  exporter::JobExportRequest request{.job = job_,
+                                     .exports_dir = ExportsDir(),
+                                     .ps_address = ps_addresses_.front(),
+                                     .syncer_addresses = syncer_addresses_,
+                                     .trainer_checkpoints = checkpoints_,
+                                     .security = security_};
+  if (final) request.eval_data = eval_data_;
+  SS_ASSIGN_OR_RETURN(nlohmann::json summary, exporter::ExportJob(request));
+  std::cerr << (options_.tty ? "\n" : "")
+            << absl::StrFormat("exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s\n",
+                               summary["path"].get<std::string>(), summary["rows"].get<int64_t>(),
+                               summary["seconds"].get<double>(),
+                               summary["rows_per_second"].get<double>(),
+                               summary["dense_source"].get<std::string>());
+  latest_export_ = summary;
+  return summary;
+}
+
+absl::Status Launch::PollControl() {
+  for (const char* kind : {"scale", "export"}) {
+    const std::string request_path = absl::StrCat(run_dir_, "/control/", kind, ".json");
+    std::ifstream in(request_path);
+    if (!in) continue;
+    const nlohmann::json request = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    in.close();
+    fs::remove(request_path);
+    const bool scale = std::string_view(kind) == "scale";
+    nlohmann::json result;
+    absl::Status fatal;
+    if (!request.is_object() || !request.contains("id") || !request["id"].is_string() ||
+        (scale && (!request.contains("ps") || !request["ps"].is_number_integer()))) {
+      result = {{"ok", false},
+                {"error", absl::StrCat("malformed ", kind, " request: ", request.dump())}};
+      // Whoever wrote it may not wait for a result (no id): say it here.
+      std::cerr << request_path << ": ignored a malformed request (want "
+                << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
+                << "), got " << request.dump() << "\n";
+    } else {
+      absl::StatusOr<nlohmann::json> r =
+          scale ? ScaleTo(request["ps"].get<int>(), request.value("pause", false))
+                : ExportModel(false);
+      if (r.ok()) {
+        result = {{"ok", true}, {"report", *r}};
+      } else {
+        result = {{"ok", false}, {"error", std::string(r.status().message())}};
+        std::cerr << kind << " failed: " << r.status().message() << "\n";
+        if (scale && r.status().code() == absl::StatusCode::kDataLoss) fatal = r.status();
+      }
+    }
+    if (request.is_object() && request.contains("id") && request["id"].is_string()) {
+      const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-",
+                                            request["id"].get<std::string>(), ".result.json");
+      std::ofstream(path + ".tmp") << result.dump(2) << "\n";
+      fs::rename(path + ".tmp", path);
+    }
+    SS_RETURN_IF_ERROR(fatal);
   }
-  return fatal;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> Launch::Run() {
@@ -674,6 +772,21 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, run_dir_ + "/data"));
   if (data.train.empty()) return absl::InvalidArgumentError("spec.data.paths: no training files");
   total_examples_ = data.train_examples;
+  eval_data_ = data.eval;
+  // A warm start's export is checked before anything starts.
+  std::optional<model::ExportReader> init_model;
+  if (!spec.init.from_model.empty() && !options_.resume) {
+    absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(spec.init.from_model);
+    if (!reader.ok()) {
+      return absl::Status(reader.status().code(),
+                          absl::StrCat("spec.init.fromModel: ", reader.status().message()));
+    }
+    const model::ExportInfo info = exporter::ExportInfoForJob(job_);
+    if (absl::Status shape = reader->CheckShape(info.config, info.embeddings.tables); !shape.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.init.fromModel: ", shape.message()));
+    }
+    init_model = *std::move(reader);
+  }
 
   const std::string& bin = options_.binary;
   std::vector<std::string> ps_addresses;
@@ -690,6 +803,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   for (int i = 0; i < spec.syncer.replicas; ++i) {
     SS_ASSIGN_OR_RETURN(int port, FreePort());
     syncer_addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    syncer_addresses_.push_back(syncer_addresses.back());
     Child c{.name = absl::StrCat("syncer-", i), .role = Role::kSyncer};
     c.argv = {bin};
     for (std::string& a :
@@ -700,6 +814,8 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   }
   for (int i = 0; i < spec.trainer.replicas; ++i) {
     Child c{.name = absl::StrCat("trainer-", i), .role = Role::kTrainer};
+    c.checkpoint = absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt");
+    checkpoints_.push_back(c.checkpoint);
     c.argv = {bin};
     for (std::string& a : TrainerArgs(
              spec, {.config = run_dir_ + "/job.json",
@@ -708,7 +824,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
                    .syncers = syncer_addresses,
                    .metrics_listen = "127.0.0.1:0",
                    .data = data,
-                   .checkpoint = absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"),
+                   .checkpoint = c.checkpoint,
                    .report_json = absl::StrCat(run_dir_, "/trainer-", i, ".json"),
                    .progress_file = absl::StrCat(run_dir_, "/trainer-", i, ".progress.json")})) {
       c.argv.push_back(std::move(a));
@@ -716,7 +832,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     if (options_.resume) {
       // Counted as done from the start, like a restarted trainer's share.
       absl::StatusOr<worker::DenseCheckpoint> checkpoint =
-          worker::LoadDenseCheckpoint(absl::StrCat(checkpoint_dir, "/trainer-", i, ".ckpt"));
+          worker::LoadDenseCheckpoint(c.checkpoint);
       if (checkpoint.ok()) c.skip_examples = checkpoint->examples;
     }
     children_.push_back(std::move(c));
@@ -744,8 +860,26 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     // The servers came back on new ports, each knowing only its own.
     SS_RETURN_IF_ERROR(ps::Readdress(ps_addresses_, absl::Seconds(30), security_).status());
   }
+  if (init_model.has_value()) {
+    // Before launch.json: a launcher killed during the import starts afresh.
+    absl::StatusOr<exporter::RowStreamStats> imported = exporter::ImportServerRows(
+        *init_model, job_, ps_addresses_.front(), {.security = security_});
+    if (!imported.ok()) {
+      return absl::Status(imported.status().code(),
+                          absl::StrCat("spec.init.fromModel: ", imported.status().message()));
+    }
+    init_ = {{"from_model", spec.init.from_model},
+             {"rows", imported->rows},
+             {"seconds", imported->seconds},
+             {"rows_per_second", imported->rows / std::max(imported->seconds, 1e-9)},
+             {"parameter_servers", imported->servers}};
+    std::cerr << absl::StrFormat("loaded %d rows of %s onto %d parameter server(s) in %.1f s\n",
+                                 imported->rows, spec.init.from_model, imported->servers,
+                                 imported->seconds);
+  }
   WriteLaunchState();
   start_ = Clock::now();
+  last_export_ = start_;
   for (Child& c : children_) {
     if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(Spawn(c));
   }
@@ -769,6 +903,13 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       return c.role != Role::kTrainer || c.finished;
     });
     if (done) break;
+    if (spec.export_.interval_seconds > 0 &&
+        Since(last_export_) >= static_cast<double>(spec.export_.interval_seconds)) {
+      // A failed periodic export does not stop training; the next one retries.
+      if (absl::StatusOr<nlohmann::json> e = ExportModel(false); !e.ok()) {
+        std::cerr << "periodic export failed: " << e.status().message() << "\n";
+      }
+    }
     if (Since(last_progress) >= options_.progress_interval_seconds) {
       last_progress = Clock::now();
       ShowProgress(false);
@@ -777,8 +918,16 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   }
   const double seconds = Since(start_);
   ShowProgress(true);
+  // The servers still run: the model leaves the job before they stop.
+  absl::StatusOr<nlohmann::json> exported = ExportModel(true);
   StopAll();
   nlohmann::json report = Report(seconds);
+  if (!exported.ok()) {
+    report["export_error"] = std::string(exported.status().message());
+    std::ofstream(run_dir_ + "/report.json") << report.dump(2) << "\n";
+    return absl::Status(exported.status().code(), absl::StrCat("the export at completion failed: ",
+                                                               exported.status().message()));
+  }
   std::ofstream(run_dir_ + "/report.json") << report.dump(2) << "\n";
   WritePlot(run_dir_ + "/report.svg");
   return report;
@@ -786,33 +935,33 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 
 }  // namespace
 
-absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
-  if (request.parameter_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps: must be >= 1, got ", request.parameter_servers));
-  }
-  const std::string control = request.run_dir + "/control";
+namespace {
+
+// Hands `body` to the launcher running in run_dir as control/<kind>.json and
+// waits for its answer, control/<kind>-<id>.result.json.
+absl::StatusOr<nlohmann::json> ControlRequest(const std::string& run_dir, const std::string& kind,
+                                              nlohmann::json body, double timeout_seconds) {
+  const std::string control = run_dir + "/control";
   std::ifstream pid_file(control + "/launcher.pid");
   pid_t pid = 0;
   if (!(pid_file >> pid) || pid <= 0 || kill(pid, 0) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no `shadowsync run` is running in ", request.run_dir, " (", control, "/launcher.pid)"));
+    return absl::FailedPreconditionError(absl::StrCat("no `shadowsync run` is running in ", run_dir,
+                                                      " (", control, "/launcher.pid)"));
   }
   std::random_device random;
   const std::string id = absl::StrFormat("%d-%08x", getpid(), random());
-  const nlohmann::json body = {
-      {"id", id}, {"ps", request.parameter_servers}, {"pause", request.pause}};
-  const std::string path = control + "/scale.json";
+  body["id"] = id;
+  const std::string path = absl::StrCat(control, "/", kind, ".json");
   if (fs::exists(path)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("another scale request is pending (", path, "); wait for it to finish"));
+        absl::StrCat("another ", kind, " request is pending (", path, "); wait for it to finish"));
   }
   // Through a rename: the launcher never reads half a request.
   std::ofstream(path + "." + id) << body.dump() << "\n";
   fs::rename(path + "." + id, path);
-  const std::string result_path = absl::StrCat(control, "/scale-", id, ".result.json");
+  const std::string result_path = absl::StrCat(control, "/", kind, "-", id, ".result.json");
   const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(request.timeout_seconds * 1e3));
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1e3));
   while (Clock::now() < deadline) {
     std::ifstream in(result_path);
     if (in) {
@@ -820,7 +969,7 @@ absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
       fs::remove(result_path);
       if (!result.is_object()) return absl::InternalError("unreadable answer " + result_path);
       if (!result.value("ok", false)) {
-        return absl::AbortedError(result.value("error", std::string("reshard failed")));
+        return absl::AbortedError(result.value("error", kind + " failed"));
       }
       return result["report"];
     }
@@ -830,7 +979,23 @@ absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return absl::DeadlineExceededError(
-      absl::StrCat("no answer from the launcher after ", request.timeout_seconds, " s"));
+      absl::StrCat("no answer from the launcher after ", timeout_seconds, " s"));
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request) {
+  if (request.parameter_servers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps: must be >= 1, got ", request.parameter_servers));
+  }
+  return ControlRequest(request.run_dir, "scale",
+                        {{"ps", request.parameter_servers}, {"pause", request.pause}},
+                        request.timeout_seconds);
+}
+
+absl::StatusOr<nlohmann::json> RequestExport(const std::string& run_dir, double timeout_seconds) {
+  return ControlRequest(run_dir, "export", nlohmann::json::object(), timeout_seconds);
 }
 
 absl::StatusOr<nlohmann::json> RunJob(const LaunchOptions& options) {

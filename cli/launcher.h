@@ -9,7 +9,9 @@
 //
 // While it runs, `shadowsync scale RUN_DIR --ps N` (RequestScale) asks it to
 // reshard the parameter servers live (ps/resharder.h): it starts the new
-// servers or, after draining, stops the removed ones. A launcher that was
+// servers or, after draining, stops the removed ones; and `shadowsync export
+// RUN_DIR` (RequestExport) to export the model. It exports the model at
+// completion too, and every spec.export.intervalSeconds. A launcher that was
 // killed resumes with LaunchOptions::resume: the servers reopen their
 // RocksDB directories, the trainers their dense checkpoints.
 #ifndef SHADOWSYNC_CLI_LAUNCHER_H_
@@ -50,6 +52,11 @@ struct ScaleRequest {
 // FailedPrecondition if no launcher runs there; the launcher's error if the
 // reshard failed (a failed step is rolled back; training goes on).
 absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request);
+
+// Asks the launcher running in run_dir for an export of the model now
+// (docs/export.md), and waits for its summary (exporter::ExportJob's).
+// FailedPrecondition if no launcher runs there.
+absl::StatusOr<nlohmann::json> RequestExport(const std::string& run_dir, double timeout_seconds);
 
 // Runs the job to its end. InvalidArgument (before anything starts) for an
 // invalid job; Cancelled when stopped; Aborted when a child crashed more

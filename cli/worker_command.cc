@@ -1,4 +1,6 @@
 // `shadowsync worker`: one trainer of a distributed job (worker/worker_process.h).
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,6 +45,11 @@ struct WorkerFlags {
   GrpcSecurityFiles security;
 };
 
+// SIGUSR1 asks for a checkpoint now (a launcher about to export the model).
+// A lock-free flag is all a handler may touch.
+std::atomic<bool> checkpoint_requested{false};
+void RequestCheckpoint(int) { checkpoint_requested.store(true); }
+
 int RunWorkerCommand(const WorkerFlags& f) {
   auto fail = [](const absl::Status& s) {
     std::cerr << "shadowsync worker: " << s.message() << "\n";
@@ -78,6 +85,8 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.skip_examples = f.skip_examples;
   o.checkpoint_path = f.checkpoint;
   o.checkpoint_interval_seconds = f.checkpoint_interval_seconds;
+  o.checkpoint_requested = &checkpoint_requested;
+  std::signal(SIGUSR1, RequestCheckpoint);
   o.eval_every = f.eval_every;
   o.eval_curve_examples = f.eval_curve_examples;
   o.preload = f.preload;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <utility>
@@ -16,10 +18,13 @@
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "syncer/syncer_client.h"
 #include "worker/checkpoint.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
 
 namespace shadowsync::exporter {
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Stub = v1::ParameterServer::Stub;
 
@@ -214,9 +219,10 @@ model::ExportInfo ExportInfoForJob(const ShadowSyncJob& job) {
   return info;
 }
 
-DenseSource DenseSourceFor(SyncAlgorithm algorithm) {
-  switch (algorithm) {
+DenseSource DenseSourceFor(const SyncSpec& sync) {
+  switch (sync.algorithm) {
     case SyncAlgorithm::kShadowEasgd:
+      return sync.final_average ? DenseSource::kReplicaMean : DenseSource::kCentre;
     case SyncAlgorithm::kFgEasgd:
     case SyncAlgorithm::kAsp:
     case SyncAlgorithm::kSsp:
@@ -256,7 +262,7 @@ absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
   const double n = static_cast<double>(checkpoints.size());
   for (double v : params) dense.params.push_back(static_cast<float>(v / n));
   for (double v : state) dense.state.push_back(static_cast<float>(v / n));
-  const DenseSource source = DenseSourceFor(job.spec.sync.algorithm);
+  const DenseSource source = DenseSourceFor(job.spec.sync);
   dense.source = std::string(DenseSourceName(source));
   if (source == DenseSource::kCentre) {
     syncer::SyncerClientOptions options;
@@ -367,6 +373,91 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
   stats.seconds = Since(start);
   return stats;
+}
+
+absl::StatusOr<std::string> LatestExport(const std::string& exports_dir) {
+  std::ifstream in(exports_dir + "/LATEST");
+  std::string name;
+  if (!(in >> name) || !fs::exists(fs::path(exports_dir) / name / "manifest.json")) {
+    return absl::NotFoundError(absl::StrCat(exports_dir, ": no export yet"));
+  }
+  return (fs::path(exports_dir) / name).string();
+}
+
+absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
+  const Clock::time_point start = Clock::now();
+  std::error_code ec;
+  fs::create_directories(request.exports_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("export: cannot create ", request.exports_dir, ": ", ec.message()));
+  }
+  // Numbered after the newest, so names sort by age.
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(request.exports_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() == 12 && name.starts_with("model-") &&
+        fs::exists(entry.path() / "manifest.json")) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  int next = 1;
+  if (!names.empty()) next = std::stoi(names.back().substr(6)) + 1;
+  const std::string name = absl::StrFormat("model-%06d", next);
+  const std::string dir = (fs::path(request.exports_dir) / name).string();
+
+  SS_ASSIGN_OR_RETURN(DenseParams dense, CollectDense(request.job, request.trainer_checkpoints,
+                                                      request.syncer_addresses, request.security));
+  model::ExportInfo info = ExportInfoForJob(request.job);
+  info.dense_source = dense.source;
+  info.examples_trained = dense.examples;
+  if (!request.eval_data.empty()) {
+    // `shadowsync eval`'s defaults, so that eval --model on the export
+    // repeats the same arithmetic.
+    worker::PsClientOptions client_options;
+    client_options.security = request.security;
+    SS_ASSIGN_OR_RETURN(auto store,
+                        worker::PsClient::Connect(request.ps_address, info.config.embedding_dim,
+                                                  info.config.num_tables, client_options));
+    worker::TrainerOptions options;
+    options.threads = 2;
+    options.batch_size = 1024;
+    options.optimizer = info.embeddings.optimizer;
+    worker::Trainer trainer(info.config, info.embeddings.tables, options, store.get());
+    std::copy(dense.params.begin(), dense.params.end(), trainer.params().begin());
+    SS_ASSIGN_OR_RETURN(QualityReport q, trainer.Evaluate(request.eval_data));
+    info.eval = {{"eval_examples", q.examples}, {"eval_ne", q.ne},
+                 {"eval_auc", q.auc},           {"eval_logloss", q.logloss},
+                 {"eval_ctr", q.ctr},           {"eval_calibration", q.calibration}};
+  }
+  const nlohmann::json eval = info.eval;
+  const std::string source = info.dense_source;
+  SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, std::move(info)));
+  SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
+  SS_ASSIGN_OR_RETURN(
+      RowStreamStats rows,
+      ExportServerRows(request.ps_address, {.security = request.security}, writer.get()));
+  SS_RETURN_IF_ERROR(writer->Commit());
+
+  // LATEST through a rename: a reader sees the old name or the new one.
+  const std::string latest = request.exports_dir + "/LATEST";
+  std::ofstream(latest + ".tmp") << name << "\n";
+  fs::rename(latest + ".tmp", latest, ec);
+  names.push_back(name);
+  const int keep = std::max(1, request.job.spec.export_.keep);
+  for (size_t i = 0; i + keep < names.size(); ++i) {
+    fs::remove_all(fs::path(request.exports_dir) / names[i], ec);
+  }
+  const double seconds = Since(start);
+  return nlohmann::json{{"path", dir},
+                        {"rows", rows.rows},
+                        {"bytes", rows.bytes},
+                        {"seconds", seconds},
+                        {"rows_per_second", rows.rows / std::max(rows.seconds, 1e-9)},
+                        {"dense_source", source},
+                        {"examples_trained", dense.examples},
+                        {"eval", eval}};
 }
 
 }  // namespace shadowsync::exporter

@@ -27,6 +27,7 @@
 #include "common/grpc_security.h"
 #include "common/job_spec.h"
 #include "common/model/export.h"
+#include "nlohmann/json.hpp"
 
 namespace shadowsync::exporter {
 
@@ -36,15 +37,17 @@ model::ExportInfo ExportInfoForJob(const ShadowSyncJob& job);
 
 // Which dense parameters stand for the job's model.
 enum class DenseSource {
-  // The syncers' centre variable: the EASGD centre (shadow-easgd, fg-easgd)
-  // or the shared global weights (asp, ssp, ps-plus).
+  // The syncers' centre variable: the EASGD centre (fg-easgd, and
+  // shadow-easgd without finalAverage) or the shared global weights (asp,
+  // ssp, ps-plus).
   kCentre,
   // The element-wise mean of the trainers' replicas (none, the ma and bmuf
-  // families, bsp, ds-sync, sync-switch). Where the replicas agree (bsp, a
-  // finalAverage) it is each of them.
+  // families, bsp, ds-sync, sync-switch, and shadow-easgd with finalAverage,
+  // which ends every replica at that mean, a better model than the centre
+  // it pulls toward).
   kReplicaMean,
 };
-DenseSource DenseSourceFor(SyncAlgorithm algorithm);
+DenseSource DenseSourceFor(const SyncSpec& sync);
 std::string_view DenseSourceName(DenseSource source);
 
 struct DenseParams {
@@ -95,6 +98,30 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
                                                 const ShadowSyncJob& job,
                                                 const std::string& ps_address,
                                                 const RowStreamOptions& options);
+
+// One export of a running (or just finished) job, as `shadowsync run` takes
+// them: at completion, every spec.export.intervalSeconds, and on demand.
+struct JobExportRequest {
+  ShadowSyncJob job;
+  std::string exports_dir;  // The export goes to <exports_dir>/model-NNNNNN.
+  std::string ps_address;   // Any parameter server.
+  std::vector<std::string> syncer_addresses;
+  std::vector<std::string> trainer_checkpoints;  // One per trainer.
+  GrpcSecurity security;
+  // Scored against the servers with the exported dense parameters before
+  // the export is committed; the result is the manifest's `eval`. Only
+  // meaningful once training has stopped. Empty = no evaluation.
+  std::vector<std::string> eval_data;
+};
+
+// Writes the export, then keeps the newest spec.export.keep exports in
+// exports_dir (deleting older model-* directories) and points
+// <exports_dir>/LATEST at the new one. Returns a summary: path, rows,
+// bytes, seconds, rows_per_second, dense_source, examples_trained and eval.
+absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request);
+
+// The newest committed export under `exports_dir` (its path), or NotFound.
+absl::StatusOr<std::string> LatestExport(const std::string& exports_dir);
 
 }  // namespace shadowsync::exporter
 

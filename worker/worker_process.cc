@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/metrics_http.h"
+#include "common/model/export.h"
 #include "common/status_macros.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -101,6 +102,17 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     }
     SS_ASSIGN_OR_RETURN(resume,
                         LoadResumeCheckpoint(options.checkpoint_path, num_params, optimizer.kind));
+  }
+  // A warm start (spec.init.fromModel) when there is no checkpoint of this
+  // job to resume from: the export's dense parameters, and its optimizer
+  // state where it has the trainer's.
+  std::optional<DenseCheckpoint> init;
+  if (!resume.has_value() && !spec.init.from_model.empty()) {
+    SS_ASSIGN_OR_RETURN(model::ExportReader reader,
+                        model::ExportReader::Open(spec.init.from_model));
+    SS_RETURN_IF_ERROR(reader.CheckShape(config, tables));
+    init.emplace();
+    SS_RETURN_IF_ERROR(reader.ReadDense(&init->params, &init->dense_state));
   }
   // The checkpoint counts from the start of the share, like skip_examples.
   const int64_t skip = std::max(options.skip_examples, resume ? resume->examples : 0);
@@ -242,8 +254,10 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     // prefix of the share, so up to threads - 1 batches still in flight
     // when the count was taken can be skipped on resume (and as many
     // repeated) - noise next to Hogwild's own lost updates.
+    const bool requested =
+        options.checkpoint_requested != nullptr && options.checkpoint_requested->exchange(false);
     if (!options.checkpoint_path.empty() &&
-        p.seconds - last_checkpoint_seconds >= options.checkpoint_interval_seconds) {
+        (requested || p.seconds - last_checkpoint_seconds >= options.checkpoint_interval_seconds)) {
       last_checkpoint_seconds = p.seconds;
       // A failed periodic save does not stop training; the next one retries
       // and the final one must succeed.
@@ -283,6 +297,19 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     std::cerr << absl::StrFormat("trainer %d/%d: resumed from %s at %d examples\n", options.index,
                                  trainers, options.checkpoint_path, resume->examples);
     resume.reset();  // The trainer holds the weights now.
+  }
+
+  if (init.has_value()) {
+    std::copy(init->params.begin(), init->params.end(), trainer.params().begin());
+    if (init->dense_state.size() == trainer.dense_state().size()) {
+      std::copy(init->dense_state.begin(), init->dense_state.end(), trainer.dense_state().begin());
+    }
+    std::cerr << absl::StrFormat("trainer %d/%d: starting from the export %s\n", options.index,
+                                 trainers, spec.init.from_model);
+    init.reset();
+    if (!options.eval_data.empty()) {
+      SS_ASSIGN_OR_RETURN(report.init_eval, trainer.Evaluate(options.eval_data));
+    }
   }
 
   report.dense_params = num_params;
@@ -339,6 +366,9 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
                      {"eval_auc", c.eval_auc}});
   }
   out["curve"] = std::move(curve);
+  if (r.init_eval.has_value()) {
+    out["init_eval"] = {{"eval_ne", r.init_eval->ne}, {"eval_auc", r.init_eval->auc}};
+  }
   if (r.eval.has_value()) {
     out["eval_examples"] = r.eval->examples;
     out["eval_ne"] = r.eval->ne;

@@ -13,6 +13,7 @@
 #ifndef SHADOWSYNC_WORKER_WORKER_PROCESS_H_
 #define SHADOWSYNC_WORKER_WORKER_PROCESS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -50,6 +51,9 @@ struct WorkerOptions {
   // atomically every `checkpoint_interval_seconds` and once at the end.
   std::string checkpoint_path;
   double checkpoint_interval_seconds = 30;  // Checked at each progress report.
+  // Set (e.g. by a signal handler) to have the checkpoint written at the next
+  // progress report, whatever the interval; cleared when it is. May be null.
+  std::atomic<bool>* checkpoint_requested = nullptr;
   // Quality curve: every `eval_every` examples of this trainer, score the
   // first `eval_curve_examples` held-out examples with a snapshot of the
   // replica (one thread, alongside training). 0 = no curve.
@@ -80,6 +84,9 @@ struct WorkerReport {
   SyncStats sync;
   nlohmann::json sync_details;  // SyncStrategy::Details() at the end.
   std::optional<QualityReport> eval;
+  // A warm start's model scored before training (spec.init.fromModel): what
+  // the export's own evaluation said, if the data are the same.
+  std::optional<QualityReport> init_eval;
   int64_t dense_params = 0;
   // Examples of the share not trained in this run: max(skip_examples, the
   // loaded checkpoint's count).

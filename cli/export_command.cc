@@ -1,0 +1,39 @@
+// `shadowsync export RUN_DIR`: an export of a running local job's model now,
+// taken by its launcher (cli/launcher.h, docs/export.md).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "cli/commands.h"
+#include "cli/launcher.h"
+
+namespace shadowsync::cli {
+
+Action AddExportCommand(CLI::App& app) {
+  struct Flags {
+    std::string run_dir;
+    double timeout_seconds = 600;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "Export the model of a running `shadowsync run` job now (docs/export.md).");
+  cmd->add_option("run_dir", flags->run_dir, "the job's run directory (shadowsync run --out)")
+      ->required();
+  cmd->add_option("--timeout", flags->timeout_seconds, "seconds to wait for the launcher")
+      ->capture_default_str();
+  return [flags] {
+    absl::StatusOr<nlohmann::json> r = RequestExport(flags->run_dir, flags->timeout_seconds);
+    if (!r.ok()) {
+      std::cerr << "shadowsync export: " << r.status().message() << "\n";
+      return 1;
+    }
+    std::cout << absl::StrFormat(
+        "exported %s: %d rows in %.1f s, dense: %s, %d examples trained\n",
+        (*r)["path"].get<std::string>(), (*r)["rows"].get<int64_t>(), (*r)["seconds"].get<double>(),
+        (*r)["dense_source"].get<std::string>(), (*r)["examples_trained"].get<int64_t>());
+    return 0;
+  };
+}
+
+}  // namespace shadowsync::cli
