@@ -782,8 +782,11 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
                           absl::StrCat("spec.init.fromModel: ", reader.status().message()));
     }
     const model::ExportInfo info = exporter::ExportInfoForJob(job_);
-    if (absl::Status shape = reader->CheckShape(info.config, info.embeddings.tables); !shape.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.init.fromModel: ", shape.message()));
+    absl::Status checked = reader->CheckShape(info.config, info.embeddings.tables);
+    // Every file's checksum too, so that a corrupt export starts nothing.
+    if (checked.ok()) checked = reader->Verify();
+    if (!checked.ok()) {
+      return absl::Status(checked.code(), absl::StrCat("spec.init.fromModel: ", checked.message()));
     }
     init_model = *std::move(reader);
   }

@@ -12,14 +12,7 @@ namespace shadowsync {
 namespace {
 
 // Runs a shell command; returns its exit code and captures stdout+stderr.
-int RunShell(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using ::shadowsync::testing::RunShell;
 
 class CliTest : public ::testing::Test {
  protected:

@@ -25,14 +25,8 @@
 namespace shadowsync {
 namespace {
 
-int RunShell(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using ::shadowsync::testing::RunShell;
+using ::shadowsync::testing::StartLauncher;
 
 constexpr char kJob[] = R"(apiVersion: shadowsync.io/v1alpha1
 kind: ShadowSyncJob
@@ -202,26 +196,6 @@ std::vector<pid_t> ProcessesMentioning(const std::string& text) {
     if (!zombie && cmdline.find(text) != std::string::npos) pids.push_back(pid);
   }
   return pids;
-}
-
-// Starts `shadowsync run` on `job` in the background; returns once both
-// trainers are running (or after 30 s).
-pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run) {
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    if (freopen((run + ".log").c_str(), "w", stderr) == nullptr ||
-        freopen((run + ".out").c_str(), "w", stdout) == nullptr) {
-      _exit(126);
-    }
-    execl(bin.c_str(), bin.c_str(), "run", job.c_str(), "--out", run.c_str(), "--progress-interval",
-          "0.2", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const std::string ready = run + "/trainer-1.ready";
-  for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return launcher;
 }
 
 // Ctrl-C (SIGINT to the launcher) stops every child and exits 130.

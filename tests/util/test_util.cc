@@ -1,11 +1,15 @@
 #include "tests/util/test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace shadowsync::testing {
 
@@ -50,6 +54,34 @@ std::string CriteoSamplePath() {
   std::filesystem::path p = std::filesystem::path(src ? src : SHADOWSYNC_DEFAULT_SOURCE_DIR) /
                             ".." / "shared" / "data" / "criteo" / "criteo_sample.tsv";
   return std::filesystem::exists(p) ? p.lexically_normal().string() : "";
+}
+
+int RunShell(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run,
+                    const std::string& ready_trainer) {
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    if (freopen((run + ".log").c_str(), "w", stderr) == nullptr ||
+        freopen((run + ".out").c_str(), "w", stdout) == nullptr) {
+      _exit(126);
+    }
+    execl(bin.c_str(), bin.c_str(), "run", job.c_str(), "--out", run.c_str(), "--progress-interval",
+          "0.2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string ready = run + "/" + ready_trainer + ".ready";
+  for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return launcher;
 }
 
 }  // namespace shadowsync::testing

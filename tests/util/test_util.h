@@ -3,6 +3,8 @@
 #ifndef SHADOWSYNC_TESTS_UTIL_TEST_UTIL_H_
 #define SHADOWSYNC_TESTS_UTIL_TEST_UTIL_H_
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 
@@ -54,6 +56,16 @@ std::string BinDir();
 std::string SourceDir();
 // The real Criteo excerpt in ../shared/data/criteo, or "" when absent.
 std::string CriteoSamplePath();
+
+// Runs `cmd` in a shell; appends its stdout and stderr to `output`. Returns
+// its exit code, -1 if it did not exit.
+int RunShell(const std::string& cmd, std::string* output);
+
+// Starts `<bin> run <job> --out <run>` in the background, its stderr in
+// <run>.log and stdout in <run>.out; returns once <run>/<ready_trainer>.ready
+// exists (or after 30 s).
+pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run,
+                    const std::string& ready_trainer = "trainer-1");
 
 }  // namespace shadowsync::testing
 
