@@ -684,7 +684,7 @@ absl::Status Launch::PollControl() {
       result = {{"ok", false},
                 {"error", absl::StrCat("malformed ", kind, " request: ", request.dump())}};
       // Whoever wrote it may not wait for a result (no id): say it here.
-      std::cerr << request_path << ": ignored a malformed request (want "
+      std::cerr << request_path << ": ignored a malformed " << kind << " request (want "
                 << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
                 << "), got " << request.dump() << "\n";
     } else {

@@ -4,7 +4,8 @@
 # processes (`shadowsync run`): synthetic Criteo-layout data from a planted
 # teacher, 2 embedding parameter servers, 1 syncer and 2 trainers with
 # background (shadow) EASGD. Ends with the report; the run directory holds
-# report.json, report.svg and every process's log.
+# report.json, report.svg, every process's log, and the trained model's export
+# in exports/model-000001 (docs/export.md).
 #
 #   scripts/quickstart.sh [job.yaml]     default deploy/examples/quickstart.yaml
 set -euo pipefail
