@@ -61,7 +61,7 @@ int64_t IntField(const json& object, std::string_view key, int64_t fallback = 0)
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     return u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(u)
-                                                                            : fallback;
+                                                                           : fallback;
   }
   return v.is_number_integer() ? v.get<int64_t>() : fallback;
 }
