@@ -14,6 +14,7 @@ Action AddExportCommand(CLI::App& app) {
   struct Flags {
     std::string run_dir;
     double timeout_seconds = 600;
+    bool json = false;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -22,11 +23,16 @@ Action AddExportCommand(CLI::App& app) {
       ->required();
   cmd->add_option("--timeout", flags->timeout_seconds, "seconds to wait for the launcher")
       ->capture_default_str();
+  cmd->add_flag("--json", flags->json, "print the export's summary as JSON");
   return [flags] {
     absl::StatusOr<nlohmann::json> r = RequestExport(flags->run_dir, flags->timeout_seconds);
     if (!r.ok()) {
       std::cerr << "shadowsync export: " << r.status().message() << "\n";
       return 1;
+    }
+    if (flags->json) {
+      std::cout << r->dump(2) << "\n";
+      return 0;
     }
     std::cout << absl::StrFormat(
         "exported %s: %d rows in %.1f s, dense: %s, %d examples trained\n",

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -113,11 +114,21 @@ class Launch {
   // lost data is an error: the job must not go on.
   absl::Status PollControl();
   absl::StatusOr<nlohmann::json> ScaleTo(int n, bool pause);
-  // Exports the model (exporter/job_export.h). While training runs, the
-  // trainers are first asked for fresh checkpoints (SIGUSR1); `final`
-  // (training has ended) also scores the export on the eval data.
-  absl::StatusOr<nlohmann::json> ExportModel(bool final);
+  // Exports of the model (exporter/job_export.h). While training runs, an
+  // export runs in the background after the trainers were asked for fresh
+  // checkpoints (SIGUSR1); one at a time. `request_id` (a `shadowsync
+  // export`, "" for an interval) is answered when it ends.
+  void StartExport(const std::string& request_id);
+  // Collects a finished background export; `wait`: waits for a running one.
+  void PollExport(bool wait);
+  // Once training has ended: the export scored on the eval data.
+  absl::StatusOr<nlohmann::json> FinalExport();
+  exporter::JobExportRequest ExportRequest() const;
   std::string ExportsDir() const;
+  void LogExport(const nlohmann::json& summary) const;
+  // Writes control/<kind>-<id>.result.json through a rename.
+  void AnswerControl(const std::string& kind, const std::string& id,
+                     const nlohmann::json& result) const;
   // What a resume needs to know beyond the job: the parameter servers now.
   void WriteLaunchState() const;
   void ShowProgress(bool final);
@@ -136,6 +147,12 @@ class Launch {
   nlohmann::json init_;                     // The warm start's import, if any.
   nlohmann::json latest_export_ = nullptr;  // Summary of the newest export.
   Clock::time_point last_export_;
+  struct RunningExport {
+    std::future<absl::StatusOr<nlohmann::json>> result;
+    std::string request_id;
+    double job_seconds = 0;  // When it started.
+  };
+  std::optional<RunningExport> export_;
   nlohmann::json reshards_ = nlohmann::json::array();
   nlohmann::json retired_peak_rss_ = nlohmann::json::object();  // Servers scaled away.
   int restarts_ = 0;
@@ -617,55 +634,99 @@ std::string Launch::ExportsDir() const {
   return job_.spec.export_.path.empty() ? run_dir_ + "/exports" : job_.spec.export_.path;
 }
 
-absl::StatusOr<nlohmann::json> Launch::ExportModel(bool final) {
+exporter::JobExportRequest Launch::ExportRequest() const {
+  return {.job = job_,
+          .exports_dir = ExportsDir(),
+          .ps_address = ps_addresses_.front(),
+          .syncer_addresses = syncer_addresses_,
+          .trainer_checkpoints = checkpoints_,
+          .security = security_};
+}
+
+void Launch::StartExport(const std::string& request_id) {
   last_export_ = Clock::now();
-  if (!final) {
-    // Fresh dense parameters: every running trainer writes its checkpoint at
-    // its next progress report. Only trainers that are ready (whose SIGUSR1
-    // handler is installed) are asked; the others' last checkpoints stand.
-    struct Asked {
-      std::string name, checkpoint;
-      fs::file_time_type before;
-    };
-    std::vector<Asked> asked;
-    for (const Child& c : children_) {
-      if (c.role != Role::kTrainer || c.pid <= 0 || c.finished || !fs::exists(c.ready)) continue;
-      std::error_code ec;
-      asked.push_back({c.name, c.checkpoint, fs::last_write_time(c.checkpoint, ec)});
-      kill(c.pid, SIGUSR1);
+  if (export_.has_value()) {
+    if (!request_id.empty()) {
+      AnswerControl("export", request_id,
+                    {{"ok", false}, {"error", "an export is running already; try again later"}});
     }
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    for (const Asked& a : asked) {
-      auto running = [&] {
-        for (const Child& c : children_) {
-          if (c.name == a.name) return c.pid > 0 && !c.finished;
-        }
-        return false;
-      };
-      std::error_code ec;
-      while (Clock::now() < deadline && running() &&
-             fs::last_write_time(a.checkpoint, ec) == a.before) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        SS_RETURN_IF_ERROR(Reap());
-      }
-    }
+    return;
   }
-  exporter::JobExportRequest request{.job = job_,
-                                     .exports_dir = ExportsDir(),
-                                     .ps_address = ps_addresses_.front(),
-                                     .syncer_addresses = syncer_addresses_,
-                                     .trainer_checkpoints = checkpoints_,
-                                     .security = security_};
-  if (final) request.eval_data = eval_data_;
-  SS_ASSIGN_OR_RETURN(nlohmann::json summary, exporter::ExportJob(request));
+  // Fresh dense parameters: every running trainer writes its checkpoint at
+  // its next progress report. Only trainers that are ready (whose SIGUSR1
+  // handler is installed) are asked; the others' last checkpoints stand.
+  std::vector<std::pair<std::string, fs::file_time_type>> asked;
+  for (const Child& c : children_) {
+    if (c.role != Role::kTrainer || c.pid <= 0 || c.finished || !fs::exists(c.ready)) continue;
+    std::error_code ec;
+    asked.emplace_back(c.checkpoint, fs::last_write_time(c.checkpoint, ec));
+    kill(c.pid, SIGUSR1);
+  }
+  // Off the launcher's thread: training, progress and restarts go on.
+  export_ = RunningExport{
+      .result = std::async(std::launch::async,
+                           [asked = std::move(asked), request = ExportRequest()] {
+                             const auto deadline = Clock::now() + std::chrono::seconds(30);
+                             for (const auto& [path, before] : asked) {
+                               std::error_code ec;
+                               while (Clock::now() < deadline &&
+                                      fs::last_write_time(path, ec) == before) {
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                               }
+                             }
+                             return exporter::ExportJob(request);
+                           }),
+      .request_id = request_id,
+      .job_seconds = Since(start_)};
+}
+
+void Launch::PollExport(bool wait) {
+  if (!export_.has_value()) return;
+  if (!wait && export_->result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;
+  }
+  absl::StatusOr<nlohmann::json> r = export_->result.get();
+  nlohmann::json answer;
+  if (r.ok()) {
+    // When, in the job's time (the progress samples' clock).
+    (*r)["job_seconds"] = {export_->job_seconds, Since(start_)};
+    LogExport(*r);
+    latest_export_ = *r;
+    answer = {{"ok", true}, {"report", *r}};
+  } else {
+    std::cerr << "export failed: " << r.status().message() << "\n";
+    answer = {{"ok", false}, {"error", std::string(r.status().message())}};
+  }
+  if (!export_->request_id.empty()) AnswerControl("export", export_->request_id, answer);
+  export_.reset();
+}
+
+void Launch::LogExport(const nlohmann::json& summary) const {
   std::cerr << (options_.tty ? "\n" : "")
             << absl::StrFormat("exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s\n",
                                summary["path"].get<std::string>(), summary["rows"].get<int64_t>(),
                                summary["seconds"].get<double>(),
                                summary["rows_per_second"].get<double>(),
                                summary["dense_source"].get<std::string>());
+}
+
+absl::StatusOr<nlohmann::json> Launch::FinalExport() {
+  PollExport(/*wait=*/true);
+  const double job_seconds = Since(start_);
+  exporter::JobExportRequest request = ExportRequest();
+  request.eval_data = eval_data_;
+  SS_ASSIGN_OR_RETURN(nlohmann::json summary, exporter::ExportJob(request));
+  summary["job_seconds"] = {job_seconds, Since(start_)};
+  LogExport(summary);
   latest_export_ = summary;
   return summary;
+}
+
+void Launch::AnswerControl(const std::string& kind, const std::string& id,
+                           const nlohmann::json& result) const {
+  const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-", id, ".result.json");
+  std::ofstream(path + ".tmp") << result.dump(2) << "\n";
+  fs::rename(path + ".tmp", path);
 }
 
 absl::Status Launch::PollControl() {
@@ -687,10 +748,15 @@ absl::Status Launch::PollControl() {
       std::cerr << request_path << ": ignored a malformed " << kind << " request (want "
                 << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
                 << "), got " << request.dump() << "\n";
+    } else if (!scale) {
+      StartExport(request["id"].get<std::string>());  // It answers when done.
+      continue;
+    } else if (export_.has_value()) {
+      // Slots moving under a running export could be read twice or not at all.
+      result = {{"ok", false}, {"error", "an export is running; reshard when it is done"}};
     } else {
       absl::StatusOr<nlohmann::json> r =
-          scale ? ScaleTo(request["ps"].get<int>(), request.value("pause", false))
-                : ExportModel(false);
+          ScaleTo(request["ps"].get<int>(), request.value("pause", false));
       if (r.ok()) {
         result = {{"ok", true}, {"report", *r}};
       } else {
@@ -700,10 +766,7 @@ absl::Status Launch::PollControl() {
       }
     }
     if (request.is_object() && request.contains("id") && request["id"].is_string()) {
-      const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-",
-                                            request["id"].get<std::string>(), ".result.json");
-      std::ofstream(path + ".tmp") << result.dump(2) << "\n";
-      fs::rename(path + ".tmp", path);
+      AnswerControl(kind, request["id"].get<std::string>(), result);
     }
     SS_RETURN_IF_ERROR(fatal);
   }
@@ -902,6 +965,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     }
     SS_RETURN_IF_ERROR(Reap());
     SS_RETURN_IF_ERROR(PollControl());
+    PollExport(/*wait=*/false);
     const bool done = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
       return c.role != Role::kTrainer || c.finished;
     });
@@ -909,9 +973,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     if (spec.export_.interval_seconds > 0 &&
         Since(last_export_) >= static_cast<double>(spec.export_.interval_seconds)) {
       // A failed periodic export does not stop training; the next one retries.
-      if (absl::StatusOr<nlohmann::json> e = ExportModel(false); !e.ok()) {
-        std::cerr << "periodic export failed: " << e.status().message() << "\n";
-      }
+      StartExport("");
     }
     if (Since(last_progress) >= options_.progress_interval_seconds) {
       last_progress = Clock::now();
@@ -922,7 +984,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   const double seconds = Since(start_);
   ShowProgress(true);
   // The servers still run: the model leaves the job before they stop.
-  absl::StatusOr<nlohmann::json> exported = ExportModel(true);
+  absl::StatusOr<nlohmann::json> exported = FinalExport();
   StopAll();
   nlohmann::json report = Report(seconds);
   if (!exported.ok()) {

@@ -354,22 +354,56 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
       reader.info().embeddings.optimizer.kind == want.embeddings.optimizer.kind;
   RowStreamStats stats;
   stats.servers = map.num_servers();
-  std::vector<float> row;
+  // A part's rows, regrouped by server and new slot before they are sent:
+  // an ImportSlots chunk holds one slot's rows, and a part's rows come in
+  // any order. One part (1/16 of the export) is held at a time.
+  struct Pending {
+    uint32_t server, slot, table;
+    uint64_t id;
+    size_t offset;  // Into `floats`.
+  };
+  std::vector<Pending> pending;
+  std::vector<float> floats;
+  const size_t row_floats = dim + state_floats;
+  auto flush = [&]() -> absl::Status {
+    std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+      return a.server != b.server ? a.server < b.server : a.slot < b.slot;
+    });
+    for (const Pending& p : pending) {
+      SS_RETURN_IF_ERROR(sinks[p.server]->Add(
+          p.slot, p.table, p.id, std::span<const float>(floats.data() + p.offset, row_floats)));
+    }
+    pending.clear();
+    floats.clear();
+    return absl::OkStatus();
+  };
+  const uint32_t export_slots = reader.info().num_slots;
+  const uint64_t export_parts = static_cast<uint64_t>(reader.info().num_parts);
+  uint64_t part = UINT64_MAX;
   SS_RETURN_IF_ERROR(
       reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
                             std::span<const float> state) -> absl::Status {
-        row.assign(values.begin(), values.end());
-        if (same_optimizer && state.size() == state_floats) {
-          row.insert(row.end(), state.begin(), state.end());
-        } else {
-          row.resize(dim + state_floats, 0.0f);
+        // The part holding the row: the last p with p * S / P <= slot.
+        const uint64_t old_slot = SlotOf(table, id, export_slots);
+        uint64_t row_part = old_slot * export_parts / export_slots;
+        if ((row_part + 1) * export_slots / export_parts <= old_slot) ++row_part;
+        if (row_part != part) {
+          SS_RETURN_IF_ERROR(flush());
+          part = row_part;
         }
         const uint32_t slot = SlotOf(table, id, map.num_slots());
-        SS_RETURN_IF_ERROR(sinks[map.owner_of_slot(slot)]->Add(slot, table, id, row));
+        pending.push_back({map.owner_of_slot(slot), slot, table, id, floats.size()});
+        floats.insert(floats.end(), values.begin(), values.end());
+        if (same_optimizer && state.size() == state_floats) {
+          floats.insert(floats.end(), state.begin(), state.end());
+        } else {
+          floats.resize(floats.size() + state_floats, 0.0f);
+        }
         ++stats.rows;
-        stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row.size() * 4);
+        stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * 4);
         return absl::OkStatus();
       }));
+  SS_RETURN_IF_ERROR(flush());
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
   stats.seconds = Since(start);
   return stats;

@@ -389,7 +389,7 @@ TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
       EXPECT_TRUE(seen.insert({row.table(), row.id()}).second) << "row sent twice";
       EXPECT_EQ(SlotOf(row.table(), row.id(), kSlots), chunk.slot());
       ASSERT_EQ(row.values_size(), 2 * kDim);  // Adagrad: values + accumulator.
-      checksum += ps::RowValueHash(row.table(), row.id(),
+      checksum += RowValueHash(row.table(), row.id(),
                                    std::span<const float>(row.values().data(), row.values_size()));
     }
   }
