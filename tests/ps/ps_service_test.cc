@@ -390,7 +390,7 @@ TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
       EXPECT_EQ(SlotOf(row.table(), row.id(), kSlots), chunk.slot());
       ASSERT_EQ(row.values_size(), 2 * kDim);  // Adagrad: values + accumulator.
       checksum += RowValueHash(row.table(), row.id(),
-                                   std::span<const float>(row.values().data(), row.values_size()));
+                               std::span<const float>(row.values().data(), row.values_size()));
     }
   }
   EXPECT_EQ(seen.size(), touched_.size());
