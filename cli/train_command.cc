@@ -2,11 +2,13 @@
 // Hogwild threads and an in-process embedding store, and scoring a saved model.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,7 @@ struct TrainFlags {
   double progress_interval = 2.0;
   std::string report_json;
   std::string save_model;
+  std::string init_model;
   std::string work_dir = "runs/train";
   // From --config: the export records the job, and divides its slot space.
   nlohmann::json job = nullptr;
@@ -157,6 +160,17 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   store_options.optimizer = {*kind, static_cast<float>(flags.lr)};
   store_options.seed = flags.seed;
   model::LocalEmbeddingStore store(store_options);
+  // A warm start: every row now, the dense parameters once the trainer exists.
+  std::optional<model::ExportReader> init;
+  if (!flags.init_model.empty()) {
+    absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(flags.init_model);
+    absl::Status s = reader.status();
+    if (s.ok()) s = reader->CheckShape(config, store_options.tables);
+    if (s.ok()) s = reader->Verify();
+    if (s.ok()) s = model::LoadExportRows(*reader, &store);
+    if (!s.ok()) return Fail(absl::Status(s.code(), absl::StrCat("--init-model: ", s.message())));
+    init = *std::move(reader);
+  }
 
   worker::TrainerOptions options;
   options.threads = flags.threads;
@@ -170,6 +184,16 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   options.progress_interval_seconds = flags.progress_interval;
   options.on_progress = PrintProgress;
   worker::Trainer trainer(config, store_options.tables, options, &store);
+  if (init.has_value()) {
+    std::vector<float> params, state;
+    if (absl::Status s = init->ReadDense(&params, &state); !s.ok()) return Fail(s);
+    std::copy(params.begin(), params.end(), trainer.params().begin());
+    if (state.size() == trainer.dense_state().size()) {
+      std::copy(state.begin(), state.end(), trainer.dense_state().begin());
+    }
+    std::cerr << absl::StrFormat("starting from the export %s (%d rows)\n", flags.init_model,
+                                 init->num_rows());
+  }
 
   std::cerr << absl::StrFormat(
       "training DLRM (%d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d threads, batch %d, "
@@ -277,6 +301,8 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");
   cmd->add_option("--save-model", flags->save_model,
                   "export the trained model to this directory (docs/export.md)");
+  cmd->add_option("--init-model", flags->init_model,
+                  "start from this export (dense parameters, rows and optimizer state)");
   cmd->add_option("--work-dir", flags->work_dir, "where generated data goes")
       ->capture_default_str();
   return [cmd, flags] { return RunTrain(*cmd, *flags); };

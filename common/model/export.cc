@@ -453,15 +453,23 @@ absl::StatusOr<SavedModel> LoadExport(const std::string& dir) {
   m.store_options = reader.info().embeddings;
   SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
   m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
-  const std::vector<float> zero_state(
-      m.store_options.dim * StateFloatsPerParam(m.store_options.optimizer.kind), 0.0f);
-  SS_RETURN_IF_ERROR(reader.ForEachRow([&](uint32_t table, uint64_t id,
-                                           std::span<const float> values,
-                                           std::span<const float> state) {
-    m.store->PutRow(table, id, values, state.empty() ? std::span<const float>(zero_state) : state);
-    return absl::OkStatus();
-  }));
+  SS_RETURN_IF_ERROR(LoadExportRows(reader, m.store.get()));
   return m;
+}
+
+absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store) {
+  const LocalStoreOptions& o = store->options();
+  const size_t state_floats = static_cast<size_t>(o.dim * StateFloatsPerParam(o.optimizer.kind));
+  const bool same_optimizer = reader.info().embeddings.optimizer.kind == o.optimizer.kind;
+  const std::vector<float> zero_state(state_floats, 0.0f);
+  return reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                               std::span<const float> state) {
+    store->PutRow(table, id, values,
+                  same_optimizer && state.size() == state_floats
+                      ? state
+                      : std::span<const float>(zero_state));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace shadowsync::model

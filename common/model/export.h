@@ -133,6 +133,10 @@ class ExportReader {
 // state, and a LocalEmbeddingStore of every row (zero optimizer state where
 // the export carries none). Verifies every file before loading any row.
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir);
+// Every row of `reader` into `store` (a warm start of `train --init-model`),
+// with zero optimizer state where the export has none or another
+// optimizer's. The caller checks the shape (CheckShape) first.
+absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store);
 
 // Writes a single-process model (train --save-model) as an export.
 absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,

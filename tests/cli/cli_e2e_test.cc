@@ -76,6 +76,30 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   EXPECT_EQ(eval["eval_auc"].get<double>(), report["eval_auc"].get<double>());
   EXPECT_EQ(eval["eval_logloss"].get<double>(), report["eval_logloss"].get<double>());
   EXPECT_EQ(eval["eval_calibration"].get<double>(), report["eval_calibration"].get<double>());
+
+  // --init-model starts from the export: with nothing trained on top, the
+  // model scores as the export did; a model of another shape is refused.
+  std::string warm_out;
+  const std::string warm = Bin() + " train --data " + dir_.File("train.tsv") + " --eval-data " +
+                           dir_.File("eval.tsv") +
+                           " --threads 2 --batch-size 128 --bottom-mlp 64,32 --top-mlp 64"
+                           " --hash-buckets 20000 --max-examples 0 --init-model " +
+                           dir_.File("m.model") + " --report-json " + dir_.File("warm.json");
+  ASSERT_EQ(RunShell(warm, &warm_out), 0) << warm_out;
+  const auto warm_report = nlohmann::json::parse(testing::ReadFile(dir_.File("warm.json")));
+  EXPECT_EQ(warm_report["examples"], 0);
+  EXPECT_EQ(warm_report["eval_auc"], report["eval_auc"]);
+  EXPECT_EQ(warm_report["eval_logloss"], report["eval_logloss"]);
+  warm_out.clear();
+  EXPECT_EQ(RunShell(Bin() + " train --data " + dir_.File("train.tsv") +
+                         " --bottom-mlp 32 --top-mlp 64 --hash-buckets 20000 --init-model " +
+                         dir_.File("m.model"),
+                     &warm_out),
+            2);
+  EXPECT_NE(warm_out.find("--init-model: " + dir_.File("m.model") +
+                          "/manifest.json: model.bottomMlp is [64,32]"),
+            std::string::npos)
+      << warm_out;
 }
 
 TEST_F(CliTest, TrainFromJobFileGeneratesDataAndHonoursFlagOverrides) {
