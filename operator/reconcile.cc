@@ -151,6 +151,19 @@ ParsedSpec ParseSpec(const json& object) {
     p.error = std::string(s.message());
     return p;
   }
+  // What the operator does not carry out yet is refused, not ignored.
+  if (!p.job->spec.init.from_model.empty()) {
+    p.error =
+        "spec.init.fromModel: warm starts are not supported on Kubernetes yet (docs/export.md); "
+        "`shadowsync run` supports them";
+    return p;
+  }
+  if (!(p.job->spec.export_ == ExportSpec{})) {
+    p.error =
+        "spec.export: exports are not supported on Kubernetes yet (docs/export.md); "
+        "`shadowsync run` supports them";
+    return p;
+  }
   p.valid = true;
   return p;
 }
