@@ -666,6 +666,9 @@ void Launch::StartExport(const std::string& request_id) {
   export_ = RunningExport{
       .result = std::async(std::launch::async,
                            [asked = std::move(asked), request = ExportRequest()] {
+                             // Below the trainers: an export while training
+                             // takes spare CPU, not training's.
+                             setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
                              const auto deadline = Clock::now() + std::chrono::seconds(30);
                              for (const auto& [path, before] : asked) {
                                std::error_code ec;

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <span>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
+#include "common/mutex.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -116,22 +119,32 @@ class ServerStream {
 
 // ImportSlots streams to one server: rows go out in chunks of one slot, and
 // a stream is closed (staged rows applied, count and checksum verified)
-// every `stream_rows` rows.
+// every `import_stream_rows` rows. The caller fills chunks; a thread of the
+// sink's own sends them and waits for each stream's apply, so the servers
+// apply while the caller reads on.
 class ServerSink {
  public:
   ServerSink(std::string address, const RowStreamOptions& options)
       : address_(std::move(address)),
         options_(options),
-        stub_(Connect(address_, options.security)) {}
+        stub_(Connect(address_, options.security)),
+        sender_([this] { Send(); }) {}
+  // Without Close (the import failed elsewhere): the open stream is
+  // abandoned, so the server stores nothing of it.
+  ~ServerSink() {
+    if (!sender_.joinable()) return;
+    {
+      MutexLock lock(&mu_);
+      closing_ = true;
+      if (status_.ok()) status_ = absl::CancelledError("import abandoned");
+    }
+    sender_.join();
+  }
 
   absl::Status Add(uint32_t slot, uint32_t table, uint64_t id, std::span<const float> values) {
-    if (writer_ == nullptr) {
-      context_ = std::make_unique<grpc::ClientContext>();
-      context_->set_deadline(DeadlineFromNow(options_.rpc_deadline));
-      writer_ = stub_->ImportSlots(context_.get(), &response_);
-    }
     if (chunk_.rows_size() > 0 && (chunk_.slot() != slot || chunk_.rows_size() >= 1024)) {
-      SS_RETURN_IF_ERROR(Flush());
+      SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
+      chunk_.Clear();
     }
     chunk_.set_slot(slot);
     v1::SlotRow* row = chunk_.add_rows();
@@ -140,60 +153,117 @@ class ServerSink {
     row->mutable_values()->Add(values.begin(), values.end());
     ++stream_rows_;
     checksum_ += RowValueHash(table, id, values);
-    if (stream_rows_ >= options_.import_stream_rows) return Close();
+    if (stream_rows_ >= options_.import_stream_rows) return EndStream();
     return absl::OkStatus();
   }
 
-  // Ends the open stream, if any, and waits for the server to apply it.
+  // Ends the open stream, waits for every stream to be applied, and stops
+  // the sender. The first error of any stream.
   absl::Status Close() {
-    if (writer_ == nullptr) return absl::OkStatus();
-    SS_RETURN_IF_ERROR(Flush());
+    absl::Status status = EndStream();
+    {
+      MutexLock lock(&mu_);
+      closing_ = true;
+    }
+    sender_.join();
+    MutexLock lock(&mu_);
+    return status.ok() ? status_ : status;
+  }
+
+ private:
+  // The open stream's rest, then its end marker with the count and checksum.
+  absl::Status EndStream() {
+    if (stream_rows_ == 0) return absl::OkStatus();
+    if (chunk_.rows_size() > 0) {
+      SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
+      chunk_.Clear();
+    }
     chunk_.set_done(true);
     chunk_.set_total_rows(static_cast<uint64_t>(stream_rows_));
     chunk_.set_checksum(checksum_);
-    writer_->Write(chunk_);
-    writer_->WritesDone();
-    const grpc::Status status = writer_->Finish();
-    writer_.reset();
+    SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
     chunk_.Clear();
-    SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", address_));
-    if (response_.rows() != static_cast<uint64_t>(stream_rows_) ||
-        response_.checksum() != checksum_) {
-      return absl::DataLossError(absl::StrFormat(
-          "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)", address_,
-          response_.rows(), response_.checksum(), stream_rows_, checksum_));
-    }
-    rows_ += stream_rows_;
     stream_rows_ = 0;
     checksum_ = 0;
     return absl::OkStatus();
   }
 
-  int64_t rows() const { return rows_; }
-
- private:
-  absl::Status Flush() {
-    if (chunk_.rows_size() == 0) return absl::OkStatus();
-    if (!writer_->Write(chunk_)) {
-      // The server ended the stream; Finish says why.
-      const grpc::Status status = writer_->Finish();
-      writer_.reset();
-      SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", address_));
-      return absl::UnavailableError(absl::StrCat("ImportSlots on ", address_, ": stream closed"));
-    }
-    chunk_.Clear();
+  // Queues a chunk for the sender, waiting while 64 are queued; the
+  // sender's error once it has one.
+  absl::Status Push(v1::SlotChunk chunk) {
+    MutexLock lock(&mu_);
+    mu_.Await(
+        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.size() < 64 || !status_.ok(); });
+    SS_RETURN_IF_ERROR(status_);
+    queue_.push_back(std::move(chunk));
     return absl::OkStatus();
+  }
+
+  // The sender thread: one stream at a time, opened by its first chunk and
+  // finished by its done chunk.
+  void Send() {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer;
+    v1::ImportSlotsResponse response;
+    while (true) {
+      v1::SlotChunk chunk;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; });
+        if (queue_.empty()) break;
+        chunk = std::move(queue_.front());
+        queue_.pop_front();
+        if (!status_.ok()) continue;  // Drained unsent after an error.
+      }
+      absl::Status status;
+      if (writer == nullptr) {
+        context = std::make_unique<grpc::ClientContext>();
+        context->set_deadline(DeadlineFromNow(options_.rpc_deadline));
+        writer = stub_->ImportSlots(context.get(), &response);
+      }
+      const bool done = chunk.done();
+      if (!writer->Write(chunk) || done) {
+        // The server ended the stream early (Finish says why), or it is done.
+        writer->WritesDone();
+        status = Annotate(writer->Finish(), "ImportSlots", address_);
+        writer.reset();
+        if (status.ok() && !done) {
+          status = absl::UnavailableError(
+              absl::StrCat("ImportSlots on ", address_, ": the server closed the stream"));
+        }
+        if (status.ok() &&
+            (response.rows() != chunk.total_rows() || response.checksum() != chunk.checksum())) {
+          status = absl::DataLossError(absl::StrFormat(
+              "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)",
+              address_, response.rows(), response.checksum(), chunk.total_rows(),
+              chunk.checksum()));
+        }
+      }
+      if (!status.ok()) {
+        MutexLock lock(&mu_);
+        if (status_.ok()) status_ = status;
+      }
+    }
+    if (writer != nullptr) {
+      // Closed without its done chunk (an error upstream): abandon it, so
+      // that the server stores nothing of it.
+      context->TryCancel();
+      (void)writer->Finish();
+    }
   }
 
   const std::string address_;
   const RowStreamOptions& options_;
   std::unique_ptr<Stub> stub_;
-  std::unique_ptr<grpc::ClientContext> context_;
-  std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer_;
-  v1::ImportSlotsResponse response_;
+  // The caller's side.
   v1::SlotChunk chunk_;
-  int64_t stream_rows_ = 0, rows_ = 0;
+  int64_t stream_rows_ = 0;
   uint64_t checksum_ = 0;
+  Mutex mu_;
+  std::deque<v1::SlotChunk> queue_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread sender_;  // Last: starts once everything above exists.
 };
 
 }  // namespace
