@@ -164,6 +164,21 @@ absl::Status WriteExport(const ShadowSyncJob& job, const std::string& address,
 
 class JobExportTest : public ::testing::Test {
  protected:
+  // Writes the cluster's export to <dir>/model and opens it.
+  std::optional<model::ExportReader> ExportOf(const ShadowSyncJob& job, const Cluster& cluster) {
+    RowStreamStats stats;
+    if (absl::Status s = WriteExport(job, cluster.address(), dir_.File("model"), &stats); !s.ok()) {
+      ADD_FAILURE() << s;
+      return std::nullopt;
+    }
+    absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+    if (!reader.ok()) {
+      ADD_FAILURE() << reader.status();
+      return std::nullopt;
+    }
+    return *std::move(reader);
+  }
+
   ::shadowsync::testing::ScratchDir dir_;
 };
 
@@ -194,10 +209,8 @@ TEST_F(JobExportTest, EveryRowOfThreeServersLandsOnTwoWithItsOptimizerState) {
 TEST_F(JobExportTest, AnExportLoadsOntoAnotherSlotCount) {
   Cluster source(Job(64), 2, dir_, "source");
   source.Train(100, 26, 4, 2);
-  RowStreamStats exported;
-  SS_ASSERT_OK(WriteExport(Job(64), source.address(), dir_.File("model"), &exported));
-  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
-  SS_ASSERT_OK(reader.status());
+  std::optional<model::ExportReader> reader = ExportOf(Job(64), source);
+  ASSERT_TRUE(reader.has_value());
 
   const ShadowSyncJob wider = Job(256);
   Cluster target(wider, 3, dir_, "target");
@@ -209,10 +222,8 @@ TEST_F(JobExportTest, WithoutOptimizerStateRowsStartWithZeroState) {
   const ShadowSyncJob job = Job(64, 4, /*with_state=*/false);
   Cluster source(job, 2, dir_, "source");
   source.Train(50, 26, 4, 3);
-  RowStreamStats exported;
-  SS_ASSERT_OK(WriteExport(job, source.address(), dir_.File("model"), &exported));
-  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
-  SS_ASSERT_OK(reader.status());
+  std::optional<model::ExportReader> reader = ExportOf(job, source);
+  ASSERT_TRUE(reader.has_value());
   EXPECT_FALSE(reader->info().with_optimizer_state);
 
   Cluster target(job, 1, dir_, "target");
@@ -235,10 +246,8 @@ TEST_F(JobExportTest, WithoutOptimizerStateRowsStartWithZeroState) {
 TEST_F(JobExportTest, AnExportOfAnotherShapeIsRefusedAndNothingIsImported) {
   Cluster source(Job(64), 1, dir_, "source");
   source.Train(20, 26, 4, 4);
-  RowStreamStats exported;
-  SS_ASSERT_OK(WriteExport(Job(64), source.address(), dir_.File("model"), &exported));
-  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
-  SS_ASSERT_OK(reader.status());
+  std::optional<model::ExportReader> reader = ExportOf(Job(64), source);
+  ASSERT_TRUE(reader.has_value());
 
   const ShadowSyncJob wider = Job(64, /*embedding_dim=*/8);
   Cluster target(wider, 1, dir_, "target");
