@@ -93,8 +93,13 @@ class ServerStream {
     checksum_ += RowValueHash(table, id, values);
   }
 
-  absl::Status Finish() {
-    while (head() != nullptr) Pop();  // Drain what a failed merge left.
+  // `abandon`: the merge failed; the stream is cancelled, not drained.
+  absl::Status Finish(bool abandon) {
+    if (abandon) {
+      context_.TryCancel();
+      (void)reader_->Finish();
+      return absl::OkStatus();
+    }
     SS_RETURN_IF_ERROR(Annotate(reader_->Finish(), "ExportSlots", address_));
     if (!done_.done() || done_.total_rows() != static_cast<uint64_t>(rows_) ||
         done_.checksum() != checksum_) {
@@ -397,8 +402,13 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
     }
     if (status.ok()) status = writer->EndPart();
   }
-  // A stream's own failure explains a merge failure better than the merge.
-  for (auto& stream : streams) SS_RETURN_IF_ERROR(stream->Finish());
+  for (auto& stream : streams) {
+    // A stream that ended early explains the merge's failure; one that was
+    // cut off says nothing more.
+    const absl::Status finished =
+        stream->Finish(/*abandon=*/!status.ok() && stream->head() != nullptr);
+    SS_RETURN_IF_ERROR(finished);
+  }
   SS_RETURN_IF_ERROR(status);
   stats.seconds = Since(start);
   return stats;
