@@ -108,7 +108,7 @@ absl::Status ExportWriter::WriteDense(std::span<const float> params,
                                                    " dense parameters, the model has ", expected));
   }
   std::string bytes(reinterpret_cast<const char*>(params.data()), params.size_bytes());
-  if (info_.with_optimizer_state) {
+  if (info_.with_optimizer_state && !dense_state.empty()) {
     bytes.append(reinterpret_cast<const char*>(dense_state.data()), dense_state.size_bytes());
   }
   SS_RETURN_IF_ERROR(WriteFile(kDense, bytes, -1));
@@ -396,7 +396,8 @@ absl::Status ExportReader::ReadDense(std::vector<float>* params,
     params->resize(n);
     dense_state->resize(s);
     std::memcpy(params->data(), bytes.data(), n * sizeof(float));
-    std::memcpy(dense_state->data(), bytes.data() + n * sizeof(float), s * sizeof(float));
+    if (s > 0)
+      std::memcpy(dense_state->data(), bytes.data() + n * sizeof(float), s * sizeof(float));
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": no ", kDense, " listed"));
@@ -424,8 +425,10 @@ absl::Status ExportReader::ForEachRow(const RowVisitor& visit) const {
       std::memcpy(&table, p, sizeof(table));
       std::memcpy(&id, p + sizeof(table), sizeof(id));
       std::memcpy(values.data(), p + sizeof(table) + sizeof(id), dim * sizeof(float));
-      std::memcpy(state.data(), p + sizeof(table) + sizeof(id) + dim * sizeof(float),
-                  state_floats * sizeof(float));
+      if (state_floats > 0) {  // memcpy to an empty vector's null data() is undefined
+        std::memcpy(state.data(), p + sizeof(table) + sizeof(id) + dim * sizeof(float),
+                    state_floats * sizeof(float));
+      }
       if (table >= info_.embeddings.tables.size()) {
         return absl::DataLossError(absl::StrCat(path, ": a row of table ", table,
                                                 " (the export has ", info_.embeddings.tables.size(),
