@@ -21,6 +21,20 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& call,
+                            const std::string& address) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(call, " on ", address, ": ", status.error_message()));
+}
+
+grpc::ChannelArguments BulkStreamChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  return args;
+}
+
 std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout) {
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(

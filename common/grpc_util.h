@@ -29,6 +29,13 @@ void DisableMutexDeadlockDetection();
 grpc::Status ToGrpcStatus(const absl::Status& status);
 // gRPC -> absl, for clients receiving one.
 absl::Status FromGrpcStatus(const grpc::Status& status);
+// The same, naming the call and the server: "ExportSlots on ps-0:7000: ...".
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& call,
+                            const std::string& address);
+
+// Channel arguments of the bulk row streams (resharding, model export and
+// import): messages up to 256 MiB either way.
+grpc::ChannelArguments BulkStreamChannelArgs();
 
 // The absolute deadline `timeout` from now, as gRPC wants it.
 std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout);

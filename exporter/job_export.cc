@@ -36,16 +36,7 @@ double Since(Clock::time_point t) {
 }
 
 std::unique_ptr<Stub> Connect(const std::string& address, const GrpcSecurity& security) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
-  return v1::ParameterServer::NewStub(CreateChannel(address, security, args));
-}
-
-absl::Status Annotate(const grpc::Status& status, const char* what, const std::string& address) {
-  if (status.ok()) return absl::OkStatus();
-  const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(), absl::StrCat(what, " on ", address, ": ", s.message()));
+  return v1::ParameterServer::NewStub(CreateChannel(address, security, BulkStreamChannelArgs()));
 }
 
 absl::StatusOr<ShardMap> GetMap(const std::string& address, const RowStreamOptions& options) {
@@ -53,7 +44,8 @@ absl::StatusOr<ShardMap> GetMap(const std::string& address, const RowStreamOptio
   grpc::ClientContext context;
   context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
   v1::ShardMap proto;
-  SS_RETURN_IF_ERROR(Annotate(stub->GetShardMap(&context, {}, &proto), "GetShardMap", address));
+  SS_RETURN_IF_ERROR(
+      FromGrpcStatus(stub->GetShardMap(&context, {}, &proto), "GetShardMap", address));
   return ShardMap::FromProto(proto);
 }
 
@@ -100,7 +92,7 @@ class ServerStream {
       (void)reader_->Finish();
       return absl::OkStatus();
     }
-    SS_RETURN_IF_ERROR(Annotate(reader_->Finish(), "ExportSlots", address_));
+    SS_RETURN_IF_ERROR(FromGrpcStatus(reader_->Finish(), "ExportSlots", address_));
     if (!done_.done() || done_.total_rows() != static_cast<uint64_t>(rows_) ||
         done_.checksum() != checksum_) {
       return absl::DataLossError(absl::StrFormat(
@@ -230,7 +222,7 @@ class ServerSink {
       if (!writer->Write(chunk) || done) {
         // The server ended the stream early (Finish says why), or it is done.
         writer->WritesDone();
-        status = Annotate(writer->Finish(), "ImportSlots", address_);
+        status = FromGrpcStatus(writer->Finish(), "ImportSlots", address_);
         writer.reset();
         if (status.ok() && !done) {
           status = absl::UnavailableError(
@@ -487,15 +479,6 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
   stats.seconds = Since(start);
   return stats;
-}
-
-absl::StatusOr<std::string> LatestExport(const std::string& exports_dir) {
-  std::ifstream in(exports_dir + "/LATEST");
-  std::string name;
-  if (!(in >> name) || !fs::exists(fs::path(exports_dir) / name / "manifest.json")) {
-    return absl::NotFoundError(absl::StrCat(exports_dir, ": no export yet"));
-  }
-  return (fs::path(exports_dir) / name).string();
 }
 
 absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {

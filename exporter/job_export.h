@@ -120,9 +120,6 @@ struct JobExportRequest {
 // bytes, seconds, rows_per_second, dense_source, examples_trained and eval.
 absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request);
 
-// The newest committed export under `exports_dir` (its path), or NotFound.
-absl::StatusOr<std::string> LatestExport(const std::string& exports_dir);
-
 }  // namespace shadowsync::exporter
 
 #endif  // SHADOWSYNC_EXPORTER_JOB_EXPORT_H_

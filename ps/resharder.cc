@@ -23,17 +23,7 @@ namespace {
 using Stub = v1::ParameterServer::Stub;
 
 std::unique_ptr<Stub> Connect(const std::string& address, const GrpcSecurity& security) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
-  return v1::ParameterServer::NewStub(CreateChannel(address, security, args));
-}
-
-absl::Status Annotate(const grpc::Status& status, const std::string& what,
-                      const std::string& address) {
-  if (status.ok()) return absl::OkStatus();
-  const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(), absl::StrCat(what, " on ", address, ": ", s.message()));
+  return v1::ParameterServer::NewStub(CreateChannel(address, security, BulkStreamChannelArgs()));
 }
 
 class Cluster {
@@ -51,7 +41,7 @@ class Cluster {
     context.set_deadline(DeadlineFromNow(deadline_));
     v1::ShardMap proto;
     SS_RETURN_IF_ERROR(
-        Annotate(stubs_[i]->GetShardMap(&context, {}, &proto), "GetShardMap", addresses_[i]));
+        FromGrpcStatus(stubs_[i]->GetShardMap(&context, {}, &proto), "GetShardMap", addresses_[i]));
     return ShardMap::FromProto(proto);
   }
 
@@ -62,15 +52,16 @@ class Cluster {
     *request.mutable_map() = map.ToProto();
     request.set_self_index(static_cast<uint32_t>(i));
     v1::SetShardMapResponse response;
-    return Annotate(stubs_[i]->SetShardMap(&context, request, &response),
-                    absl::StrCat("SetShardMap(epoch ", map.epoch(), ")"), addresses_[i]);
+    return FromGrpcStatus(stubs_[i]->SetShardMap(&context, request, &response),
+                          absl::StrCat("SetShardMap(epoch ", map.epoch(), ")"), addresses_[i]);
   }
 
   absl::StatusOr<RowSetChecksum> Stats(int i) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineFromNow(deadline_));
     v1::StatsResponse response;
-    SS_RETURN_IF_ERROR(Annotate(stubs_[i]->Stats(&context, {}, &response), "Stats", addresses_[i]));
+    SS_RETURN_IF_ERROR(
+        FromGrpcStatus(stubs_[i]->Stats(&context, {}, &response), "Stats", addresses_[i]));
     return RowSetChecksum{static_cast<int64_t>(response.rows_stored()), response.key_checksum(),
                           response.value_checksum()};
   }
@@ -81,8 +72,8 @@ class Cluster {
     v1::DropSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
     v1::DropSlotsResponse response;
-    SS_RETURN_IF_ERROR(
-        Annotate(stubs_[i]->DropSlots(&context, request, &response), "DropSlots", addresses_[i]));
+    SS_RETURN_IF_ERROR(FromGrpcStatus(stubs_[i]->DropSlots(&context, request, &response),
+                                      "DropSlots", addresses_[i]));
     return static_cast<int64_t>(response.rows_dropped());
   }
 
@@ -120,15 +111,15 @@ class Cluster {
       writer->WritesDone();
       const grpc::Status status = writer->Finish();
       // An export failure explains an aborted import better than the import.
-      SS_RETURN_IF_ERROR(Annotate(exported, "ExportSlots", addresses_[from]));
-      SS_RETURN_IF_ERROR(Annotate(status, "ImportSlots", addresses_[to]));
+      SS_RETURN_IF_ERROR(FromGrpcStatus(exported, "ExportSlots", addresses_[from]));
+      SS_RETURN_IF_ERROR(FromGrpcStatus(status, "ImportSlots", addresses_[to]));
       if (imported.rows() != static_cast<uint64_t>(sum.rows) || imported.checksum() != sum.values) {
         return absl::DataLossError(absl::StrFormat(
             "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)",
             addresses_[to], imported.rows(), imported.checksum(), sum.rows, sum.values));
       }
     }
-    SS_RETURN_IF_ERROR(Annotate(exported, "ExportSlots", addresses_[from]));
+    SS_RETURN_IF_ERROR(FromGrpcStatus(exported, "ExportSlots", addresses_[from]));
     if (!done.done() || done.total_rows() != static_cast<uint64_t>(sum.rows) ||
         done.checksum() != sum.values) {
       return absl::DataLossError(absl::StrFormat(
