@@ -241,6 +241,10 @@ std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& 
   if (!p.report_json.empty()) args.insert(args.end(), {"--report-json", p.report_json});
   if (!p.progress_file.empty()) args.insert(args.end(), {"--progress-file", p.progress_file});
   if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
+  if (!p.export_dir.empty()) {
+    args.insert(args.end(), {"--export-dir", p.export_dir, "--trainers-dir", p.trainers_dir,
+                             "--export-request-file", p.export_request_file});
+  }
   // spec.trainer.straggler slows trainers 0..count-1 (docs/job-spec.md).
   if (spec.trainer.straggler.has_value() && p.index < spec.trainer.straggler->count) {
     args.insert(args.end(),

@@ -118,6 +118,9 @@ struct TrainerProcess {
   JobData data;
   std::string checkpoint;
   std::string report_json, progress_file, ready_file;  // Optional.
+  // In a cluster with exports (cli/cluster_export.h): the claim's mount,
+  // this job's trainer files there, and the export-request file.
+  std::string export_dir, trainers_dir, export_request_file;
 };
 std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& p);
 

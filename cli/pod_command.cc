@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
+#include "cli/cluster_export.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
 #include "common/metrics_http.h"
@@ -43,6 +44,8 @@ struct PodFlags {
   std::string listen;
   std::string metrics_listen = "0.0.0.0:9100";
   int index = -1;
+  std::string export_dir;  // Trainers of a job with exports: the claim's mount.
+  std::string job_uid;
   GrpcSecurityFiles security;  // Overrides spec.security's paths where given.
 };
 
@@ -95,8 +98,16 @@ int RunChild(const std::vector<std::string>& args) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-// A trainer whose share is done: stays up until SIGTERM, saying so on /metrics.
-int ServeFinished(const std::string& metrics_listen, int64_t examples, int64_t resumed) {
+// A trainer whose share is done: stays up until SIGTERM, saying so on /metrics
+// (and trainer 0 the job's final export, from its `report`).
+int ServeFinished(const std::string& metrics_listen, const nlohmann::json& report) {
+  const int64_t examples = report.is_object() ? report.value("examples", int64_t{0}) : 0;
+  const int64_t resumed = report.is_object() ? report.value("skipped_examples", int64_t{0}) : 0;
+  ExportMetrics export_metrics;
+  if (report.is_object() && report.contains("export")) {
+    const nlohmann::json& summary = report["export"];
+    export_metrics.Publish(summary, summary.value("request", ""), /*final=*/true);
+  }
   auto registry = std::make_shared<prometheus::Registry>();
   prometheus::BuildGauge()
       .Name("shadowsync_trainer_finished")
@@ -123,6 +134,7 @@ int ServeFinished(const std::string& metrics_listen, int64_t examples, int64_t r
     return 1;
   }
   (*http)->RegisterCollectable(registry);
+  (*http)->RegisterCollectable(export_metrics.registry());
   (*http)->set_serving(true);
   std::cerr << "trainer finished its share (" << resumed + examples << " examples, " << examples
             << " in its last run); idle until stopped\n";
@@ -209,10 +221,7 @@ int RunPod(const PodFlags& f) {
     if (std::filesystem::exists(done)) {
       // Finished before this container restarted: do not train again.
       std::ifstream r(done);
-      const nlohmann::json report = nlohmann::json::parse(r, nullptr, false);
-      return ServeFinished(f.metrics_listen,
-                           report.is_object() ? report.value("examples", int64_t{0}) : 0,
-                           report.is_object() ? report.value("skipped_examples", int64_t{0}) : 0);
+      return ServeFinished(f.metrics_listen, nlohmann::json::parse(r, nullptr, false));
     }
     // A scale-up reaches the StatefulSet before the ConfigMap: wait until
     // the job this pod reads counts it among the trainers.
@@ -231,14 +240,31 @@ int RunPod(const PodFlags& f) {
       std::cerr << "shadowsync pod: " << data.status().message() << "\n";
       return 1;
     }
-    args = TrainerArgs(job->spec, {.config = f.config,
-                                   .index = index,
-                                   .ps = ps.front(),
-                                   .syncers = syncers,
-                                   .metrics_listen = f.metrics_listen,
-                                   .data = *data,
-                                   .checkpoint = f.data_dir + "/trainer.ckpt",
-                                   .report_json = done + ".tmp"});
+    TrainerProcess trainer{.config = f.config,
+                           .index = index,
+                           .ps = ps.front(),
+                           .syncers = syncers,
+                           .metrics_listen = f.metrics_listen,
+                           .data = *data,
+                           .checkpoint = f.data_dir + "/trainer.ckpt",
+                           .report_json = done + ".tmp"};
+    if (!f.export_dir.empty()) {
+      // On the claim, where trainer 0 reads every trainer's checkpoint
+      // (cli/cluster_export.h).
+      trainer.export_dir = f.export_dir;
+      trainer.trainers_dir = TrainersDir(f.export_dir, f.job_uid);
+      trainer.export_request_file =
+          (std::filesystem::path(f.config).parent_path() / "export-request").string();
+      trainer.checkpoint = TrainerCheckpoint(trainer.trainers_dir, index);
+      std::error_code ec;
+      std::filesystem::create_directories(trainer.trainers_dir, ec);
+      if (ec) {
+        std::cerr << "shadowsync pod: cannot create " << trainer.trainers_dir << ": "
+                  << ec.message() << "\n";
+        return 1;
+      }
+    }
+    args = TrainerArgs(job->spec, trainer);
   } else {
     std::cerr << "shadowsync pod: --role must be trainer, ps or syncer, got '" << f.role << "'\n";
     return 2;
@@ -271,6 +297,10 @@ Action AddPodCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--index", f->index,
                   "this pod's index (default: the ordinal ending $POD_NAME or $HOSTNAME)");
+  cmd->add_option("--export-dir", f->export_dir,
+                  "trainers of a job with spec.export: where the export claim is mounted");
+  cmd->add_option("--job-uid", f->job_uid,
+                  "the job's uid: its trainers' files on the export claim are kept apart");
   AddSecurityFlags(*cmd, f->security);
   return [f] { return RunPod(*f); };
 }

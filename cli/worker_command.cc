@@ -12,8 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
+#include "cli/cluster_export.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
+#include "prometheus/registry.h"
 #include "worker/worker_process.h"
 
 namespace shadowsync::cli {
@@ -42,6 +44,7 @@ struct WorkerFlags {
   std::string report_json;
   std::string progress_file;
   std::string ready_file;
+  std::string export_dir, trainers_dir, export_request_file;
   GrpcSecurityFiles security;
 };
 
@@ -111,9 +114,35 @@ int RunWorkerCommand(const WorkerFlags& f) {
       std::cerr << "shadowsync worker: cannot write --ready-file " << f.ready_file << "\n";
     }
   };
+  // In a cluster, trainer 0 takes the exports (cli/cluster_export.h).
+  std::unique_ptr<ClusterExporter> exporter;
+  if (!f.export_dir.empty() && f.index == 0) {
+    exporter = std::make_unique<ClusterExporter>(
+        *job, ClusterExportOptions{.export_dir = f.export_dir,
+                                   .trainers_dir = f.trainers_dir,
+                                   .config = f.config,
+                                   .request_file = f.export_request_file,
+                                   .ps_address = o.ps_address,
+                                   .syncer_addresses = o.syncer_addresses,
+                                   .security = o.security,
+                                   .eval_data = o.eval_data});
+    o.extra_metrics = exporter->registry();
+    exporter->Start();
+  }
   auto report = worker::RunWorker(o);
   if (!report.ok()) return fail(report.status());
-  const nlohmann::json out = worker::WorkerReportToJson(o, *report);
+  nlohmann::json out = worker::WorkerReportToJson(o, *report);
+  if (!f.export_dir.empty()) {
+    if (absl::Status s = MarkTrainerDone(f.trainers_dir, f.index); !s.ok()) return fail(s);
+  }
+  if (exporter != nullptr) {
+    absl::StatusOr<nlohmann::json> summary = exporter->FinalExport();
+    if (!summary.ok()) {
+      return fail(absl::Status(summary.status().code(),
+                               absl::StrCat("final export: ", summary.status().message())));
+    }
+    out["export"] = *summary;
+  }
   std::cout << out.dump() << "\n";
   if (!f.report_json.empty()) {
     std::ofstream file(f.report_json);
@@ -176,6 +205,12 @@ Action AddWorkerCommand(CLI::App& app) {
                   "rewrite progress (examples, examples/s, train NE) as JSON here");
   cmd->add_option("--ready-file", flags->ready_file,
                   "write \"0 METRICS_PORT\" here once training starts");
+  cmd->add_option("--export-dir", flags->export_dir,
+                  "in a cluster: where the export claim is mounted (trainer 0 exports there)");
+  cmd->add_option("--trainers-dir", flags->trainers_dir,
+                  "in a cluster: this job's trainer checkpoints and markers on the export claim");
+  cmd->add_option("--export-request-file", flags->export_request_file,
+                  "in a cluster: a new value in this file asks trainer 0 for an export");
   AddSecurityFlags(*cmd, flags->security);
   return [flags] { return RunWorkerCommand(*flags); };
 }

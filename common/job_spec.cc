@@ -259,9 +259,7 @@ void Fields(V& v, S& s) {
 
 template <typename V, Is<StorageSpec> S>
 void Fields(V& v, S& s) {
-  v(s.size, {.name = "size",
-             .doc = "PersistentVolumeClaim size per server for RocksDB. Kubernetes only.",
-             .min = 1});
+  v(s.size, {.name = "size", .doc = "PersistentVolumeClaim size. Kubernetes only.", .min = 1});
   v(s.storage_class_name,
     {.name = "storageClassName", .doc = "StorageClass of the claim; empty = the cluster default."});
 }
@@ -286,7 +284,7 @@ void Fields(V& v, S& s) {
                     .min = 0});
   v(s.admission, {.name = "admission", .doc = "Feature admission for ids never seen before."});
   v(s.eviction, {.name = "eviction", .doc = "Row eviction."});
-  v(s.storage, {.name = "storage", .doc = "Persistent storage per server."});
+  v(s.storage, {.name = "storage", .doc = "Persistent storage per server, for RocksDB."});
   v(s.pod_template,
     {.name = "template", .doc = "Pod template for parameter-server pods. Kubernetes only."});
 }
@@ -479,7 +477,8 @@ template <typename V, Is<ExportSpec> S>
 void Fields(V& v, S& s) {
   v(s.path, {.name = "path",
              .doc = "Directory the exports go under, each in its own subdirectory; empty = "
-                    "`exports/` in the run directory of `shadowsync run` (docs/export.md)."});
+                    "`exports/` in the run directory of `shadowsync run`. On Kubernetes: where "
+                    "the trainer pods mount the claim (docs/export.md)."});
   v(s.interval_seconds, {.name = "intervalSeconds",
                          .doc = "Seconds between two exports while training runs; 0 = only at "
                                 "completion and on demand.",
@@ -489,6 +488,13 @@ void Fields(V& v, S& s) {
     {.name = "withOptimizerState",
      .doc = "Export the optimizer state (Adagrad's accumulators) with the weights, so that a "
             "warm-started job continues training where this one stopped."});
+  v(s.volume_claim_name,
+    {.name = "volumeClaimName",
+     .doc = "Kubernetes only: the PersistentVolumeClaim the exports go to; every trainer pod "
+            "mounts it. Empty = the operator creates `<job>-exports` (ReadWriteMany, of "
+            "`storage`), which outlives the job."});
+  v(s.storage,
+    {.name = "storage", .doc = "The claim the operator creates when `volumeClaimName` is empty."});
 }
 
 template <typename V, Is<InitSpec> S>
@@ -496,7 +502,12 @@ void Fields(V& v, S& s) {
   v(s.from_model, {.name = "fromModel",
                    .doc = "An export directory to start from (dense parameters and every "
                           "embedding row, loaded onto however many servers this job has); "
-                          "empty = a fresh model."});
+                          "empty = a fresh model. On Kubernetes: a path inside "
+                          "`volumeClaimName`, e.g. `model-000003`."});
+  v(s.volume_claim_name,
+    {.name = "volumeClaimName",
+     .doc = "Kubernetes only: the PersistentVolumeClaim holding the export (e.g. an earlier "
+            "job's `<job>-exports`); the trainer pods mount it read-only."});
 }
 
 template <typename V, Is<RunPolicySpec> S>
@@ -1937,12 +1948,16 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
                  absl::StrCat("must be >= spec.parameterServer.replicas (", ps.replicas,
                               ") so every server owns a slot, got ", ps.slots)});
   }
-  if (!ps.storage.storage_class_name.empty() &&
-      !IsDns1123Subdomain(ps.storage.storage_class_name)) {
-    p.push_back({"spec.parameterServer.storage.storageClassName",
-                 absl::StrCat("must be a DNS-1123 subdomain, got ",
-                              Dump(json(ps.storage.storage_class_name)))});
-  }
+  auto dns_name = [&p](std::string_view path, const std::string& value) {
+    if (!value.empty() && !IsDns1123Subdomain(value)) {
+      p.push_back({std::string(path),
+                   absl::StrCat("must be a DNS-1123 subdomain, got ", Dump(json(value)))});
+    }
+  };
+  dns_name("spec.parameterServer.storage.storageClassName", ps.storage.storage_class_name);
+  dns_name("spec.export.volumeClaimName", s.export_.volume_claim_name);
+  dns_name("spec.export.storage.storageClassName", s.export_.storage.storage_class_name);
+  dns_name("spec.init.volumeClaimName", s.init.volume_claim_name);
 
   SecurityProblems(s.security, p);
 

@@ -257,7 +257,7 @@ struct EvictionSpec {
 };
 
 struct StorageSpec {
-  Quantity size = Quantity::Gi(20);  // PersistentVolumeClaim size per server (Kubernetes only).
+  Quantity size = Quantity::Gi(20);  // PersistentVolumeClaim size (Kubernetes only).
   std::string storage_class_name;    // "storageClassName". "" = the cluster default.
   bool operator==(const StorageSpec&) const = default;
 };
@@ -390,12 +390,19 @@ struct ExportSpec {
   int64_t interval_seconds = 0;      // "intervalSeconds". 0 = at completion and on demand only.
   int keep = 3;                      // Newest exports kept; older ones are deleted.
   bool with_optimizer_state = true;  // "withOptimizerState".
+  // Kubernetes only: the claim the exports go to ("volumeClaimName"); ""
+  // = one the operator creates as <job>-exports, of `storage`.
+  std::string volume_claim_name;
+  StorageSpec storage;
   bool operator==(const ExportSpec&) const = default;
 };
 
 // Where the model starts from.
 struct InitSpec {
   std::string from_model;  // "fromModel": an export directory; "" = a fresh model.
+  // Kubernetes only: the claim holding it ("volumeClaimName"); fromModel is
+  // then a path inside the claim.
+  std::string volume_claim_name;
   bool operator==(const InitSpec&) const = default;
 };
 

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <utility>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "cpprest/http_client.h"
@@ -112,6 +115,61 @@ std::optional<double> SumMetric(const std::string& text, const std::string& metr
     sum = sum.value_or(0) + v;
   }
   return sum;
+}
+
+// The labels of the first sample of `metric` ("name{a=\"x\",b=\"y\"} v"),
+// unescaped; nullopt without one.
+std::optional<std::map<std::string, std::string>> MetricLabels(const std::string& text,
+                                                               const std::string& metric) {
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  for (const std::string& line : lines) {
+    if (!absl::StartsWith(line, metric + "{")) continue;
+    std::map<std::string, std::string> labels;
+    size_t i = metric.size() + 1;
+    while (i < line.size() && line[i] != '}') {
+      const size_t eq = line.find("=\"", i);
+      if (eq == std::string::npos) return std::nullopt;
+      std::string key = line.substr(i, eq - i), value;
+      for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
+        if (line[i] == '\\' && i + 1 < line.size()) {
+          ++i;
+          value += line[i] == 'n' ? '\n' : line[i];
+        } else {
+          value += line[i];
+        }
+      }
+      labels[std::move(key)] = std::move(value);
+      ++i;  // the closing quote
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+    return labels;
+  }
+  return std::nullopt;
+}
+
+// The newest export trainer 0 reports on its /metrics (cli/cluster_export.h),
+// as status.export.latest has it.
+std::optional<Json> ExportFromMetrics(const std::string& text) {
+  std::optional<std::map<std::string, std::string>> info =
+      MetricLabels(text, "shadowsync_export_info");
+  if (!info.has_value() || (*info)["model"].empty()) return std::nullopt;
+  Json latest = {{"model", (*info)["model"]},
+                 {"request", (*info)["request"]},
+                 {"final", (*info)["final"] == "true"}};
+  for (const auto& [key, metric] :
+       {std::pair{"rows", "shadowsync_export_rows"},
+        std::pair{"examplesTrained", "shadowsync_export_examples_trained"}}) {
+    if (std::optional<double> v = SumMetric(text, metric)) latest[key] = static_cast<int64_t>(*v);
+  }
+  for (const auto& [key, metric] : {std::pair{"evalNE", "shadowsync_export_eval_ne"},
+                                    std::pair{"evalAUC", "shadowsync_export_eval_auc"}}) {
+    if (std::optional<double> v = SumMetric(text, metric)) latest[key] = *v;
+  }
+  if (std::optional<double> t = SumMetric(text, "shadowsync_export_timestamp_seconds")) {
+    latest["time"] =
+        absl::FormatTime(absl::RFC3339_sec, absl::FromUnixSeconds(*t), absl::UTCTimeZone());
+  }
+  return latest;
 }
 
 // GET http://`address``path` with a short timeout; nullopt on any failure.
@@ -479,6 +537,7 @@ Observed Controller::Observe(const Json& job) {
   p.per_trainer.resize(trainers, 0);
   p.finished = 0;
   bool any = false;
+  if (trainers > 0 && texts[0].has_value()) observed.latest_export = ExportFromMetrics(*texts[0]);
   for (int i = 0; i < trainers; ++i) {
     if (!texts[i].has_value()) continue;
     if (std::optional<double> v = SumMetric(*texts[i], "shadowsync_trainer_examples_total")) {
@@ -520,6 +579,9 @@ absl::Status Controller::ApplyChild(const Json& desired, const Observed& observe
   const std::string collection = path.substr(0, path.rfind('/'));
   absl::StatusOr<Json> created = client_->Create(collection, desired);
   if (absl::IsAlreadyExists(created.status())) {
+    // A claim is created once and never changed (a bound claim's spec is
+    // immutable): one already there, e.g. an earlier job's, is kept.
+    if (kind == "PersistentVolumeClaim") return absl::OkStatus();
     // The cache was behind: it exists, so bring it in line.
     return client_->Patch(path, desired, kube::PatchType::kMerge).status();
   }

@@ -265,6 +265,27 @@ nlohmann::json JobStatusOpenApiSchema() {
        {"restarts",
         Integer("Trainer restarts and failed trainer pods counted against "
                 "runPolicy.backoffLimit (a lower bound: a deleted pod takes its count along).")},
+       {"export",
+        Object(
+            "Exports of the model (spec.export; docs/export.md).",
+            {{"claim", String("The PersistentVolumeClaim the exports go to.")},
+             {"path", String("Where the trainer pods mount it.")},
+             {"claimCreated",
+              {{"type", "boolean"},
+               {"description", "The operator created the claim (no volumeClaimName)."}}},
+             {"request",
+              String("The last shadowsync.io/export-request annotation value answered.")},
+             {"latest", Object("The newest export trainer 0 reports.",
+                               {{"model", String("Its directory in the claim: model-NNNNNN.")},
+                                {"request", String("The on-demand request it answered, if any.")},
+                                {"final",
+                                 {{"type", "boolean"},
+                                  {"description", "The export taken when the job completed."}}},
+                                {"rows", Integer("Embedding rows.", true)},
+                                {"examplesTrained", Integer("Examples trained into it.", true)},
+                                {"evalNE", Number("Eval NE at export time (the final export).")},
+                                {"evalAUC", Number("Eval AUC at export time (the final export).")},
+                                {"time", Time("When it was taken.")}})}})},
        {"rejectedSpec",
         Object("The last spec update the operator refused (invalid, or changing an immutable "
                "field); the job keeps running with the spec it had.",
@@ -307,6 +328,8 @@ nlohmann::json ShadowSyncJobCrd() {
                       "Recent training throughput."),
         PrinterColumn("Examples", "integer", ".status.examplesProcessed", "Examples processed.", 1),
         PrinterColumn("NE", "number", ".status.trainNE", "Running train NE.", 1),
+        PrinterColumn("Export", "string", ".status.export.latest.model",
+                      "The newest export in the export claim."),
         PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since creation.")}}};
 
   return {

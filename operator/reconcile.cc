@@ -27,6 +27,8 @@ absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.
 constexpr std::string_view kConfigVolume = "config";
 constexpr std::string_view kDataVolume = "data";  // PS: the PVC; others: an emptyDir.
 constexpr std::string_view kTmpVolume = "tmp";
+constexpr std::string_view kExportVolume = "exports";  // Trainers: the export claim.
+constexpr std::string_view kDefaultExportMount = "/var/lib/shadowsync-exports";
 // spec.security's Secrets, mounted read-only at kTlsMountPath / kAuthMountPath.
 constexpr std::string_view kTlsVolume = "shadowsync-tls";
 constexpr std::string_view kAuthVolume = "shadowsync-auth-token";
@@ -84,6 +86,11 @@ struct JobRef {
   std::string uid;
   int64_t generation = 0;
   json labels = json::object();  // metadata.labels, copied onto every child.
+  // Exports (docs/export.md): on when spec.export is given. The claim the
+  // trainers mount, and where; "" = exports are off.
+  std::string export_claim;
+  std::string export_mount;
+  bool export_claim_created = false;  // The operator creates it (no volumeClaimName).
 };
 
 JobRef RefOf(const json& job) {
@@ -94,6 +101,14 @@ JobRef RefOf(const json& job) {
              .generation = IntField(meta, "generation")};
   if (ref.ns.empty()) ref.ns = "default";
   if (Field(meta, "labels").is_object()) ref.labels = meta["labels"];
+  // Presence, not values: `export: {}` asks for exports with the defaults.
+  if (const json& e = Field(Field(job, "spec"), "export"); e.is_object()) {
+    ref.export_claim = StringField(e, "volumeClaimName");
+    ref.export_claim_created = ref.export_claim.empty();
+    if (ref.export_claim_created) ref.export_claim = ExportClaimName(ref.name);
+    ref.export_mount = StringField(e, "path");
+    if (ref.export_mount.empty()) ref.export_mount = kDefaultExportMount;
+  }
   return ref;
 }
 
@@ -158,10 +173,11 @@ ParsedSpec ParseSpec(const json& object) {
         "`shadowsync run` supports them";
     return p;
   }
-  if (!(p.job->spec.export_ == ExportSpec{})) {
-    p.error =
-        "spec.export: exports are not supported on Kubernetes yet (docs/export.md); "
-        "`shadowsync run` supports them";
+  if (!p.job->spec.export_.path.empty() && !p.job->spec.export_.path.starts_with("/")) {
+    p.error = absl::StrCat(
+        "spec.export.path: on Kubernetes, the absolute path where the trainer "
+        "pods mount the export claim, got \"",
+        p.job->spec.export_.path, "\"");
     return p;
   }
   p.valid = true;
@@ -192,6 +208,10 @@ std::string ImmutableChanges(const ShadowSyncJob& before, const ShadowSyncJob& a
     problems.push_back(
         "spec.model: cannot change while the job exists (tables, embedding dimension and layers "
         "are fixed)");
+  }
+  if (!(before.spec.export_ == after.spec.export_)) {
+    problems.push_back(
+        "spec.export: cannot change while the job exists (the trainer pods mount its claim)");
   }
   if (before.spec.parameter_server.storage != after.spec.parameter_server.storage) {
     problems.push_back(
@@ -512,6 +532,11 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
     ports.push_back({{"name", "grpc"}, {"containerPort", *port}, {"protocol", "TCP"}});
   }
   args.push_back(absl::StrCat("--metrics-listen=0.0.0.0:", opt.metrics_port));
+  const bool exports = role == Role::kTrainer && !ref.export_claim.empty();
+  if (exports) {
+    args.push_back(absl::StrCat("--export-dir=", ref.export_mount));
+    args.push_back(absl::StrCat("--job-uid=", ref.uid));
+  }
   ports.push_back({{"name", "metrics"}, {"containerPort", opt.metrics_port}, {"protocol", "TCP"}});
   // Security: file paths only (the token never appears in the pod spec).
   const SecuritySpec& security = spec.security;
@@ -554,6 +579,11 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   json volumes = {{{"name", kConfigVolume}, {"configMap", {{"name", ConfigMapName(ref.name)}}}},
                   {{"name", kTmpVolume}, {"emptyDir", json::object()}}};
   if (role != Role::kPs) volumes.push_back({{"name", kDataVolume}, {"emptyDir", json::object()}});
+  if (exports) {
+    volumes.push_back(
+        {{"name", kExportVolume}, {"persistentVolumeClaim", {{"claimName", ref.export_claim}}}});
+    container["volumeMounts"].push_back({{"name", kExportVolume}, {"mountPath", ref.export_mount}});
+  }
   // spec.security's Secrets. Under the ConfigMap's mount (the default
   // /etc/shadowsync) they are projected into the same volume: a separate
   // mount nested in a read-only one cannot get its mount point.
@@ -657,6 +687,25 @@ json RenderStatefulSet(const JobSpec& spec, const JobRef& ref, Role role, int re
           {"spec", std::move(sts_spec)}};
 }
 
+// Not owned by the job: the exports outlive it (kubectl delete pvc -l
+// shadowsync.io/job-name=<job> removes them).
+json RenderExportClaim(const JobSpec& spec, const JobRef& ref, const ReconcileOptions& opt) {
+  const StorageSpec& storage = spec.export_.storage;
+  // ReadWriteMany: every trainer pod mounts it, on whichever node.
+  json claim_spec = {{"accessModes", {"ReadWriteMany"}},
+                     {"resources", {{"requests", {{"storage", storage.size.text}}}}}};
+  if (!storage.storage_class_name.empty()) {
+    claim_spec["storageClassName"] = storage.storage_class_name;
+  }
+  json labels = Labels(ref, std::nullopt, opt);
+  labels["app.kubernetes.io/component"] = "exports";
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata",
+           {{"name", ref.export_claim}, {"namespace", ref.ns}, {"labels", std::move(labels)}}},
+          {"spec", std::move(claim_spec)}};
+}
+
 json RenderService(const JobRef& ref, Role role, const ReconcileOptions& opt) {
   json ports = json::array();
   if (std::optional<int> port = GrpcPort(role, opt)) {
@@ -693,17 +742,21 @@ json RenderConfigMap(const ShadowSyncJob& job, const JobRef& ref, int servers, u
     syncer_addresses.push_back(
         FormatAddress(opt.address_template, ref.name, Role::kSyncer, i, ref.ns, opt.syncer_port));
   }
+  json data = {{std::string(kJobConfigKey), JobToJson(rendered).dump(2) + "\n"}};
+  if (!ref.export_claim.empty()) {
+    auto it = job.metadata.annotations.find(std::string(kExportRequestAnnotation));
+    data[std::string(kExportRequestKey)] = it == job.metadata.annotations.end() ? "" : it->second;
+  }
   const json shard_map = {{"epoch", epoch},
                           {"slots", job.spec.parameter_server.slots},
                           {"numServers", servers},
                           {"psAddresses", std::move(ps_addresses)},
                           {"syncerAddresses", std::move(syncer_addresses)}};
+  data[std::string(kShardMapKey)] = shard_map.dump(2) + "\n";
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata", ObjectMeta(ref, ConfigMapName(ref.name), Labels(ref, std::nullopt, opt))},
-          {"data",
-           {{std::string(kJobConfigKey), JobToJson(rendered).dump(2) + "\n"},
-            {std::string(kShardMapKey), shard_map.dump(2) + "\n"}}}};
+          {"data", std::move(data)}};
 }
 
 struct DesiredReplicas {
@@ -819,6 +872,8 @@ std::string ChildName(std::string_view job, Role role) {
 
 std::string ConfigMapName(std::string_view job) { return absl::StrCat(Av(job), "-config"); }
 
+std::string ExportClaimName(std::string_view job) { return absl::StrCat(Av(job), "-exports"); }
+
 std::string PodAddress(std::string_view job, Role role, int index, std::string_view ns, int port) {
   return FormatAddress(kDefaultAddressTemplate, job, role, index, ns, port);
 }
@@ -917,6 +972,16 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   if (o.examples_processed) status["examplesProcessed"] = *o.examples_processed;
   if (o.examples_per_second) status["examplesPerSecond"] = *o.examples_per_second;
   if (o.train_ne) status["trainNE"] = *o.train_ne;
+  if (!ref.export_claim.empty()) {
+    json& e = status["export"];
+    if (!e.is_object()) e = json::object();
+    e["claim"] = ref.export_claim;
+    e["path"] = ref.export_mount;
+    if (o.latest_export) {
+      e["latest"] = *o.latest_export;
+      e["request"] = o.latest_export->value("request", "");
+    }
+  }
   if (o.ps) {
     json assignment = json::array();
     for (int n : o.ps->slots_per_server) assignment.push_back(n);
@@ -1041,7 +1106,12 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   for (int i = 0; i < spec.trainer.replicas; ++i) {
     all_trainers_done &= trainers.succeeded_indices.contains(i);
   }
-  if (!suspended && all_trainers_done) {
+  // With exports, trainer 0 exits only after the final export; the job
+  // succeeds once that export is reported too (status.export.latest).
+  const bool final_export_pending =
+      !ref.export_claim.empty() &&
+      Field(Field(Field(status, "export"), "latest"), "final") != json(true);
+  if (!suspended && all_trainers_done && !final_export_pending) {
     finished =
         Condition{"Succeeded", true, "AllTrainersSucceeded",
                   absl::StrCat("all ", spec.trainer.replicas, " trainers finished their data")};
@@ -1164,9 +1234,12 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
                             "kept"}
                 : Condition{"Suspended", false,
                             ConditionTrue(previous, "Suspended") ? "Resumed" : "NotSuspended", ""},
-      {"Succeeded", false, "NotFinished",
-       absl::StrCat("trainers finished: ", trainers.succeeded_indices.size(), "/",
-                    spec.trainer.replicas)},
+      all_trainers_done && final_export_pending
+          ? Condition{"Succeeded", false, "WaitingForFinalExport",
+                      "every trainer finished; waiting for trainer 0 to report the final export"}
+          : Condition{"Succeeded", false, "NotFinished",
+                      absl::StrCat("trainers finished: ", trainers.succeeded_indices.size(), "/",
+                                   spec.trainer.replicas)},
       {"Failed", false, "NotFailed",
        absl::StrCat("trainer restarts: ", restarts, " of backoffLimit ", policy.backoff_limit)}};
   status["phase"] = suspended    ? "Suspended"
@@ -1183,6 +1256,12 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   }
 
   PlanChildren(a, o, *effective, ref, want, owning, epoch, opt, /*create_missing=*/true);
+  // The export claim, once: before the StatefulSets whose pods mount it,
+  // recorded in status.export.claimCreated when the create went through.
+  if (ref.export_claim_created && Field(Field(previous, "export"), "claimCreated") != json(true)) {
+    a.apply.insert(a.apply.begin(), RenderExportClaim(spec, ref, opt));
+    status["export"]["claimCreated"] = true;
+  }
 
   if (start && policy.active_deadline_seconds && !suspended) {
     MinRequeue(a.requeue_after, *start + absl::Seconds(*policy.active_deadline_seconds) - o.now);

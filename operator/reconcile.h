@@ -106,6 +106,10 @@ struct Observed {
   std::optional<int64_t> examples_processed;
   std::optional<double> examples_per_second;
   std::optional<double> train_ne;
+  // The newest export trainer 0 reports (its /metrics): model, request,
+  // final, rows, evalNE, evalAUC, examplesTrained, time; absent keeps the
+  // status's.
+  std::optional<nlohmann::json> latest_export;
   absl::Time now = absl::UnixEpoch();
 };
 
@@ -149,6 +153,14 @@ Actions Reconcile(const Observed& observed, const ReconcileOptions& options = {}
 std::string ChildName(std::string_view job, Role role);
 // "<job>-config".
 std::string ConfigMapName(std::string_view job);
+// "<job>-exports": the export claim the operator creates when
+// spec.export.volumeClaimName is empty.
+std::string ExportClaimName(std::string_view job);
+// On-demand exports: a new value of this annotation on the job is copied to
+// the ConfigMap's `export-request` file, which trainer 0 watches; it
+// exports once per value and reports the value back (status.export.request).
+inline constexpr std::string_view kExportRequestAnnotation = "shadowsync.io/export-request";
+inline constexpr std::string_view kExportRequestKey = "export-request";
 // "<job>-ps-3.<job>-ps.<namespace>.svc:7000": pod i of a role, through
 // the role's headless Service.
 std::string PodAddress(std::string_view job, Role role, int index, std::string_view ns, int port);

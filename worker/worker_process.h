@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,10 @@
 #include "worker/sync_strategy.h"
 #include "worker/trainer.h"
 
+namespace prometheus {
+class Collectable;
+}
+
 namespace shadowsync::worker {
 
 struct WorkerOptions {
@@ -37,6 +42,9 @@ struct WorkerOptions {
   std::string ps_address;                     // Any parameter server (the shard map comes from it).
   std::vector<std::string> syncer_addresses;  // Replica i owns dense range i; empty only for none.
   std::string metrics_address = "127.0.0.1:0";  // /metrics and /healthz; "" = none.
+  // More metrics served beside the trainer's (e.g. the exports trainer 0
+  // takes in a cluster); must outlive the run.
+  std::shared_ptr<prometheus::Collectable> extra_metrics;
   GrpcSecurity security;               // Mutual TLS and bearer token of the ps and syncer calls.
   std::vector<std::string> data;       // Training files (this trainer reads its share).
   std::vector<std::string> eval_data;  // Held-out files; empty = no evaluation.

@@ -204,15 +204,18 @@ void FakeKubelet::PrepareProcess(Pod& pod, const json& spec) {
   // name that directory instead.
   std::map<std::string, std::string> mounts;  // mountPath -> local dir
   for (const json& m : container.value("volumeMounts", json::array())) {
-    const std::string local = absl::StrCat(pod.dir, "/volumes/", m["name"].get<std::string>());
-    fs::create_directories(local);
-    mounts[m["mountPath"]] = local;
+    std::string local = absl::StrCat(pod.dir, "/volumes/", m["name"].get<std::string>());
     for (const json& v : spec.value("volumes", json::array())) {
-      if (v["name"] == m["name"] && v.contains("configMap")) {
+      if (v["name"] != m["name"]) continue;
+      if (v.contains("configMap")) {
         pod.config_map = v["configMap"]["name"];
         pod.config_dir = local;
+      } else if (v.contains("persistentVolumeClaim")) {
+        local = ClaimDir(pod.ns, v["persistentVolumeClaim"]["claimName"]);
       }
     }
+    fs::create_directories(local);
+    mounts[m["mountPath"]] = local;
   }
   for (const json& a : container.value("args", json::array())) {
     std::string arg = a.get<std::string>();
@@ -352,18 +355,21 @@ void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
   }
   for (const json& m : container.value("volumeMounts", json::array())) {
     const std::string name = m["name"];
-    const std::string local = absl::StrCat(pod.dir, "/volumes/", name);
-    fs::create_directories(local);
     const json* volume = nullptr;
     if (spec.contains("volumes")) {
       for (const json& v : spec["volumes"]) {
         if (v["name"] == name) volume = &v;
       }
     }
+    const bool claim = volume != nullptr && volume->contains("persistentVolumeClaim");
+    const std::string local =
+        claim ? ClaimDir(pod.ns, (*volume)["persistentVolumeClaim"]["claimName"])
+              : absl::StrCat(pod.dir, "/volumes/", name);
+    fs::create_directories(local);
     if (volume != nullptr && volume->contains("configMap")) {
       pod.config_map = (*volume)["configMap"]["name"];
       pod.config_dir = local;
-    } else if ((volume != nullptr && volume->contains("emptyDir")) ||
+    } else if ((volume != nullptr && volume->contains("emptyDir")) || claim ||
                (volume == nullptr && claims.count(name))) {
       // fsGroup: the group owns the volume and what is created in it.
       if (fs_group.is_number()) {
@@ -374,8 +380,8 @@ void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
       }
     } else {
       fail(absl::StrCat("volume ", name,
-                        ": only configMap, emptyDir and claim templates are "
-                        "supported by this kubelet"));
+                        ": only configMap, emptyDir, persistentVolumeClaim and claim templates "
+                        "are supported by this kubelet"));
     }
     a.insert(a.end(), {"--volume", absl::StrCat(local, ":", m["mountPath"].get<std::string>(),
                                                 m.value("readOnly", false) ? ":ro" : "")});
@@ -385,6 +391,10 @@ void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
   }
   a.push_back(image);
   for (const json& arg : container.value("args", json::array())) a.push_back(arg);
+}
+
+std::string FakeKubelet::ClaimDir(const std::string& ns, const std::string& claim) const {
+  return absl::StrCat(options_.root_dir, "/", ns, "/claims/", claim);
 }
 
 void FakeKubelet::WriteConfig(Pod& pod) {

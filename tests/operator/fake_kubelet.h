@@ -6,7 +6,7 @@
 //    pod's directories;
 //  - containers (`container_engine`, e.g. "podman"): the pod spec's image runs
 //    as a container with the spec's command, args, env, volumes (ConfigMap,
-//    emptyDir and the claim template's PVC as host directories), security
+//    emptyDir, PVCs and the claim template's PVC as host directories), security
 //    context (runAsNonRoot, runAsUser/Group, fsGroup, readOnlyRootFilesystem,
 //    capabilities, allowPrivilegeEscalation, seccomp) and ports, on
 //    `network` at the fixed IP `pod_ip`, reachable by the DNS names the
@@ -65,6 +65,9 @@ class FakeKubelet {
   std::string Log(const std::string& ns, const std::string& pod) const;
   // Every pod's log, for failure messages.
   std::string AllLogs() const;
+  // The host directory of a PersistentVolumeClaim: one per claim name, shared
+  // by every pod that mounts it (as a ReadWriteMany volume would be).
+  std::string ClaimDir(const std::string& ns, const std::string& claim) const;
 
  private:
   struct Pod {

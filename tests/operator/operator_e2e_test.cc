@@ -303,6 +303,64 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   operators_.clear();
 }
 
+// spec.export (docs/export.md): the operator creates the export claim, kept
+// after the job; an export-request annotation made at creation is answered
+// by trainer 0 while the job trains; the final export, taken once every
+// trainer is done, is in status.export (and `kubectl get`'s Export column)
+// before the job is Succeeded, and `shadowsync eval --model` on it repeats
+// the eval NE and AUC the status reports.
+TEST_F(OperatorE2eTest, ExportsOnRequestAndAtCompletionIntoTheClaim) {
+  StartOperator(/*leader_elect=*/false);
+  json job = Job("exp", 60000, 2, 2);
+  job["metadata"]["annotations"] = {{"shadowsync.io/export-request", "first"}};
+  job["spec"]["export"] = {{"keep", 5}};
+  // Slowed down: training lasts at least 30000 / 64 steps x 20 ms = 9 s
+  // per trainer, so that the request is answered while it runs.
+  job["spec"]["trainer"]["straggler"] = {{"count", 2}, {"delayMs", 20}};
+  ASSERT_TRUE(api_->Create(kJobs, job).ok());
+
+  const std::string claim = kubelet_->ClaimDir("default", "exp-exports");
+  ASSERT_TRUE(WaitFor([&] { return Phase("exp") == "Succeeded"; }, std::chrono::seconds(300)))
+      << JobObject("exp").dump(2);
+  const json status = JobObject("exp")["status"];
+  const json& e = status["export"];
+  EXPECT_EQ(e.value("claim", ""), "exp-exports") << e.dump(2);
+  EXPECT_EQ(e.value("claimCreated", false), true);
+  EXPECT_EQ(e.value("request", ""), "first");
+  const json& latest = e["latest"];
+  EXPECT_EQ(latest.value("final", false), true) << e.dump(2);
+  EXPECT_EQ(latest.value("model", ""), "model-000002") << e.dump(2);
+  EXPECT_GT(latest.value("rows", 0), 0);
+  EXPECT_EQ(latest.value("examplesTrained", 0), 60000);
+
+  // The claim: not owned by the job, so the exports outlive it.
+  const json pvc = Get("/api/v1/namespaces/default/persistentvolumeclaims/exp-exports");
+  ASSERT_FALSE(pvc.empty());
+  EXPECT_FALSE(pvc["metadata"].contains("ownerReferences")) << pvc.dump(2);
+  EXPECT_EQ(pvc["spec"]["accessModes"][0], "ReadWriteMany");
+
+  // The request's export, taken while training ran (unscored), then the final one.
+  const json first =
+      json::parse(testing::ReadFile(claim + "/model-000001/manifest.json"), nullptr, false);
+  ASSERT_TRUE(first.is_object()) << "no on-demand export in " << claim;
+  EXPECT_TRUE(first.value("eval", json::object()).empty()) << first["eval"];
+  EXPECT_LT(first.value("examples_trained", 0), 60000);
+  EXPECT_EQ(testing::ReadFile(claim + "/LATEST"), "model-000002\n");
+
+  const std::string eval_data = dir_.File("nodes/default/exp-trainer-0/volumes/data/data/eval.tsv");
+  std::string out;
+  const std::string cmd = Bin() + " eval --model " + claim + "/model-000002 --data " + eval_data;
+  ASSERT_EQ(testing::RunShell(cmd, &out), 0) << cmd << "\n" << out;
+  const json eval = json::parse(out.substr(out.find('{')), nullptr, false);
+  EXPECT_NEAR(eval["eval_ne"].get<double>(), latest["evalNE"].get<double>(), 1e-6) << out;
+  EXPECT_NEAR(eval["eval_auc"].get<double>(), latest["evalAUC"].get<double>(), 1e-6) << out;
+
+  // Deleting the job collects its children, not the claim.
+  ASSERT_TRUE(api_->Delete(absl::StrCat(kJobs, "/exp")).ok());
+  EXPECT_TRUE(Get("/apis/apps/v1/namespaces/default/statefulsets/exp-trainer").empty());
+  EXPECT_FALSE(Get("/api/v1/namespaces/default/persistentvolumeclaims/exp-exports").empty());
+}
+
 // Trainers 2 -> 3 change only the trainer StatefulSet: the running trainers
 // keep their processes. Parameter servers 2 -> 3 -> 2 reshard live; with the
 // trainers paused around it, every row is still stored exactly once.

@@ -27,6 +27,7 @@ using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::IsSupersetOf;
 using ::testing::Not;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
@@ -118,6 +119,7 @@ class Cluster {
                .pods = pods_,
                .ps = ps,
                .examples_processed = examples_processed,
+               .latest_export = latest_export,
                .now = now};
     Actions a = Reconcile(o, options);
     for (const json& child : a.apply) Store(child);
@@ -166,7 +168,9 @@ class Cluster {
 
   std::optional<PsClusterState> ps;
   std::optional<int64_t> examples_processed;
+  std::optional<json> latest_export;
   absl::Time now = kT0;
+  std::map<std::string, json> claims;  // PersistentVolumeClaims created, by name.
   ReconcileOptions options;
 
  private:
@@ -188,6 +192,9 @@ class Cluster {
       services_[name] = child;
     } else if (kind == "ConfigMap") {
       config_maps_[name] = child;
+    } else if (kind == "PersistentVolumeClaim") {
+      EXPECT_FALSE(claims.contains(name)) << "claim " << name << " created twice";
+      claims[name] = child;
     } else {
       ADD_FAILURE() << "unexpected kind " << kind;
     }
@@ -826,6 +833,98 @@ TEST(ReconcileTest, SuccessAppliesCleanPodPolicyAndTtl) {
   }
 }
 
+// --- Exports ----------------------------------------------------------------------------
+
+// spec.export: the claim is created once, before the StatefulSets, and not
+// owned by the job; only trainers mount it and get the export flags; the
+// annotation reaches the ConfigMap's export-request file.
+TEST(ReconcileTest, ExportsMountTheClaimInTheTrainersAndPassTheRequest) {
+  json job = BaseJob();
+  job["spec"]["export"] = json::object();
+  job["spec"]["export"]["storage"] = {{"size", "5Gi"}, {"storageClassName", "nfs"}};
+  job["metadata"]["annotations"] = {{"shadowsync.io/export-request", "r1"}};
+  Cluster c(job);
+  Actions a = c.Step();
+  ASSERT_FALSE(a.apply.empty());
+  EXPECT_EQ(Names(a.apply).front(), "PersistentVolumeClaim/j-exports");
+  const json& claim = c.claims.at("j-exports");
+  EXPECT_FALSE(claim["metadata"].contains("ownerReferences"));
+  EXPECT_EQ(claim["metadata"]["labels"]["shadowsync.io/job-name"], "j");
+  EXPECT_EQ(claim["spec"]["accessModes"], json({"ReadWriteMany"}));
+  EXPECT_EQ(claim["spec"]["resources"]["requests"]["storage"], "5Gi");
+  EXPECT_EQ(claim["spec"]["storageClassName"], "nfs");
+  EXPECT_EQ(c.status()["export"]["claim"], "j-exports");
+  EXPECT_EQ(c.status()["export"]["claimCreated"], true);
+  EXPECT_EQ(c.ConfigMap()["data"]["export-request"], "r1");
+
+  const json& trainer = c.StatefulSet(Role::kTrainer)["spec"]["template"]["spec"];
+  EXPECT_THAT(trainer["containers"][0]["args"].get<std::vector<std::string>>(),
+              IsSupersetOf({"--export-dir=/var/lib/shadowsync-exports", "--job-uid=uid-1"}));
+  EXPECT_THAT(
+      trainer["volumes"],
+      Contains(json{{"name", "exports"}, {"persistentVolumeClaim", {{"claimName", "j-exports"}}}}));
+  EXPECT_THAT(trainer["containers"][0]["volumeMounts"],
+              Contains(json{{"name", "exports"}, {"mountPath", "/var/lib/shadowsync-exports"}}));
+  for (Role role : {Role::kPs, Role::kSyncer}) {
+    EXPECT_EQ(c.StatefulSet(role).dump().find("exports"), std::string::npos) << RoleName(role);
+  }
+
+  // Created once; a new request value reaches the ConfigMap.
+  c.job()["metadata"]["annotations"]["shadowsync.io/export-request"] = "r2";
+  a = c.Step();
+  EXPECT_THAT(Names(a.apply), Not(Contains("PersistentVolumeClaim/j-exports")));
+  EXPECT_EQ(c.ConfigMap()["data"]["export-request"], "r2");
+}
+
+TEST(ReconcileTest, ANamedExportClaimIsMountedNotCreated) {
+  json job = BaseJob();
+  job["spec"]["export"] = {{"volumeClaimName", "models"}, {"path", "/models"}};
+  Cluster c(job);
+  c.Step();
+  EXPECT_TRUE(c.claims.empty());
+  EXPECT_EQ(c.status()["export"]["claim"], "models");
+  EXPECT_FALSE(c.status()["export"].contains("claimCreated"));
+  const json& trainer = c.StatefulSet(Role::kTrainer)["spec"]["template"]["spec"];
+  EXPECT_THAT(
+      trainer["volumes"],
+      Contains(json{{"name", "exports"}, {"persistentVolumeClaim", {{"claimName", "models"}}}}));
+  EXPECT_THAT(trainer["containers"][0]["args"].get<std::vector<std::string>>(),
+              Contains("--export-dir=/models"));
+  // Without spec.export: no claim, no mount, no request file.
+  Cluster plain;
+  plain.Step();
+  EXPECT_TRUE(plain.claims.empty());
+  EXPECT_FALSE(plain.status().contains("export"));
+  EXPECT_FALSE(plain.ConfigMap()["data"].contains("export-request"));
+}
+
+// With exports, every trainer done is not yet success: trainer 0's final
+// export must be reported first; status.export.latest follows trainer 0.
+TEST(ReconcileTest, WithExportsTheJobSucceedsOnceTheFinalExportIsReported) {
+  json job = BaseJob();
+  job["spec"]["export"] = json::object();
+  Cluster c = RunningCluster(job);
+  c.latest_export = json{{"model", "model-000001"}, {"request", "r1"}, {"final", false}};
+  c.Step();
+  EXPECT_EQ(c.status()["export"]["latest"]["model"], "model-000001");
+  EXPECT_EQ(c.status()["export"]["request"], "r1");
+
+  c.SetPods(Role::kTrainer, 2, {.restart_count = 1, .last_exit = 0});
+  c.latest_export.reset();  // trainer 0 not scraped: the status keeps its export
+  c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(c.Condition("Succeeded")["reason"], "WaitingForFinalExport");
+  EXPECT_EQ(c.status()["export"]["latest"]["model"], "model-000001");
+
+  c.latest_export =
+      json{{"model", "model-000002"}, {"request", "r1"}, {"final", true}, {"rows", 1234},
+           {"evalNE", 0.8},           {"evalAUC", 0.7}};
+  c.Step();
+  EXPECT_EQ(c.status()["phase"], "Succeeded");
+  EXPECT_EQ(c.status()["export"]["latest"]["model"], "model-000002");
+  EXPECT_EQ(c.status()["export"]["latest"]["evalNE"], 0.8);
+}
+
 TEST(ReconcileTest, FinishedIsFinal) {
   Cluster c = RunningCluster();
   c.SetPods(Role::kTrainer, 2, {.exit_now = 0});
@@ -890,11 +989,16 @@ TEST(ReconcileTest, InvalidSpecCreatesNothingAndFails) {
          spec["init"] = {{"fromModel", "/models/m"}};
        },
        "spec.init.fromModel: warm starts are not supported on Kubernetes yet"},
-      {"an export",
+      {"an export path that is no mount path",
        [](json& spec) {
-         spec["export"] = {{"keep", 5}};
+         spec["export"] = {{"path", "exports"}};
        },
-       "spec.export: exports are not supported on Kubernetes yet"},
+       "spec.export.path: on Kubernetes, the absolute path"},
+      {"an export claim that is no name",
+       [](json& spec) {
+         spec["export"] = {{"volumeClaimName", "My_Claim"}};
+       },
+       "spec.export.volumeClaimName"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);

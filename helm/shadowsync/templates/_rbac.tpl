@@ -30,6 +30,11 @@ and records events. No secrets, no wildcards.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# The export claim a job with spec.export and no volumeClaimName gets;
+# it is created once and kept after the job (docs/export.md).
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create"]
 # Pods are read for phases, readiness, restarts and trainer completion; the
 # StatefulSet controller creates and deletes them.
 - apiGroups: [""]
