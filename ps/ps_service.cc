@@ -11,7 +11,6 @@
 #include <string_view>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_security.h"
@@ -893,8 +892,9 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
         error = StageLocked();
         ++chunks_;
         if (error.ok() && chunk_.done()) {
-          error = VerifyLocked();
-          apply = error.ok();
+          total_rows_ = chunk_.total_rows();
+          done_checksum_ = chunk_.checksum();
+          apply = true;
         }
       }
     }
@@ -911,6 +911,8 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
 
  private:
   absl::Status StageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int n = chunk_.rows_size();
+    if (n == 0) return absl::OkStatus();
     const std::shared_ptr<const ShardMap> map = service_->shard_map();
     uint32_t self = 0;
     {
@@ -918,82 +920,96 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
       self = service_->self_index_;
     }
     const uint32_t num_slots = service_->num_slots_;
-    if (chunk_.slot() >= num_slots && chunk_.rows_size() > 0) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunks_, ".slot = ", chunk_.slot(),
+    const uint32_t slot = chunk_.slot();
+    if (slot >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunks_, ".slot = ", slot,
                                                      " but this server has ", num_slots, " slots"));
     }
-    for (int i = 0; i < chunk_.rows_size(); ++i) {
+    // A chunk holds one slot's rows: ownership is checked once.
+    if (chunk_.incoming()) {
+      if (map != nullptr && map->owner_of_slot(slot) == self) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("chunk ", chunks_, " is incoming but slot ", slot,
+                         " is already owned and served by this server at epoch ", map->epoch()));
+      }
+    } else if (map != nullptr && map->owner_of_slot(slot) != self) {
+      return WrongOwnerError(slot, map->epoch(), map->owner_of_slot(slot));
+    }
+    const int row_floats = service_->row_floats_;
+    for (int i = 0; i < n; ++i) {
       const v1::SlotRow& row = chunk_.rows(i);
       if (row.table() >= service_->num_tables_) {
         return absl::InvalidArgumentError(
             absl::StrCat("chunk ", chunks_, " rows[", i, "].table: unknown table ", row.table(),
                          "; this server has ", service_->num_tables_, " tables"));
       }
-      if (row.values_size() != service_->row_floats_) {
+      if (row.values_size() != row_floats) {
         return absl::InvalidArgumentError(absl::StrCat(
             "chunk ", chunks_, " rows[", i, "].values: ", row.values_size(), " floats, want ",
-            service_->row_floats_, " (dim ", service_->dim_, " plus optimizer state)"));
+            row_floats, " (dim ", service_->dim_, " plus optimizer state)"));
       }
-      const uint32_t slot = SlotOf(row.table(), row.id(), num_slots);
-      if (slot != chunk_.slot()) {
+      const uint32_t row_slot = SlotOf(row.table(), row.id(), num_slots);
+      if (row_slot != slot) {
         return absl::InvalidArgumentError(
             absl::StrCat("chunk ", chunks_, " rows[", i, "]: (table ", row.table(), ", id ",
-                         row.id(), ") is in slot ", slot, ", chunk says slot ", chunk_.slot()));
+                         row.id(), ") is in slot ", row_slot, ", chunk says slot ", slot));
       }
-      if (chunk_.incoming()) {
-        if (map != nullptr && map->owner_of_slot(slot) == self) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("chunk ", chunks_, " is incoming but slot ", slot,
-                           " is already owned and served by this server at epoch ", map->epoch()));
-        }
-      } else if (map != nullptr && map->owner_of_slot(slot) != self) {
-        return WrongOwnerError(slot, map->epoch(), map->owner_of_slot(slot));
-      }
-      if (!seen_.insert({row.table(), row.id()}).second) {
-        return absl::InvalidArgumentError(absl::StrCat("chunk ", chunks_, " rows[", i, "]: (table ",
-                                                       row.table(), ", id ", row.id(),
-                                                       ") was already sent"));
-      }
-      const int64_t row_bytes =
-          static_cast<int64_t>(sizeof(StoredRow) + row.values_size() * sizeof(float));
-      staged_bytes_ += row_bytes;
-      const int64_t server_staged = service_->ChargeImportStaging(row_bytes);
-      if (server_staged > service_->options_.max_import_bytes) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "ImportSlots: the server's import streams would stage ", server_staged,
-            " bytes (this one ", staged_bytes_, ") at row ", rows_.size(),
-            ", over its staging limit of ", service_->options_.max_import_bytes,
-            " bytes; nothing stored; import fewer slots per stream or fewer streams at once"));
-      }
-      StoredRow& staged = rows_.emplace_back();
-      staged.table = row.table();
-      staged.id = row.id();
-      staged.values.assign(row.values().begin(), row.values().end());
-      checksum_ += RowValueHash(staged.table, staged.id, staged.values);
+    }
+    // Charged a chunk at a time: the budget is shared with the server's
+    // other streams.
+    const int64_t bytes = n * ImportStagedBytesPerRow(row_floats);
+    staged_bytes_ += bytes;
+    const int64_t server_staged = service_->ChargeImportStaging(bytes);
+    if (server_staged > service_->options_.max_import_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ImportSlots: the server's import streams would stage ", server_staged,
+          " bytes (this one ", staged_bytes_, ") at chunk ", chunks_,
+          ", over its staging limit of ", service_->options_.max_import_bytes,
+          " bytes; nothing stored; import fewer slots per stream or fewer streams at once"));
+    }
+    const size_t first = rows_.size();
+    rows_.tables.resize(first + n);
+    rows_.ids.resize(first + n);
+    rows_.values.resize((first + n) * row_floats);
+    for (int i = 0; i < n; ++i) {
+      const v1::SlotRow& row = chunk_.rows(i);
+      rows_.tables[first + i] = row.table();
+      rows_.ids[first + i] = row.id();
+      float* values = rows_.values.data() + (first + i) * row_floats;
+      std::memcpy(values, row.values().data(), row_floats * sizeof(float));
+      checksum_ += RowValueHash(row.table(), row.id(), std::span<const float>(values, row_floats));
     }
     return absl::OkStatus();
   }
 
+  // The staged rows against the done chunk's count and checksum, after a
+  // check that no key came twice (which would also throw the count off).
   absl::Status VerifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (chunk_.total_rows() != rows_.size()) {
-      return absl::DataLossError(
-          absl::StrCat("ImportSlots: done.total_rows = ", chunk_.total_rows(), " but ",
-                       rows_.size(), " rows arrived; nothing stored"));
+    if (absl::Status sorted = SortRowBlock(service_->num_slots_, &rows_); !sorted.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ImportSlots: ", sorted.message(), " in the stream; nothing stored"));
     }
-    if (chunk_.checksum() != checksum_) {
+    if (total_rows_ != rows_.size()) {
+      return absl::DataLossError(absl::StrCat("ImportSlots: done.total_rows = ", total_rows_,
+                                              " but ", rows_.size(),
+                                              " rows arrived; nothing stored"));
+    }
+    if (done_checksum_ != checksum_) {
       return absl::DataLossError(absl::StrFormat(
           "ImportSlots: done.checksum = %#x but the %d rows received hash to %#x; nothing stored",
-          chunk_.checksum(), rows_.size(), checksum_));
+          done_checksum_, rows_.size(), checksum_));
     }
     return absl::OkStatus();
   }
 
-  // Executor thread; no read is outstanding.
+  // Executor thread; no read is outstanding. Sorting and verifying happen
+  // here too, off gRPC's threads.
   void Apply() {
     absl::Status status;
     {
       MutexLock lock(&mu_);
-      status = service_->store_->ImportRows(rows_);
+      status = VerifyLocked();
+      if (status.ok()) status = service_->store_->ImportRowBlock(rows_);
       if (status.ok()) {
         response_->set_rows(rows_.size());
         response_->set_checksum(checksum_);
@@ -1007,8 +1023,7 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
     {
       MutexLock lock(&mu_);
       bytes_in = bytes_in_;
-      rows_.clear();
-      rows_.shrink_to_fit();
+      rows_ = RowBlock();
       service_->ChargeImportStaging(-staged_bytes_);
       staged_bytes_ = 0;
     }
@@ -1017,21 +1032,17 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
     Finish(ToGrpcStatus(status));
   }
 
-  struct PairHash {
-    size_t operator()(const std::pair<uint32_t, uint64_t>& k) const {
-      return static_cast<size_t>(HashId(k.first, k.second));
-    }
-  };
-
   PsService* const service_;
   v1::ImportSlotsResponse* const response_;
   const Clock::time_point start_ = Clock::now();
   v1::SlotChunk chunk_;  // Filled by gRPC; read only in OnReadDone.
   Mutex mu_;
   int64_t chunks_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<StoredRow> rows_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::pair<uint32_t, uint64_t>, PairHash> seen_ ABSL_GUARDED_BY(mu_);
+  RowBlock rows_ ABSL_GUARDED_BY(mu_);
   uint64_t checksum_ ABSL_GUARDED_BY(mu_) = 0;
+  // From the done chunk.
+  uint64_t total_rows_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t done_checksum_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
 };

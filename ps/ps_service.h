@@ -105,6 +105,12 @@ class PsMetrics {
   std::array<std::array<std::atomic<prometheus::Counter*>, kNumCodes>, kNumRpcs> errors_{};
 };
 
+// Bytes an ImportSlots stream stages per row (its key and `row_floats`
+// values), as charged against PsServiceOptions::max_import_bytes.
+constexpr int64_t ImportStagedBytesPerRow(int row_floats) {
+  return static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * sizeof(float));
+}
+
 struct PsServiceOptions {
   // Ids per Lookup or PushGradients request, summed over its tables; more is
   // RESOURCE_EXHAUSTED. Default: 1Mi.
@@ -112,7 +118,8 @@ struct PsServiceOptions {
   // Rows per SlotChunk of an ExportSlots stream. Default: 1024.
   int export_chunk_rows = 1024;
   // Bytes of rows all open ImportSlots streams together may stage before
-  // they are applied; a stream whose row would pass it is RESOURCE_EXHAUSTED
+  // they are applied (ImportStagedBytesPerRow each); a stream whose chunk
+  // would pass it is RESOURCE_EXHAUSTED
   // and stores nothing (import fewer slots per stream, or fewer streams at
   // once). Default: 1 GiB.
   int64_t max_import_bytes = int64_t{1} << 30;
@@ -198,7 +205,8 @@ class PsService final : public v1::ParameterServer::CallbackService {
   // Stages every row of the stream and applies them in one atomic batch only
   // once a done chunk arrives whose total_rows and checksum match what was
   // received. A stream that ends without a done chunk (ABORTED), a count or
-  // checksum mismatch (DATA_LOSS), a malformed row (INVALID_ARGUMENT), a row of
+  // checksum mismatch (DATA_LOSS), a malformed row or a key sent twice
+  // (INVALID_ARGUMENT), a row of
   // a slot this server does not own (WRONG_OWNER) or the staging limit
   // (RESOURCE_EXHAUSTED) stores nothing.
   grpc::ServerReadReactor<v1::SlotChunk>* ImportSlots(grpc::CallbackServerContext* context,

@@ -869,6 +869,9 @@ class RowStoreImpl final : public RowStore {
     // Write-back: the redo log carries sync_writes; RocksDB's WAL is synced
     // before any log it makes redundant is deleted.
     write_options_.sync = options_.sync_writes && !write_back_;
+    // Imports in write-back mode: the redo log carries them (see
+    // ImportRowBlock), so RocksDB's WAL would be a second copy.
+    import_write_options_.disableWAL = true;
   }
 
   ~RowStoreImpl() override;
@@ -885,6 +888,7 @@ class RowStoreImpl final : public RowStore {
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) override;
   absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() override;
   absl::Status ImportRows(std::span<const StoredRow> rows) override;
+  absl::Status ImportRowBlock(const RowBlock& rows) override;
   absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) override;
   absl::StatusOr<int64_t> Checkpoint(const std::string& path) override;
   absl::StatusOr<Checksums> ComputeChecksums() override;
@@ -893,6 +897,12 @@ class RowStoreImpl final : public RowStore {
   const RowStoreOptions& options() const override { return options_; }
 
  private:
+  // What the store knows of a slot's rows (slot_state_). Every row of an
+  // unknown slot predates Open, so RocksDB has a key for it.
+  static constexpr uint8_t kSlotUnknown = 0;
+  static constexpr uint8_t kSlotEmpty = 1;  // no row, cached or stored
+  static constexpr uint8_t kSlotMayHaveRows = 2;
+
   // Marker values of PushScratch::pos for rows not in the cache.
   static constexpr int64_t kMissStored = -1;    // read from RocksDB
   static constexpr int64_t kMissNew = -2;       // not stored; admitted now
@@ -960,7 +970,19 @@ class RowStoreImpl final : public RowStore {
 
   bool Admit(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Writes batch_ to RocksDB; a failure fails the store (see failure_).
-  absl::Status WriteBatchLocked(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status WriteBatchLocked(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) {
+    return WriteBatchLocked(what, write_options_);
+  }
+  absl::Status WriteBatchLocked(const char* what, const rocksdb::WriteOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Whether RocksDB holds a row of a slot in [begin, end).
+  absl::StatusOr<bool> AnyRowInDbLocked(uint32_t begin, uint32_t end) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // How many of `rows` (in key order, `keys` their encoded keys) are stored
+  // nowhere yet; marks their slots as holding rows.
+  absl::StatusOr<int64_t> CountNewRowsLocked(const RowBlock& rows, const char* keys,
+                                             const uint32_t* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Appends a finished record to the redo log (write-back mode only);
   // `carried` for rows a checkpoint re-logs.
   absl::Status AppendLocked(std::string_view record, bool carried = false)
@@ -1026,6 +1048,7 @@ class RowStoreImpl final : public RowStore {
   const fs::path redo_dir_;
   const std::unique_ptr<rocksdb::DB> db_;
   rocksdb::WriteOptions write_options_;
+  rocksdb::WriteOptions import_write_options_;
   rocksdb::ReadOptions read_options_;
 
   // Has its own synchronisation.
@@ -1062,6 +1085,11 @@ class RowStoreImpl final : public RowStore {
   // fails with it. Restarting replays the log.
   absl::Status failure_ ABSL_GUARDED_BY(write_mu_);
   int64_t rows_stored_ ABSL_GUARDED_BY(write_mu_) = 0;
+  // Per slot: kSlotUnknown, kSlotEmpty or kSlotMayHaveRows.
+  std::vector<uint8_t> slot_state_ ABSL_GUARDED_BY(write_mu_);
+  // The newest redo-log generation holding an import that skipped RocksDB's
+  // WAL (0: none since the last memtable flush a checkpoint made).
+  uint64_t unlogged_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::unique_ptr<RedoLog> log_ ABSL_GUARDED_BY(write_mu_);
   uint64_t log_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
   RecordBuilder record_ ABSL_GUARDED_BY(write_mu_);
@@ -1113,6 +1141,11 @@ RowStoreImpl::~RowStoreImpl() {
         status =
             FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
                       "persist row count");
+      }
+      // Imported rows skipped the WAL: only the logs hold them until the
+      // memtable is in SST files.
+      if (status.ok() && unlogged_generation_ != 0) {
+        status = FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush imported rows");
       }
       generation = log_generation_;
       log_.reset();
@@ -1200,6 +1233,10 @@ absl::Status RowStoreImpl::Start() {
     SS_RETURN_IF_ERROR(Recover());
     rows_stored_published_.store(rows_stored_);
     if (write_back_) SS_RETURN_IF_ERROR(RotateLogLocked());
+    // A store without rows knows every slot empty, so an import into it
+    // reads nothing back; otherwise each slot is checked when first needed.
+    SS_ASSIGN_OR_RETURN(const bool any, AnyRowInDbLocked(0, options_.num_slots));
+    slot_state_.assign(options_.num_slots, any ? kSlotUnknown : kSlotEmpty);
   }
 
   if (track_access_) {
@@ -1343,8 +1380,9 @@ absl::Status RowStoreImpl::AppendLocked(std::string_view record, bool carried) {
   return status;
 }
 
-absl::Status RowStoreImpl::WriteBatchLocked(const char* what) {
-  const rocksdb::Status written = DbWrite(write_options_, &batch_);
+absl::Status RowStoreImpl::WriteBatchLocked(const char* what,
+                                            const rocksdb::WriteOptions& options) {
+  const rocksdb::Status written = DbWrite(options, &batch_);
   if (written.ok()) return absl::OkStatus();
   absl::Status status = FromRocks(written, absl::StrCat(what, " in ", options_.db_path));
   failure_ = absl::UnavailableError(
@@ -1411,6 +1449,20 @@ absl::Status RowStoreImpl::RunCheckpoint() {
     SS_RETURN_IF_ERROR(SyncLogLocked());
   }
   SS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), absl::StrCat("sync WAL of ", options_.db_path)));
+  // Rows imported under the old logs skipped RocksDB's WAL: until the
+  // memtable holding them is flushed to SST files (synced), the old logs are
+  // their only durable copy. Imports after the rotation are in the new log.
+  bool unlogged = false;
+  {
+    MutexLock w(&write_mu_);
+    unlogged = unlogged_generation_ != 0 && unlogged_generation_ <= limit;
+  }
+  if (unlogged) {
+    SS_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()),
+                                 absl::StrCat("flush imported rows of ", options_.db_path)));
+    MutexLock w(&write_mu_);
+    if (unlogged_generation_ <= limit) unlogged_generation_ = 0;
+  }
   SS_RETURN_IF_ERROR(DeleteLogsUpTo(limit));
   checkpoints_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
@@ -1919,6 +1971,7 @@ absl::Status RowStoreImpl::Push(std::span<const model::TableRows> grads) {
                                 std::span<float>(next, dim_));
         std::fill(next + dim_, next + row_floats_, 0.0f);
         sc.pos[u] = kMissNew;
+        slot_state_[row.slot] = kSlotMayHaveRows;
         ++new_rows;
       } else {
         sc.pos[u] = kMissRejected;
@@ -2211,72 +2264,171 @@ absl::Status RowStoreImpl::ImportRows(std::span<const StoredRow> rows) {
     }
   }
   if (rows.empty()) return absl::OkStatus();
+  // Key order, the last of a repeated key winning.
+  std::vector<std::tuple<uint32_t, uint32_t, uint64_t, size_t>> order(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    order[i] = {SlotOf(rows[i].table, rows[i].id, options_.num_slots), rows[i].table, rows[i].id,
+                i};
+  }
+  std::sort(order.begin(), order.end());
+  RowBlock block;
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k + 1 < order.size() && std::get<0>(order[k]) == std::get<0>(order[k + 1]) &&
+        std::get<1>(order[k]) == std::get<1>(order[k + 1]) &&
+        std::get<2>(order[k]) == std::get<2>(order[k + 1])) {
+      continue;
+    }
+    const StoredRow& row = rows[std::get<3>(order[k])];
+    block.tables.push_back(row.table);
+    block.ids.push_back(row.id);
+    block.values.insert(block.values.end(), row.values.begin(), row.values.end());
+  }
+  return ImportRowBlock(block);
+}
+
+absl::StatusOr<bool> RowStoreImpl::AnyRowInDbLocked(uint32_t begin, uint32_t end) const {
+  const std::string upper = SlotBound(end);
+  const rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  read.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+  it->Seek(SlotBound(begin));
+  const bool any = it->Valid();
+  SS_RETURN_IF_ERROR(FromRocks(
+      it->status(), absl::StrCat("scan slots [", begin, ", ", end, ") of ", options_.db_path)));
+  return any;
+}
+
+absl::StatusOr<int64_t> RowStoreImpl::CountNewRowsLocked(const RowBlock& rows, const char* keys,
+                                                         const uint32_t* slots) {
+  const size_t n = rows.size();
+  // Rows of empty slots are new; the others are new unless cached or in
+  // RocksDB (one MultiGet).
+  int64_t new_rows = 0;
+  PushScratch& sc = push_;
+  sc.misses.clear();
+  for (size_t begin = 0, end = 0; begin < n; begin = end) {
+    const uint32_t slot = slots[begin];
+    for (end = begin + 1; end < n && slots[end] == slot; ++end) {
+    }
+    uint8_t& state = slot_state_[slot];
+    if (state == kSlotUnknown) {
+      SS_ASSIGN_OR_RETURN(const bool any, AnyRowInDbLocked(slot, slot + 1));
+      state = any ? kSlotMayHaveRows : kSlotEmpty;
+    }
+    if (state == kSlotEmpty) {
+      new_rows += static_cast<int64_t>(end - begin);
+    } else {
+      for (size_t i = begin; i < end; ++i) {
+        const RowKey key{rows.tables[i], rows.ids[i]};
+        Shard& shard = shards_[ShardOf(HashId(key.table, key.id))];
+        ReaderMutexLock l(&shard.mu);
+        if (shard.Find(key) < 0) sc.misses.push_back(static_cast<uint32_t>(i));
+      }
+    }
+    state = kSlotMayHaveRows;
+  }
+  const size_t m = sc.misses.size();
+  if (m == 0) return new_rows;
+  char* get_keys = sc.get.Prepare(m);
+  for (size_t j = 0; j < m; ++j) {
+    std::memcpy(get_keys + j * kKeySize, keys + size_t{sc.misses[j]} * kKeySize, kKeySize);
+  }
+  sc.get.Run(db_.get(), read_options_, m);
+  absl::Status status;
+  for (size_t j = 0; j < m && status.ok(); ++j) {
+    bool found = false;
+    const uint32_t i = sc.misses[j];
+    status =
+        ReadStoredRow(sc.get.values[j], sc.get.statuses[j], rows.tables[i], rows.ids[i], &found);
+    new_rows += !found;
+  }
+  sc.get.Release(m);
+  SS_RETURN_IF_ERROR(status);
+  return new_rows;
+}
+
+absl::Status RowStoreImpl::ImportRowBlock(const RowBlock& rows) {
+  const size_t n = rows.size();
+  if (rows.tables.size() != n || rows.values.size() != n * row_floats_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row block: ", rows.tables.size(), " tables, ", n, " ids and ", rows.values.size(),
+        " values; want one table per id and ", row_floats_, " values per row (dim ", dim_, " + ",
+        row_floats_ - dim_, " optimizer state)"));
+  }
+  if (n == 0) return absl::OkStatus();
+  // Keys in order, checked before anything is locked.
+  std::vector<char> keys(n * kKeySize);
+  std::vector<uint32_t> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t table = rows.tables[i];
+    if (table >= options_.tables.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rows[", i, "]: table ", table,
+                                                     " unknown (store has ", options_.tables.size(),
+                                                     " tables)"));
+    }
+    slots[i] = SlotOf(table, rows.ids[i], options_.num_slots);
+    char* key = keys.data() + i * kKeySize;
+    EncodeRowKey(slots[i], table, rows.ids[i], key);
+    if (i > 0) {
+      const int order = std::memcmp(key - kKeySize, key, kKeySize);
+      if (order >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rows[", i, "] (table ", table, ", id ", rows.ids[i], ") ",
+                         order == 0 ? "repeats rows[" : "sorts before rows[", i - 1,
+                         "]; a row block is in key order, each key once (SortRowBlock)"));
+      }
+    }
+  }
 
   MutexLock f(&flush_mu_);
   MutexLock w(&write_mu_);
   SS_RETURN_IF_ERROR(failure_);
   WriterSection writing(write_seq_);
-  PushScratch& sc = push_;
-  // Which keys are new (stored neither in the cache nor in RocksDB),
-  // counting a key repeated within the call once.
-  sc.dedup.Reset(rows.size());
-  sc.misses.clear();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const RowKey key{rows[i].table, rows[i].id};
-    const uint64_t h = HashId(key.table, key.id);
-    const uint32_t next = static_cast<uint32_t>(i);
-    if (sc.dedup.FindOrInsert(h, key.table, key.id, next) != next) continue;
-    Shard& shard = shards_[ShardOf(h)];
-    ReaderMutexLock l(&shard.mu);
-    if (shard.Find(key) < 0) sc.misses.push_back(next);
-  }
-  const size_t m = sc.misses.size();
-  char* keys = sc.get.Prepare(m);
-  for (size_t j = 0; j < m; ++j) {
-    KeyOf(RowKey{rows[sc.misses[j]].table, rows[sc.misses[j]].id}, keys + j * kKeySize);
-  }
-  sc.get.Run(db_.get(), read_options_, m);
-  int64_t new_rows = 0;
-  absl::Status status;
-  for (size_t j = 0; j < m && status.ok(); ++j) {
-    bool found = false;
-    const StoredRow& row = rows[sc.misses[j]];
-    status = ReadStoredRow(sc.get.values[j], sc.get.statuses[j], row.table, row.id, &found);
-    new_rows += !found;
-  }
-  sc.get.Release(m);
-  SS_RETURN_IF_ERROR(status);
+  SS_ASSIGN_OR_RETURN(const int64_t new_rows, CountNewRowsLocked(rows, keys.data(), slots.data()));
 
   // Logged, then written to RocksDB directly (imports are bulk; they would
   // only displace hot rows from the cache).
-  char key[kKeySize];
+  const char* values = reinterpret_cast<const char*>(rows.values.data());
   if (write_back_) {
-    std::string& record = record_.Start(RecordType::kRows, rows_stored_ + new_rows,
-                                        static_cast<uint32_t>(rows.size()));
-    for (const StoredRow& row : rows) {
-      KeyOf(RowKey{row.table, row.id}, key);
-      record.append(key, kKeySize);
-      record.append(reinterpret_cast<const char*>(row.values.data()), row_bytes_);
+    std::string& record =
+        record_.Start(RecordType::kRows, rows_stored_ + new_rows, static_cast<uint32_t>(n));
+    record.reserve(record.size() + n * (kKeySize + row_bytes_));
+    for (size_t i = 0; i < n; ++i) {
+      record.append(keys.data() + i * kKeySize, kKeySize);
+      record.append(values + i * row_bytes_, row_bytes_);
     }
     SS_RETURN_IF_ERROR(AppendLocked(record_.Finish()));
   }
   batch_.Clear();
-  for (const StoredRow& row : rows) {
-    KeyOf(RowKey{row.table, row.id}, key);
-    batch_.Put(rocksdb::Slice(key, kKeySize),
-               rocksdb::Slice(reinterpret_cast<const char*>(row.values.data()), row_bytes_));
+  for (size_t i = 0; i < n; ++i) {
+    batch_.Put(rocksdb::Slice(keys.data() + i * kKeySize, kKeySize),
+               rocksdb::Slice(values + i * row_bytes_, row_bytes_));
   }
-  if (!write_back_ && new_rows > 0) {
-    batch_.Put(MetaKey(kRowCountKey), RowCountValue(rows_stored_ + new_rows));
+  if (write_back_) {
+    // The redo log record above is the durable copy until a checkpoint
+    // flushes the memtable (RunCheckpoint), as for a push's cached rows.
+    SS_RETURN_IF_ERROR(WriteBatchLocked("write imported rows", import_write_options_));
+    unlogged_generation_ = log_generation_;
+  } else {
+    if (new_rows > 0) batch_.Put(MetaKey(kRowCountKey), RowCountValue(rows_stored_ + new_rows));
+    SS_RETURN_IF_ERROR(WriteBatchLocked("write imported rows"));
   }
-  SS_RETURN_IF_ERROR(WriteBatchLocked("write imported rows"));
   rows_stored_ += new_rows;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
 
-  // Cached copies are stale now: drop them (the next read refills).
+  // Cached copies are stale now: drop them (the next read refills). A bulk
+  // import into a server that has cached nothing skips the per-row probes.
+  bool any_cached = false;
+  for (int s = 0; s < kNumShards && write_back_ && !any_cached; ++s) {
+    ReaderMutexLock l(&shards_[s].mu);
+    any_cached = shards_[s].size > 0;
+  }
+  if (!any_cached && !track_access_) return absl::OkStatus();
   const int64_t now = track_access_ ? NowMs() : 0;
-  for (const StoredRow& row : rows) {
-    const RowKey k{row.table, row.id};
+  for (size_t i = 0; i < n; ++i) {
+    const RowKey k{rows.tables[i], rows.ids[i]};
     Shard& shard = shards_[ShardOf(HashId(k.table, k.id))];
     MutexLock l(&shard.mu);
     shard.Erase(k);
@@ -2319,6 +2471,7 @@ absl::StatusOr<int64_t> RowStoreImpl::DropSlots(const std::vector<uint32_t>& slo
   for (uint32_t slot : sorted) batch_.DeleteRange(SlotBound(slot), SlotBound(slot + 1));
   if (!write_back_) batch_.Put(MetaKey(kRowCountKey), RowCountValue(rows_stored_ - dropped));
   SS_RETURN_IF_ERROR(WriteBatchLocked("drop slots"));
+  for (uint32_t slot : sorted) slot_state_[slot] = kSlotEmpty;
   rows_stored_ -= dropped;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
 
@@ -2518,6 +2671,45 @@ absl::Status CopyCheckpoint(const fs::path& from, const fs::path& to) {
 }
 
 }  // namespace
+
+absl::Status SortRowBlock(uint32_t num_slots, RowBlock* rows) {
+  const size_t n = rows->size();
+  if (rows->tables.size() != n || (n > 0 && rows->values.size() % n != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("row block: ", rows->tables.size(), " tables, ",
+                                                   n, " ids and ", rows->values.size(), " values"));
+  }
+  using Key = std::tuple<uint32_t, uint32_t, uint64_t>;
+  auto key_of = [&](size_t i) {
+    return Key{SlotOf(rows->tables[i], rows->ids[i], num_slots), rows->tables[i], rows->ids[i]};
+  };
+  bool sorted = true;
+  for (size_t i = 1; i < n && sorted; ++i) sorted = key_of(i - 1) < key_of(i);
+  if (!sorted) {
+    std::vector<std::pair<Key, size_t>> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = {key_of(i), i};
+    std::sort(order.begin(), order.end());
+    const size_t row_floats = n == 0 ? 0 : rows->values.size() / n;
+    RowBlock out;
+    out.tables.resize(n);
+    out.ids.resize(n);
+    out.values.resize(rows->values.size());
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = order[k].second;
+      out.tables[k] = rows->tables[i];
+      out.ids[k] = rows->ids[i];
+      std::memcpy(out.values.data() + k * row_floats, rows->values.data() + i * row_floats,
+                  row_floats * sizeof(float));
+    }
+    *rows = std::move(out);
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if (rows->tables[i] == rows->tables[i - 1] && rows->ids[i] == rows->ids[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("(table ", rows->tables[i], ", id ", rows->ids[i], ") appears twice"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(RowStoreOptions options) {
   SS_RETURN_IF_ERROR(ValidateOptions(options));

@@ -112,6 +112,30 @@ struct StoredRow {
   std::vector<float> values;
 };
 
+// Rows packed for a bulk import (RowStore::ImportRowBlock): row i is
+// (tables[i], ids[i]) with its dim values then optimizer state at
+// values[i * row_floats, (i + 1) * row_floats). One allocation per field
+// instead of one per row.
+struct RowBlock {
+  std::vector<uint32_t> tables;
+  std::vector<uint64_t> ids;
+  std::vector<float> values;
+
+  size_t size() const { return ids.size(); }
+  void Clear() {
+    tables.clear();
+    ids.clear();
+    values.clear();
+  }
+};
+
+// Puts `rows` in RocksDB key order (slot = H(table, id) mod num_slots, then
+// table, then id), which ImportRowBlock requires; rows already in it (a
+// resharder's or exporter's stream) cost one pass. InvalidArgument
+// "(table 3, id 17) appears twice" for a repeated key; `rows` is then in
+// key order but still holds both.
+absl::Status SortRowBlock(uint32_t num_slots, RowBlock* rows);
+
 // The owner index a RowStore reports in WrongOwnerError: it knows which slots
 // it owns, not who owns the others (the service, which has the shard map,
 // may substitute the real owner).
@@ -193,7 +217,16 @@ class RowStore {
                                     const std::function<absl::Status(const StoredRow&)>& visit) = 0;
   };
   virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() = 0;
+  // A repeated key within one call: the last occurrence is stored.
   virtual absl::Status ImportRows(std::span<const StoredRow> rows) = 0;
+  // The bulk form: rows in key order with no key twice (SortRowBlock), else
+  // InvalidArgument and nothing written. Rows go to RocksDB as one sorted
+  // batch (its memtable inserts then each start where the last ended);
+  // slots known to hold no row skip the read that counts new rows; with a
+  // cache, the batch skips RocksDB's WAL, the redo log record making it
+  // durable as it does a push (a checkpoint flushes the memtable before it
+  // deletes that log).
+  virtual absl::Status ImportRowBlock(const RowBlock& rows) = 0;
   virtual absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) = 0;
 
   // A RocksDB checkpoint (hard links) at `path`, which must not exist

@@ -1204,6 +1204,25 @@ class PsServiceImportTest : public PsServiceBadInputTest {
   uint64_t empty_ = 0;
 };
 
+// A stream's rows may come in any order (the server sorts them into key
+// order before it writes them).
+TEST_F(PsServiceImportTest, RowsInAnyOrderAreImported) {
+  std::vector<v1::SlotChunk> chunks(chunks_.rbegin() + 1, chunks_.rend());  // slots descending
+  for (v1::SlotChunk& c : chunks) {
+    std::reverse(c.mutable_rows()->begin(), c.mutable_rows()->end());
+  }
+  chunks.push_back(chunks_.back());  // the done chunk last
+  v1::ImportSlotsResponse response;
+  const grpc::Status s = Import(*nodes_[fresh_].stub, chunks, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.rows(), chunks_.back().total_rows());
+  EXPECT_EQ(response.checksum(), chunks_.back().checksum());
+  auto stats = Stats(fresh_);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->rows_stored(), chunks_.back().total_rows());
+  EXPECT_EQ(stats->value_checksum(), empty_ + chunks_.back().checksum());
+}
+
 TEST_F(PsServiceImportTest, TruncatedStreamStoresNothing) {
   std::vector<v1::SlotChunk> truncated(chunks_.begin(), chunks_.end() - 1);  // No done chunk.
   v1::ImportSlotsResponse response;
@@ -1247,7 +1266,8 @@ TEST_F(PsServiceImportTest, MalformedRowsStoreNothing) {
   chunks = chunks_;
   *chunks[1].add_rows() = chunks[1].rows(0);
   EXPECT_GRPC_ERROR(Import(*nodes_[fresh_].stub, chunks, &response), INVALID_ARGUMENT,
-                    "was already sent");
+                    absl::StrCat("(table ", chunks[1].rows(0).table(), ", id ",
+                                 chunks[1].rows(0).id(), ") appears twice in the stream"));
   ExpectFreshStillEmpty();
 }
 
@@ -1276,8 +1296,7 @@ TEST_F(PsServiceImportTest, IncomingRowsOfOwnedSlotsAreRefused) {
 // refused and stores nothing; the first still completes, and releases its
 // bytes when it ends.
 TEST_F(PsServiceImportTest, StagingLimitIsSharedByConcurrentStreams) {
-  const int64_t row_bytes = static_cast<int64_t>(sizeof(ps::StoredRow) +
-                                                 chunks_[0].rows(0).values_size() * sizeof(float));
+  const int64_t row_bytes = ps::ImportStagedBytesPerRow(chunks_[0].rows(0).values_size());
   int64_t stream_bytes = 0, held_bytes = 0;  // Every chunk; every chunk but the done one.
   for (size_t i = 0; i < chunks_.size(); ++i) {
     stream_bytes += chunks_[i].rows_size() * row_bytes;

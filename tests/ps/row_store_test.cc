@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -679,6 +680,93 @@ TEST_F(RowStoreTest, ImportReplacesCachedRowsAndValidatesInput) {
   EXPECT_EQ(store->stats().rows_stored, 1);
 }
 
+// The bulk import takes rows in key order, each key once; SortRowBlock puts
+// them so and finds a repeated key. ImportRows keeps the last of a repeat.
+TEST_F(RowStoreTest, ImportRowBlockWantsKeyOrderAndSortRowBlockGivesIt) {
+  RowStoreOptions o = Options();
+  auto store = Open(o);
+  RowBlock block;
+  for (uint64_t id = 0; id < 40; ++id) {
+    block.tables.push_back(static_cast<uint32_t>(id % 3));
+    block.ids.push_back(id);
+    for (int k = 0; k < 2 * kDim; ++k) block.values.push_back(static_cast<float>(id) + k / 10.0f);
+  }
+  EXPECT_THAT(store->ImportRowBlock(block),
+              StatusIs(absl::StatusCode::kInvalidArgument, "in key order, each key once"));
+  EXPECT_EQ(store->stats().rows_stored, 0);
+
+  RowBlock sorted = block;
+  SS_ASSERT_OK(SortRowBlock(o.num_slots, &sorted));
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    EXPECT_LT(std::tuple(SlotOf(sorted.tables[i - 1], sorted.ids[i - 1], o.num_slots),
+                         sorted.tables[i - 1], sorted.ids[i - 1]),
+              std::tuple(SlotOf(sorted.tables[i], sorted.ids[i], o.num_slots), sorted.tables[i],
+                         sorted.ids[i]));
+  }
+  SS_ASSERT_OK(store->ImportRowBlock(sorted));
+  EXPECT_EQ(store->stats().rows_stored, 40);
+  const RowMap rows = ExportAll(*store);
+  ASSERT_EQ(rows.size(), 40u);
+  for (size_t i = 0; i < block.size(); ++i) {  // each row kept its own values
+    const std::vector<float> want(block.values.begin() + i * 2 * kDim,
+                                  block.values.begin() + (i + 1) * 2 * kDim);
+    EXPECT_EQ(rows.at({block.tables[i], block.ids[i]}), want);
+  }
+
+  RowBlock twice = sorted;
+  twice.tables.push_back(twice.tables[7]);
+  twice.ids.push_back(twice.ids[7]);
+  twice.values.insert(twice.values.end(), 2 * kDim, 1.0f);
+  EXPECT_THAT(SortRowBlock(o.num_slots, &twice),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("(table ", sorted.tables[7], ", id ", sorted.ids[7],
+                                    ") appears twice")));
+  EXPECT_THAT(store->ImportRowBlock(twice),
+              StatusIs(absl::StatusCode::kInvalidArgument, "repeats rows["));
+
+  // ImportRows: the last of a repeated key wins.
+  StoredRow first{0, 500, std::vector<float>(2 * kDim, 1.0f)};
+  StoredRow second{0, 500, std::vector<float>(2 * kDim, 2.0f)};
+  std::vector<StoredRow> repeated = {first, second};
+  SS_ASSERT_OK(store->ImportRows(repeated));
+  EXPECT_EQ(ExportAll(*store).at({0, 500}), second.values);
+  EXPECT_EQ(store->stats().rows_stored, 41);
+}
+
+// Imports count new rows right whether a slot is known empty (a new store,
+// a dropped slot), known to hold rows, or unknown (rows from before a
+// reopen).
+TEST_F(RowStoreTest, ImportsCountNewRowsInEveryKindOfSlot) {
+  RowStoreOptions o = Options();
+  auto store = Open(o);
+  std::vector<StoredRow> rows;
+  for (uint64_t id = 0; id < 200; ++id) {
+    rows.push_back({static_cast<uint32_t>(id % 2), id, std::vector<float>(2 * kDim, 0.5f)});
+  }
+  const std::vector<StoredRow> first_half(rows.begin(), rows.begin() + 100);
+  SS_ASSERT_OK(store->ImportRows(first_half));
+  EXPECT_EQ(store->stats().rows_stored, 100);
+  SS_ASSERT_OK(PushRow(*store, 2, 7, {1, 1, 1, 1}));  // new, cached only
+  SS_ASSERT_OK(store->ImportRows(rows));              // half of them new
+  EXPECT_EQ(store->stats().rows_stored, 201);
+  StoredRow pushed{2, 7, std::vector<float>(2 * kDim, 3.0f)};
+  SS_ASSERT_OK(store->ImportRows({&pushed, 1}));
+  EXPECT_EQ(store->stats().rows_stored, 201);
+
+  store.reset();
+  store = Open(o);  // every slot holding rows is unknown now
+  EXPECT_EQ(store->stats().rows_stored, 201);
+  SS_ASSERT_OK(store->ImportRows(rows));
+  EXPECT_EQ(store->stats().rows_stored, 201);
+  const uint32_t slot = SlotOf(rows[0].table, rows[0].id, o.num_slots);
+  const int64_t dropped = store->DropSlots({slot}).value_or(-1);
+  ASSERT_GT(dropped, 0);
+  EXPECT_EQ(store->stats().rows_stored, 201 - dropped);
+  SS_ASSERT_OK(store->ImportRows(rows));
+  EXPECT_EQ(store->stats().rows_stored, 201);
+  EXPECT_EQ(store->ComputeChecksums()->rows, 201);
+}
+
 TEST_F(RowStoreTest, DropSlotsRemovesExactlyThoseSlotsRows) {
   RowStoreOptions o = Options();
   auto store = Open(o);
@@ -922,6 +1010,49 @@ TEST_F(RowStoreTest, CrashImageReplaysEveryKindOfWrite) {
     EXPECT_TRUE(ExportAll(*store) == want) << "cache_bytes " << cache_bytes;
     EXPECT_EQ(store->stats().rows_stored, want_rows) << "cache_bytes " << cache_bytes;
   }
+}
+
+// With a cache, an import skips RocksDB's WAL (its redo-log record is the
+// durable copy): a crash before a checkpoint replays the log, and a
+// checkpoint that deletes the log flushes RocksDB's memtable first.
+TEST_F(RowStoreTest, ImportedRowsSurviveACrashBeforeAndAfterACheckpoint) {
+  RowStoreOptions o = CrashOptions(dir_.File("live"), 1 << 20);
+  o.checkpoint_log_bytes = 1 << 30;
+  o.checkpoint_interval = absl::Hours(1);
+  auto live = Open(o);
+  std::vector<StoredRow> rows;
+  for (uint64_t id = 0; id < 300; ++id) {
+    rows.push_back({static_cast<uint32_t>(id % 3), id % 50, std::vector<float>(2 * o.dim, 0.0f)});
+    for (size_t k = 0; k < rows.back().values.size(); ++k) rows.back().values[k] = id + k * 0.5f;
+  }
+  SS_ASSERT_OK(live->ImportRows(rows));
+  const RowMap want = ExportAll(*live);
+  ASSERT_EQ(want.size(), 150u);  // ids repeat across the 3 tables' 50 ids
+  auto expect_crash_image = [&](const std::string& name) {
+    const std::string image = dir_.File(name);
+    std::filesystem::copy(o.db_path, image, std::filesystem::copy_options::recursive);
+    RowStoreOptions r = o;
+    r.db_path = image;
+    auto store = Open(r);
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(ExportAll(*store) == want) << name;
+    EXPECT_EQ(store->stats().rows_stored, 150) << name;
+  };
+  expect_crash_image("before");
+
+  // A checkpoint retires the log holding the import; none follows it (the
+  // log stays empty), so the files are at rest when copied.
+  live.reset();
+  o.checkpoint_log_bytes = 1;
+  std::filesystem::remove_all(o.db_path);
+  live = Open(o);
+  SS_ASSERT_OK(live->ImportRows(rows));
+  for (int i = 0; i < 400 && live->stats().checkpoints == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(live->stats().checkpoints, 0);
+  EXPECT_EQ(live->stats().redo_log_bytes, 0);  // the import's log is gone
+  expect_crash_image("after");
 }
 
 // The child half of AcknowledgedPushesSurviveSigkill, run in a separate
