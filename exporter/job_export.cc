@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -116,152 +117,287 @@ class ServerStream {
 
 // ImportSlots streams to one server: rows go out in chunks of one slot, and
 // a stream is closed (staged rows applied, count and checksum verified)
-// every `import_stream_rows` rows. The caller fills chunks; a thread of the
-// sink's own sends them and waits for each stream's apply, so the servers
-// apply while the caller reads on.
+// every `import_stream_rows` rows. The caller fills a stream's chunks; the
+// sink's sender threads send whole streams, kSendersPerServer at once, so a
+// server stages the next stream while it applies one, and the caller reads
+// on meanwhile. A stream's chunk objects are reused for later streams, so
+// building a chunk allocates nothing once the first few streams are sent.
 class ServerSink {
  public:
   ServerSink(std::string address, const RowStreamOptions& options)
       : address_(std::move(address)),
         options_(options),
-        stub_(Connect(address_, options.security)),
-        sender_([this] { Send(); }) {}
-  // Without Close (the import failed elsewhere): the open stream is
-  // abandoned, so the server stores nothing of it.
+        stub_(Connect(address_, options.security)) {
+    for (int i = 0; i < kSendersPerServer; ++i) senders_.emplace_back([this] { Send(); });
+  }
+  // Without Close (the import failed elsewhere): the open streams are
+  // abandoned, so the server stores nothing of them.
   ~ServerSink() {
-    if (!sender_.joinable()) return;
+    if (senders_.empty()) return;
     {
       MutexLock lock(&mu_);
       closing_ = true;
       if (status_.ok()) status_ = absl::CancelledError("import abandoned");
     }
-    sender_.join();
+    for (std::thread& t : senders_) t.join();
   }
 
   absl::Status Add(uint32_t slot, uint32_t table, uint64_t id, std::span<const float> values) {
-    if (chunk_.rows_size() > 0 && (chunk_.slot() != slot || chunk_.rows_size() >= 1024)) {
-      SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
-      chunk_.Clear();
+    if (chunk_ == nullptr || chunk_->slot() != slot || chunk_->rows_size() >= kChunkRows) {
+      chunk_ = NextChunk();
+      chunk_->set_slot(slot);
     }
-    chunk_.set_slot(slot);
-    v1::SlotRow* row = chunk_.add_rows();
+    v1::SlotRow* row = chunk_->add_rows();
     row->set_table(table);
     row->set_id(id);
-    row->mutable_values()->Add(values.begin(), values.end());
+    row->mutable_values()->Assign(values.begin(), values.end());
     ++stream_rows_;
-    checksum_ += RowValueHash(table, id, values);
     if (stream_rows_ >= options_.import_stream_rows) return EndStream();
     return absl::OkStatus();
   }
 
   // Ends the open stream, waits for every stream to be applied, and stops
-  // the sender. The first error of any stream.
+  // the senders. The first error of any stream.
   absl::Status Close() {
     absl::Status status = EndStream();
     {
       MutexLock lock(&mu_);
       closing_ = true;
     }
-    sender_.join();
+    for (std::thread& t : senders_) t.join();
+    senders_.clear();
     MutexLock lock(&mu_);
     return status.ok() ? status_ : status;
   }
 
  private:
-  // The open stream's rest, then its end marker with the count and checksum.
+  static constexpr int kSendersPerServer = 2;
+  static constexpr int kChunkRows = 1024;
+  // Chunks of one stream; `used` of them hold this stream's rows, the rest
+  // are spare objects kept for reuse.
+  struct Stream {
+    std::vector<std::unique_ptr<v1::SlotChunk>> chunks;
+    size_t used = 0;
+  };
+
+  v1::SlotChunk* NextChunk() {
+    if (stream_.used == stream_.chunks.size()) {
+      stream_.chunks.push_back(std::make_unique<v1::SlotChunk>());
+    }
+    v1::SlotChunk* chunk = stream_.chunks[stream_.used++].get();
+    chunk->Clear();  // keeps its rows' objects for reuse
+    return chunk;
+  }
+
+  // Hands the open stream, ended by a done chunk with its count, to the
+  // senders; waits while one is queued already.
   absl::Status EndStream() {
     if (stream_rows_ == 0) return absl::OkStatus();
-    if (chunk_.rows_size() > 0) {
-      SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
-      chunk_.Clear();
-    }
-    chunk_.set_done(true);
-    chunk_.set_total_rows(static_cast<uint64_t>(stream_rows_));
-    chunk_.set_checksum(checksum_);
-    SS_RETURN_IF_ERROR(Push(std::move(chunk_)));
-    chunk_.Clear();
+    v1::SlotChunk* done = NextChunk();
+    done->set_done(true);
+    done->set_total_rows(static_cast<uint64_t>(stream_rows_));
+    chunk_ = nullptr;
     stream_rows_ = 0;
-    checksum_ = 0;
-    return absl::OkStatus();
-  }
-
-  // Queues a chunk for the sender, waiting while 64 are queued; the
-  // sender's error once it has one.
-  absl::Status Push(v1::SlotChunk chunk) {
     MutexLock lock(&mu_);
     mu_.Await(
-        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.size() < 64 || !status_.ok(); });
+        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queued_.has_value() || !status_.ok(); });
     SS_RETURN_IF_ERROR(status_);
-    queue_.push_back(std::move(chunk));
+    queued_ = std::move(stream_);
+    if (!spare_.empty()) {
+      stream_ = std::move(spare_.back());
+      spare_.pop_back();
+    } else {
+      stream_ = Stream();
+    }
+    stream_.used = 0;
     return absl::OkStatus();
   }
 
-  // The sender thread: one stream at a time, opened by its first chunk and
-  // finished by its done chunk.
+  // A sender thread: one stream at a time, opened by its first chunk and
+  // finished by its done chunk, whose count and checksum the server's
+  // answer must match.
   void Send() {
-    std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer;
-    v1::ImportSlotsResponse response;
     while (true) {
-      v1::SlotChunk chunk;
+      Stream stream;
       {
         MutexLock lock(&mu_);
-        mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; });
-        if (queue_.empty()) break;
-        chunk = std::move(queue_.front());
-        queue_.pop_front();
-        if (!status_.ok()) continue;  // Drained unsent after an error.
+        mu_.Await(
+            [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queued_.has_value() || closing_; });
+        if (!queued_.has_value()) break;
+        stream = std::move(*queued_);
+        queued_.reset();
+        if (!status_.ok()) continue;  // Dropped unsent after an error.
       }
-      absl::Status status;
-      if (writer == nullptr) {
-        context = std::make_unique<grpc::ClientContext>();
-        context->set_deadline(DeadlineFromNow(options_.rpc_deadline));
-        writer = stub_->ImportSlots(context.get(), &response);
+      const absl::Status status = SendStream(stream);
+      MutexLock lock(&mu_);
+      if (!status.ok() && status_.ok()) status_ = status;
+      spare_.push_back(std::move(stream));
+    }
+  }
+
+  absl::Status SendStream(Stream& stream) {
+    // The checksum of the rows as sent, here rather than in Add: the
+    // senders run beside the thread that regroups the rows.
+    v1::SlotChunk& done = *stream.chunks[stream.used - 1];
+    uint64_t checksum = 0;
+    for (size_t i = 0; i + 1 < stream.used; ++i) {
+      for (const v1::SlotRow& row : stream.chunks[i]->rows()) {
+        checksum += RowValueHash(row.table(), row.id(),
+                                 std::span<const float>(row.values().data(), row.values_size()));
       }
-      const bool done = chunk.done();
-      if (!writer->Write(chunk) || done) {
-        // The server ended the stream early (Finish says why), or it is done.
-        writer->WritesDone();
-        status = FromGrpcStatus(writer->Finish(), "ImportSlots", address_);
-        writer.reset();
-        if (status.ok() && !done) {
-          status = absl::UnavailableError(
-              absl::StrCat("ImportSlots on ", address_, ": the server closed the stream"));
-        }
-        if (status.ok() &&
-            (response.rows() != chunk.total_rows() || response.checksum() != chunk.checksum())) {
-          status = absl::DataLossError(absl::StrFormat(
-              "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)",
-              address_, response.rows(), response.checksum(), chunk.total_rows(),
-              chunk.checksum()));
-        }
-      }
-      if (!status.ok()) {
+    }
+    done.set_checksum(checksum);
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineFromNow(options_.rpc_deadline));
+    v1::ImportSlotsResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer =
+        stub_->ImportSlots(&context, &response);
+    for (size_t i = 0; i < stream.used; ++i) {
+      {
+        // Abandoned (an error elsewhere): the server stores nothing of a
+        // cancelled stream.
         MutexLock lock(&mu_);
-        if (status_.ok()) status_ = status;
+        if (!status_.ok()) {
+          context.TryCancel();
+          (void)writer->Finish();
+          return absl::OkStatus();
+        }
       }
+      if (!writer->Write(*stream.chunks[i])) break;  // The server ended it; Finish says why.
     }
-    if (writer != nullptr) {
-      // Closed without its done chunk (an error upstream): abandon it, so
-      // that the server stores nothing of it.
-      context->TryCancel();
-      (void)writer->Finish();
+    writer->WritesDone();
+    SS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish(), "ImportSlots", address_));
+    if (response.rows() != done.total_rows() || response.checksum() != done.checksum()) {
+      return absl::DataLossError(absl::StrFormat(
+          "ImportSlots on %s stored %d rows (checksum %#x) of the %d sent (checksum %#x)", address_,
+          response.rows(), response.checksum(), done.total_rows(), done.checksum()));
     }
+    return absl::OkStatus();
   }
 
   const std::string address_;
   const RowStreamOptions& options_;
   std::unique_ptr<Stub> stub_;
-  // The caller's side.
-  v1::SlotChunk chunk_;
+  // The caller's side: the stream being filled.
+  Stream stream_;
+  v1::SlotChunk* chunk_ = nullptr;  // Its open chunk, in stream_.
   int64_t stream_rows_ = 0;
-  uint64_t checksum_ = 0;
   Mutex mu_;
-  std::deque<v1::SlotChunk> queue_ ABSL_GUARDED_BY(mu_);
+  std::optional<Stream> queued_ ABSL_GUARDED_BY(mu_);  // Filled, not yet taken by a sender.
+  std::vector<Stream> spare_ ABSL_GUARDED_BY(mu_);     // Sent; their chunks are reused.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::thread sender_;  // Last: starts once everything above exists.
+  std::vector<std::thread> senders_;  // Last: start once everything above exists.
 };
+
+// A warm start's part of the export, its rows regrouped by the server and
+// slot they go to (an ImportSlots chunk holds one slot's rows, and a part's
+// rows come in any order).
+struct PartRows {
+  struct Row {
+    uint32_t server, slot, table;
+    uint64_t id;
+    size_t offset;  // Into `floats`.
+  };
+  std::vector<Row> rows;
+  std::vector<float> floats;
+};
+
+// Passes parts from the thread reading the export to the one sending them,
+// so reading one part (file I/O, checksum) overlaps sending the one before.
+// Two parts' buffers go back and forth: at most two parts are held.
+class PartHandoff {
+ public:
+  // Reader: a part to fill, once one of the two is free; nullopt once the
+  // sender stopped.
+  std::optional<PartRows> TakeEmpty() {
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !recycled_.empty() || created_ < 2 || stopped_;
+    });
+    if (stopped_) return std::nullopt;
+    if (recycled_.empty()) {
+      ++created_;
+      return PartRows();
+    }
+    PartRows part = std::move(recycled_.back());
+    recycled_.pop_back();
+    part.rows.clear();
+    part.floats.clear();
+    return part;
+  }
+  // Reader: hands a filled part over (the sender has taken the one before,
+  // since both buffers are out). False once the sender stopped.
+  bool PutFull(PartRows part) {
+    MutexLock lock(&mu_);
+    mu_.Await([this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !full_.has_value() || stopped_; });
+    if (stopped_) return false;
+    full_ = std::move(part);
+    return true;
+  }
+  // Reader: no more parts.
+  void EndOfParts() {
+    MutexLock lock(&mu_);
+    ended_ = true;
+  }
+  // Sender: the next part, or nullopt after the last or once stopped.
+  std::optional<PartRows> TakeFull() {
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return full_.has_value() || ended_ || stopped_;
+    });
+    if (stopped_) return std::nullopt;
+    std::optional<PartRows> part = std::move(full_);
+    full_.reset();
+    return part;
+  }
+  void Recycle(PartRows part) {
+    MutexLock lock(&mu_);
+    recycled_.push_back(std::move(part));
+  }
+  // Either side failed: the other stops at its next part.
+  void Stop() {
+    MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  Mutex mu_;
+  std::optional<PartRows> full_ ABSL_GUARDED_BY(mu_);
+  std::vector<PartRows> recycled_ ABSL_GUARDED_BY(mu_);
+  int created_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Sends a part's rows to their servers, each server's in its key order
+// (slot, table, id), which the server would otherwise sort into.
+absl::Status SendPart(PartRows& part, size_t row_floats,
+                      std::vector<std::unique_ptr<ServerSink>>& sinks) {
+  std::vector<PartRows::Row>& rows = part.rows;
+  std::sort(rows.begin(), rows.end(), [](const PartRows::Row& a, const PartRows::Row& b) {
+    return std::tie(a.server, a.slot, a.table, a.id) < std::tie(b.server, b.slot, b.table, b.id);
+  });
+  // The rows' values are read in an order unrelated to where they lie:
+  // fetch a few rows ahead, or every row waits for memory.
+  constexpr size_t kAhead = 8;
+  const float* floats = part.floats.data();
+  const size_t row_bytes = row_floats * sizeof(float);
+  auto prefetch = [&](size_t k) {
+    const char* p = reinterpret_cast<const char*>(floats + rows[k].offset);
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
+    __builtin_prefetch(p + row_bytes - 1);
+  };
+  for (size_t k = 0; k < std::min(kAhead, rows.size()); ++k) prefetch(k);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (k + kAhead < rows.size()) prefetch(k + kAhead);
+    const PartRows::Row& r = rows[k];
+    SS_RETURN_IF_ERROR(sinks[r.server]->Add(r.slot, r.table, r.id,
+                                            std::span<const float>(floats + r.offset, row_floats)));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -426,33 +562,28 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
       reader.info().embeddings.optimizer.kind == want.embeddings.optimizer.kind;
   RowStreamStats stats;
   stats.servers = map.num_servers();
-  // A part's rows, regrouped by server and new slot before they are sent:
-  // an ImportSlots chunk holds one slot's rows, and a part's rows come in
-  // any order. One part (1/16 of the export) is held at a time.
-  struct Pending {
-    uint32_t server, slot, table;
-    uint64_t id;
-    size_t offset;  // Into `floats`.
-  };
-  std::vector<Pending> pending;
-  std::vector<float> floats;
+  // This thread reads the export a part at a time (each part's checksum
+  // verified before its rows are used) and regroups its rows; `sender`
+  // sorts and sends the previous part meanwhile. At most two parts (1/16
+  // of the export each) are held.
   const size_t row_floats = dim + state_floats;
-  auto flush = [&]() -> absl::Status {
-    std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
-      return a.server != b.server ? a.server < b.server : a.slot < b.slot;
-    });
-    for (const Pending& p : pending) {
-      SS_RETURN_IF_ERROR(sinks[p.server]->Add(
-          p.slot, p.table, p.id, std::span<const float>(floats.data() + p.offset, row_floats)));
+  PartHandoff handoff;
+  absl::Status send_status;
+  std::thread sender([&] {
+    while (std::optional<PartRows> part = handoff.TakeFull()) {
+      send_status = SendPart(*part, row_floats, sinks);
+      if (!send_status.ok()) {
+        handoff.Stop();
+        return;
+      }
+      handoff.Recycle(*std::move(part));
     }
-    pending.clear();
-    floats.clear();
-    return absl::OkStatus();
-  };
+  });
   const uint32_t export_slots = reader.info().num_slots;
   const uint64_t export_parts = static_cast<uint64_t>(reader.info().num_parts);
   uint64_t part = UINT64_MAX;
-  SS_RETURN_IF_ERROR(
+  std::optional<PartRows> filling = handoff.TakeEmpty();
+  absl::Status read_status =
       reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
                             std::span<const float> state) -> absl::Status {
         // The part holding the row: the last p with p * S / P <= slot.
@@ -460,11 +591,18 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
         uint64_t row_part = old_slot * export_parts / export_slots;
         if ((row_part + 1) * export_slots / export_parts <= old_slot) ++row_part;
         if (row_part != part) {
-          SS_RETURN_IF_ERROR(flush());
+          if (!filling->rows.empty()) {
+            if (!handoff.PutFull(*std::move(filling))) {
+              return absl::CancelledError("import: sending failed");
+            }
+            filling = handoff.TakeEmpty();
+            if (!filling.has_value()) return absl::CancelledError("import: sending failed");
+          }
           part = row_part;
         }
         const uint32_t slot = SlotOf(table, id, map.num_slots());
-        pending.push_back({map.owner_of_slot(slot), slot, table, id, floats.size()});
+        std::vector<float>& floats = filling->floats;
+        filling->rows.push_back({map.owner_of_slot(slot), slot, table, id, floats.size()});
         floats.insert(floats.end(), values.begin(), values.end());
         if (same_optimizer && state.size() == state_floats) {
           floats.insert(floats.end(), state.begin(), state.end());
@@ -474,8 +612,19 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
         ++stats.rows;
         stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * 4);
         return absl::OkStatus();
-      }));
-  SS_RETURN_IF_ERROR(flush());
+      });
+  if (read_status.ok() && !filling->rows.empty() && !handoff.PutFull(*std::move(filling))) {
+    read_status = absl::CancelledError("import: sending failed");
+  }
+  if (read_status.ok()) {
+    handoff.EndOfParts();
+  } else {
+    handoff.Stop();
+  }
+  sender.join();
+  // A failed send stopped the reading; it says why.
+  SS_RETURN_IF_ERROR(send_status);
+  SS_RETURN_IF_ERROR(read_status);
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
   stats.seconds = Since(start);
   return stats;
