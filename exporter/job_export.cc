@@ -290,17 +290,31 @@ class ServerSink {
   std::vector<std::thread> senders_;  // Last: start once everything above exists.
 };
 
-// A warm start's part of the export, its rows regrouped by the server and
-// slot they go to (an ImportSlots chunk holds one slot's rows, and a part's
-// rows come in any order).
+// A warm start's part of the export, its rows regrouped by the slot they go
+// to as they are read (an ImportSlots chunk holds one slot's rows, and a
+// part's rows come in any order): each slot's rows lie together, so sending
+// them in order reads memory in order. Buffers keep their capacity when the
+// part is recycled.
 struct PartRows {
-  struct Row {
-    uint32_t server, slot, table;
+  struct Key {
+    uint32_t table;
     uint64_t id;
-    size_t offset;  // Into `floats`.
+    auto operator<=>(const Key&) const = default;
   };
-  std::vector<Row> rows;
-  std::vector<float> floats;
+  struct Slot {
+    std::vector<Key> keys;
+    std::vector<float> floats;  // row_floats per key
+  };
+  explicit PartRows(uint32_t num_slots) : slots(num_slots) {}
+  void Clear() {
+    for (uint32_t slot : used) {
+      slots[slot].keys.clear();
+      slots[slot].floats.clear();
+    }
+    used.clear();
+  }
+  std::vector<Slot> slots;     // by the job's slot
+  std::vector<uint32_t> used;  // slots with rows
 };
 
 // Passes parts from the thread reading the export to the one sending them,
@@ -308,6 +322,7 @@ struct PartRows {
 // Two parts' buffers go back and forth: at most two parts are held.
 class PartHandoff {
  public:
+  explicit PartHandoff(uint32_t num_slots) : num_slots_(num_slots) {}
   // Reader: a part to fill, once one of the two is free; nullopt once the
   // sender stopped.
   std::optional<PartRows> TakeEmpty() {
@@ -318,12 +333,11 @@ class PartHandoff {
     if (stopped_) return std::nullopt;
     if (recycled_.empty()) {
       ++created_;
-      return PartRows();
+      return PartRows(num_slots_);
     }
     PartRows part = std::move(recycled_.back());
     recycled_.pop_back();
-    part.rows.clear();
-    part.floats.clear();
+    part.Clear();
     return part;
   }
   // Reader: hands a filled part over (the sender has taken the one before,
@@ -363,6 +377,7 @@ class PartHandoff {
   }
 
  private:
+  const uint32_t num_slots_;
   Mutex mu_;
   std::optional<PartRows> full_ ABSL_GUARDED_BY(mu_);
   std::vector<PartRows> recycled_ ABSL_GUARDED_BY(mu_);
@@ -373,28 +388,28 @@ class PartHandoff {
 
 // Sends a part's rows to their servers, each server's in its key order
 // (slot, table, id), which the server would otherwise sort into.
-absl::Status SendPart(PartRows& part, size_t row_floats,
+absl::Status SendPart(PartRows& part, size_t row_floats, const ShardMap& map,
                       std::vector<std::unique_ptr<ServerSink>>& sinks) {
-  std::vector<PartRows::Row>& rows = part.rows;
-  std::sort(rows.begin(), rows.end(), [](const PartRows::Row& a, const PartRows::Row& b) {
-    return std::tie(a.server, a.slot, a.table, a.id) < std::tie(b.server, b.slot, b.table, b.id);
+  std::sort(part.used.begin(), part.used.end(), [&map](uint32_t a, uint32_t b) {
+    return std::pair(map.owner_of_slot(a), a) < std::pair(map.owner_of_slot(b), b);
   });
-  // The rows' values are read in an order unrelated to where they lie:
-  // fetch a few rows ahead, or every row waits for memory.
-  constexpr size_t kAhead = 8;
-  const float* floats = part.floats.data();
-  const size_t row_bytes = row_floats * sizeof(float);
-  auto prefetch = [&](size_t k) {
-    const char* p = reinterpret_cast<const char*>(floats + rows[k].offset);
-    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
-    __builtin_prefetch(p + row_bytes - 1);
-  };
-  for (size_t k = 0; k < std::min(kAhead, rows.size()); ++k) prefetch(k);
-  for (size_t k = 0; k < rows.size(); ++k) {
-    if (k + kAhead < rows.size()) prefetch(k + kAhead);
-    const PartRows::Row& r = rows[k];
-    SS_RETURN_IF_ERROR(sinks[r.server]->Add(r.slot, r.table, r.id,
-                                            std::span<const float>(floats + r.offset, row_floats)));
+  std::vector<uint32_t> order;
+  for (const uint32_t slot : part.used) {
+    const PartRows::Slot& rows = part.slots[slot];
+    const size_t n = rows.keys.size();
+    order.resize(n);
+    for (uint32_t i = 0; i < n; ++i) order[i] = i;
+    // A server's export has each slot's rows in key order already.
+    if (!std::is_sorted(rows.keys.begin(), rows.keys.end())) {
+      std::sort(order.begin(), order.end(),
+                [&rows](uint32_t a, uint32_t b) { return rows.keys[a] < rows.keys[b]; });
+    }
+    ServerSink& sink = *sinks[map.owner_of_slot(slot)];
+    for (const uint32_t i : order) {
+      SS_RETURN_IF_ERROR(
+          sink.Add(slot, rows.keys[i].table, rows.keys[i].id,
+                   std::span<const float>(rows.floats.data() + i * row_floats, row_floats)));
+    }
   }
   return absl::OkStatus();
 }
@@ -567,11 +582,11 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   // sorts and sends the previous part meanwhile. At most two parts (1/16
   // of the export each) are held.
   const size_t row_floats = dim + state_floats;
-  PartHandoff handoff;
+  PartHandoff handoff(map.num_slots());
   absl::Status send_status;
   std::thread sender([&] {
     while (std::optional<PartRows> part = handoff.TakeFull()) {
-      send_status = SendPart(*part, row_floats, sinks);
+      send_status = SendPart(*part, row_floats, map, sinks);
       if (!send_status.ok()) {
         handoff.Stop();
         return;
@@ -591,7 +606,7 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
         uint64_t row_part = old_slot * export_parts / export_slots;
         if ((row_part + 1) * export_slots / export_parts <= old_slot) ++row_part;
         if (row_part != part) {
-          if (!filling->rows.empty()) {
+          if (!filling->used.empty()) {
             if (!handoff.PutFull(*std::move(filling))) {
               return absl::CancelledError("import: sending failed");
             }
@@ -601,8 +616,10 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
           part = row_part;
         }
         const uint32_t slot = SlotOf(table, id, map.num_slots());
-        std::vector<float>& floats = filling->floats;
-        filling->rows.push_back({map.owner_of_slot(slot), slot, table, id, floats.size()});
+        PartRows::Slot& rows = filling->slots[slot];
+        if (rows.keys.empty()) filling->used.push_back(slot);
+        rows.keys.push_back({table, id});
+        std::vector<float>& floats = rows.floats;
         floats.insert(floats.end(), values.begin(), values.end());
         if (same_optimizer && state.size() == state_floats) {
           floats.insert(floats.end(), state.begin(), state.end());
@@ -613,7 +630,7 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
         stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * 4);
         return absl::OkStatus();
       });
-  if (read_status.ok() && !filling->rows.empty() && !handoff.PutFull(*std::move(filling))) {
+  if (read_status.ok() && !filling->used.empty() && !handoff.PutFull(*std::move(filling))) {
     read_status = absl::CancelledError("import: sending failed");
   }
   if (read_status.ok()) {
