@@ -245,6 +245,10 @@ std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& 
     args.insert(args.end(), {"--export-dir", p.export_dir, "--trainers-dir", p.trainers_dir,
                              "--export-request-file", p.export_request_file});
   }
+  if (!p.init_model.empty()) args.insert(args.end(), {"--init-model", p.init_model});
+  if (p.init_imported_rows >= 0) {
+    args.insert(args.end(), {"--init-imported-rows", std::to_string(p.init_imported_rows)});
+  }
   // spec.trainer.straggler slows trainers 0..count-1 (docs/job-spec.md).
   if (spec.trainer.straggler.has_value() && p.index < spec.trainer.straggler->count) {
     args.insert(args.end(),

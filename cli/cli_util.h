@@ -121,6 +121,10 @@ struct TrainerProcess {
   // In a cluster with exports (cli/cluster_export.h): the claim's mount,
   // this job's trainer files there, and the export-request file.
   std::string export_dir, trainers_dir, export_request_file;
+  // A warm start in a cluster: the export's mounted path, and the rows
+  // trainer 0 loaded (-1: not trainer 0, or no warm start).
+  std::string init_model;
+  int64_t init_imported_rows = -1;
 };
 std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& p);
 

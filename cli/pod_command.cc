@@ -29,6 +29,9 @@
 #include "cli/commands.h"
 #include "common/job_spec.h"
 #include "common/metrics_http.h"
+#include "common/model/export.h"
+#include "common/status_macros.h"
+#include "exporter/job_export.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -46,6 +49,7 @@ struct PodFlags {
   int index = -1;
   std::string export_dir;  // Trainers of a job with exports: the claim's mount.
   std::string job_uid;
+  std::string init_dir;        // Trainers of a warm start: the init claim's mount.
   GrpcSecurityFiles security;  // Overrides spec.security's paths where given.
 };
 
@@ -96,6 +100,31 @@ int RunChild(const std::vector<std::string>& args) {
   forwarder.join();
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// Trainer 0 of a warm start, before it trains: every row of `model` onto
+// the servers; the rows. Once per job: not again after a container restart
+// (a marker in the pod's data dir) nor once the operator has seen it (the
+// ConfigMap's init-imported), which would overwrite trained rows.
+absl::StatusOr<int64_t> ImportInitModel(const ShadowSyncJob& job, const std::string& model,
+                                        const std::string& ps, const std::string& data_dir,
+                                        const std::string& config_dir) {
+  const std::string marker = data_dir + "/init-imported";
+  int64_t rows = 0;
+  if (std::ifstream in(marker); in >> rows) return rows;
+  std::ifstream seen(config_dir + "/init-imported");
+  if (std::string v; seen >> v && v == "true") return 0;
+  SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(model));
+  const model::ExportInfo info = exporter::ExportInfoForJob(job);
+  SS_RETURN_IF_ERROR(reader.CheckShape(info.config, info.embeddings.tables));
+  SS_RETURN_IF_ERROR(reader.Verify());
+  SS_ASSIGN_OR_RETURN(GrpcSecurity security, LoadGrpcSecurity(SecurityFilesOf(job.spec.security)));
+  SS_ASSIGN_OR_RETURN(exporter::RowStreamStats imported,
+                      exporter::ImportServerRows(reader, job, ps, {.security = security}));
+  std::cerr << "pod: loaded " << imported.rows << " rows of " << model << " onto "
+            << imported.servers << " parameter server(s) in " << imported.seconds << " s\n";
+  std::ofstream(marker) << imported.rows << "\n";
+  return imported.rows;
 }
 
 // A trainer whose share is done: stays up until SIGTERM, saying so on /metrics
@@ -248,6 +277,20 @@ int RunPod(const PodFlags& f) {
                            .data = *data,
                            .checkpoint = f.data_dir + "/trainer.ckpt",
                            .report_json = done + ".tmp"};
+    if (!job->spec.init.from_model.empty() && !f.init_dir.empty()) {
+      // spec.init.fromModel is a path inside the claim mounted at --init-dir.
+      trainer.init_model = (std::filesystem::path(f.init_dir) / job->spec.init.from_model).string();
+      if (index == 0) {
+        absl::StatusOr<int64_t> rows =
+            ImportInitModel(*job, trainer.init_model, ps.front(), f.data_dir,
+                            std::filesystem::path(f.config).parent_path().string());
+        if (!rows.ok()) {
+          std::cerr << "shadowsync pod: spec.init.fromModel: " << rows.status().message() << "\n";
+          return 1;
+        }
+        trainer.init_imported_rows = *rows;
+      }
+    }
     if (!f.export_dir.empty()) {
       // On the claim, where trainer 0 reads every trainer's checkpoint
       // (cli/cluster_export.h).
@@ -299,6 +342,8 @@ Action AddPodCommand(CLI::App& app) {
                   "this pod's index (default: the ordinal ending $POD_NAME or $HOSTNAME)");
   cmd->add_option("--export-dir", f->export_dir,
                   "trainers of a job with spec.export: where the export claim is mounted");
+  cmd->add_option("--init-dir", f->init_dir,
+                  "trainers of a job with spec.init.fromModel: where its claim is mounted");
   cmd->add_option("--job-uid", f->job_uid,
                   "the job's uid: its trainers' files on the export claim are kept apart");
   AddSecurityFlags(*cmd, f->security);

@@ -15,6 +15,7 @@
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
 #include "common/job_spec.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "worker/worker_process.h"
 
@@ -45,6 +46,8 @@ struct WorkerFlags {
   std::string progress_file;
   std::string ready_file;
   std::string export_dir, trainers_dir, export_request_file;
+  std::string init_model;           // Overrides spec.init.fromModel.
+  int64_t init_imported_rows = -1;  // Reported on /metrics when >= 0.
   GrpcSecurityFiles security;
 };
 
@@ -86,6 +89,18 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.max_examples = f.max_examples;
   o.job_examples = f.job_examples;
   o.skip_examples = f.skip_examples;
+  if (!f.init_model.empty()) o.spec.init.from_model = f.init_model;
+  if (f.init_imported_rows >= 0) {
+    // The operator scales the other trainers out once it reads this.
+    auto registry = std::make_shared<prometheus::Registry>();
+    prometheus::BuildGauge()
+        .Name("shadowsync_init_imported_rows")
+        .Help("Rows of spec.init.fromModel this trainer loaded onto the parameter servers.")
+        .Register(*registry)
+        .Add({})
+        .Set(static_cast<double>(f.init_imported_rows));
+    o.extra_metrics.push_back(registry);
+  }
   o.checkpoint_path = f.checkpoint;
   o.checkpoint_interval_seconds = f.checkpoint_interval_seconds;
   o.checkpoint_requested = &checkpoint_requested;
@@ -126,7 +141,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
                                    .syncer_addresses = o.syncer_addresses,
                                    .security = o.security,
                                    .eval_data = o.eval_data});
-    o.extra_metrics = exporter->registry();
+    o.extra_metrics.push_back(exporter->registry());
     exporter->Start();
   }
   auto report = worker::RunWorker(o);
@@ -211,6 +226,10 @@ Action AddWorkerCommand(CLI::App& app) {
                   "in a cluster: this job's trainer checkpoints and markers on the export claim");
   cmd->add_option("--export-request-file", flags->export_request_file,
                   "in a cluster: a new value in this file asks trainer 0 for an export");
+  cmd->add_option("--init-model", flags->init_model,
+                  "start from this export (overrides spec.init.fromModel)");
+  cmd->add_option("--init-imported-rows", flags->init_imported_rows,
+                  "in a cluster: the rows trainer 0 loaded onto the servers, for /metrics");
   AddSecurityFlags(*cmd, flags->security);
   return [flags] { return RunWorkerCommand(*flags); };
 }

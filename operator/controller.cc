@@ -537,7 +537,12 @@ Observed Controller::Observe(const Json& job) {
   p.per_trainer.resize(trainers, 0);
   p.finished = 0;
   bool any = false;
-  if (trainers > 0 && texts[0].has_value()) observed.latest_export = ExportFromMetrics(*texts[0]);
+  if (trainers > 0 && texts[0].has_value()) {
+    observed.latest_export = ExportFromMetrics(*texts[0]);
+    if (std::optional<double> rows = SumMetric(*texts[0], "shadowsync_init_imported_rows")) {
+      observed.init_imported_rows = static_cast<int64_t>(*rows);
+    }
+  }
   for (int i = 0; i < trainers; ++i) {
     if (!texts[i].has_value()) continue;
     if (std::optional<double> v = SumMetric(*texts[i], "shadowsync_trainer_examples_total")) {

@@ -265,6 +265,16 @@ nlohmann::json JobStatusOpenApiSchema() {
        {"restarts",
         Integer("Trainer restarts and failed trainer pods counted against "
                 "runPolicy.backoffLimit (a lower bound: a deleted pod takes its count along).")},
+       {"init",
+        Object("A warm start (spec.init; docs/export.md).",
+               {{"claim", String("The PersistentVolumeClaim holding the export.")},
+                {"model", String("The export's path inside it.")},
+                {"imported",
+                 {{"type", "boolean"},
+                  {"description",
+                   "Trainer 0 has loaded it onto the parameter servers; until then it is the "
+                   "only trainer."}}},
+                {"rows", Integer("Rows it loaded.", true)}})},
        {"export",
         Object(
             "Exports of the model (spec.export; docs/export.md).",

@@ -29,6 +29,8 @@ constexpr std::string_view kDataVolume = "data";  // PS: the PVC; others: an emp
 constexpr std::string_view kTmpVolume = "tmp";
 constexpr std::string_view kExportVolume = "exports";  // Trainers: the export claim.
 constexpr std::string_view kDefaultExportMount = "/var/lib/shadowsync-exports";
+constexpr std::string_view kInitVolume = "init";  // Trainers: the warm start's claim.
+constexpr std::string_view kInitMount = "/var/lib/shadowsync-init";
 // spec.security's Secrets, mounted read-only at kTlsMountPath / kAuthMountPath.
 constexpr std::string_view kTlsVolume = "shadowsync-tls";
 constexpr std::string_view kAuthVolume = "shadowsync-auth-token";
@@ -91,6 +93,10 @@ struct JobRef {
   std::string export_claim;
   std::string export_mount;
   bool export_claim_created = false;  // The operator creates it (no volumeClaimName).
+  // A warm start (spec.init): the claim holding the export ("" = none) and
+  // whether trainer 0 has loaded it (status.init.imported).
+  std::string init_claim;
+  bool init_imported = false;
 };
 
 JobRef RefOf(const json& job) {
@@ -108,6 +114,11 @@ JobRef RefOf(const json& job) {
     if (ref.export_claim_created) ref.export_claim = ExportClaimName(ref.name);
     ref.export_mount = StringField(e, "path");
     if (ref.export_mount.empty()) ref.export_mount = kDefaultExportMount;
+  }
+  const json& init = Field(Field(job, "spec"), "init");
+  if (!StringField(init, "fromModel").empty()) {
+    ref.init_claim = StringField(init, "volumeClaimName");
+    ref.init_imported = Field(Field(Field(job, "status"), "init"), "imported") == json(true);
   }
   return ref;
 }
@@ -166,12 +177,21 @@ ParsedSpec ParseSpec(const json& object) {
     p.error = std::string(s.message());
     return p;
   }
-  // What the operator does not carry out yet is refused, not ignored.
-  if (!p.job->spec.init.from_model.empty()) {
-    p.error =
-        "spec.init.fromModel: warm starts are not supported on Kubernetes yet (docs/export.md); "
-        "`shadowsync run` supports them";
-    return p;
+  if (const InitSpec& init = p.job->spec.init; !init.from_model.empty()) {
+    if (init.volume_claim_name.empty()) {
+      p.error =
+          "spec.init.volumeClaimName: required with spec.init.fromModel on Kubernetes (the claim "
+          "holding the export, e.g. an earlier job's <job>-exports)";
+      return p;
+    }
+    if (init.from_model.starts_with("/") || init.from_model == ".." ||
+        init.from_model.starts_with("../") || init.from_model.find("/../") != std::string::npos) {
+      p.error = absl::StrCat(
+          "spec.init.fromModel: on Kubernetes, a path inside spec.init.volumeClaimName "
+          "(e.g. model-000003), got \"",
+          init.from_model, "\"");
+      return p;
+    }
   }
   if (!p.job->spec.export_.path.empty() && !p.job->spec.export_.path.starts_with("/")) {
     p.error = absl::StrCat(
@@ -208,6 +228,9 @@ std::string ImmutableChanges(const ShadowSyncJob& before, const ShadowSyncJob& a
     problems.push_back(
         "spec.model: cannot change while the job exists (tables, embedding dimension and layers "
         "are fixed)");
+  }
+  if (!(before.spec.init == after.spec.init)) {
+    problems.push_back("spec.init: cannot change while the job exists (the model it started from)");
   }
   if (!(before.spec.export_ == after.spec.export_)) {
     problems.push_back(
@@ -537,6 +560,8 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
     args.push_back(absl::StrCat("--export-dir=", ref.export_mount));
     args.push_back(absl::StrCat("--job-uid=", ref.uid));
   }
+  const bool warm_start = role == Role::kTrainer && !ref.init_claim.empty();
+  if (warm_start) args.push_back(absl::StrCat("--init-dir=", Av(kInitMount)));
   ports.push_back({{"name", "metrics"}, {"containerPort", opt.metrics_port}, {"protocol", "TCP"}});
   // Security: file paths only (the token never appears in the pod spec).
   const SecuritySpec& security = spec.security;
@@ -583,6 +608,13 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
     volumes.push_back(
         {{"name", kExportVolume}, {"persistentVolumeClaim", {{"claimName", ref.export_claim}}}});
     container["volumeMounts"].push_back({{"name", kExportVolume}, {"mountPath", ref.export_mount}});
+  }
+  if (warm_start) {
+    volumes.push_back(
+        {{"name", kInitVolume},
+         {"persistentVolumeClaim", {{"claimName", ref.init_claim}, {"readOnly", true}}}});
+    container["volumeMounts"].push_back(
+        {{"name", kInitVolume}, {"mountPath", kInitMount}, {"readOnly", true}});
   }
   // spec.security's Secrets. Under the ConfigMap's mount (the default
   // /etc/shadowsync) they are projected into the same volume: a separate
@@ -746,6 +778,9 @@ json RenderConfigMap(const ShadowSyncJob& job, const JobRef& ref, int servers, u
   if (!ref.export_claim.empty()) {
     auto it = job.metadata.annotations.find(std::string(kExportRequestAnnotation));
     data[std::string(kExportRequestKey)] = it == job.metadata.annotations.end() ? "" : it->second;
+  }
+  if (!ref.init_claim.empty()) {
+    data[std::string(kInitImportedKey)] = ref.init_imported ? "true" : "false";
   }
   const json shard_map = {{"epoch", epoch},
                           {"slots", job.spec.parameter_server.slots},
@@ -972,6 +1007,18 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   if (o.examples_processed) status["examplesProcessed"] = *o.examples_processed;
   if (o.examples_per_second) status["examplesPerSecond"] = *o.examples_per_second;
   if (o.train_ne) status["trainNE"] = *o.train_ne;
+  if (!ref.init_claim.empty()) {
+    json& init = status["init"];
+    if (!init.is_object()) init = json::object();
+    init["claim"] = ref.init_claim;
+    init["model"] = StringField(Field(Field(job, "spec"), "init"), "fromModel");
+    // Sticky: a restarted trainer 0 that skipped the load reports 0 rows.
+    if (o.init_imported_rows && init.value("imported", false) != true) {
+      init["imported"] = true;
+      init["rows"] = *o.init_imported_rows;
+    }
+    if (!init.contains("imported")) init["imported"] = false;
+  }
   if (!ref.export_claim.empty()) {
     json& e = status["export"];
     if (!e.is_object()) e = json::object();
@@ -1090,6 +1137,11 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
 
   DesiredReplicas want;
   want.trainer = suspended ? 0 : spec.trainer.replicas;
+  // A warm start: trainer 0 alone until it has loaded the export onto the
+  // servers, so that no other trainer trains on rows about to be replaced.
+  if (!ref.init_claim.empty() && Field(Field(status, "init"), "imported") != json(true)) {
+    want.trainer = std::min(want.trainer, 1);
+  }
   want.syncer = suspended ? 0 : spec.syncer.replicas;
   // Never below a server that owns slots, nor below either end of a
   // running reshard: scale-in removes servers only once they are drained.

@@ -110,6 +110,9 @@ struct Observed {
   // final, rows, evalNE, evalAUC, examplesTrained, time; absent keeps the
   // status's.
   std::optional<nlohmann::json> latest_export;
+  // A warm start: the rows trainer 0 reports it loaded (its /metrics);
+  // present once it has.
+  std::optional<int64_t> init_imported_rows;
   absl::Time now = absl::UnixEpoch();
 };
 
@@ -161,6 +164,9 @@ std::string ExportClaimName(std::string_view job);
 // exports once per value and reports the value back (status.export.request).
 inline constexpr std::string_view kExportRequestAnnotation = "shadowsync.io/export-request";
 inline constexpr std::string_view kExportRequestKey = "export-request";
+// A warm start: "true" once trainer 0 has loaded spec.init.fromModel onto
+// the servers (status.init.imported), so that no restart loads it again.
+inline constexpr std::string_view kInitImportedKey = "init-imported";
 // "<job>-ps-3.<job>-ps.<namespace>.svc:7000": pod i of a role, through
 // the role's headless Service.
 std::string PodAddress(std::string_view job, Role role, int index, std::string_view ns, int port);

@@ -122,7 +122,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   if (!options.metrics_address.empty()) {
     SS_ASSIGN_OR_RETURN(http, MetricsHttpServer::Start(options.metrics_address));
     http->RegisterCollectable(registry);
-    if (options.extra_metrics != nullptr) http->RegisterCollectable(options.extra_metrics);
+    for (const auto& metrics : options.extra_metrics) http->RegisterCollectable(metrics);
   }
   const std::map<std::string, std::string> labels = {{"trainer", std::to_string(options.index)}};
   prometheus::Counter& examples_total = prometheus::BuildCounter()

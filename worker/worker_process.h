@@ -43,8 +43,8 @@ struct WorkerOptions {
   std::vector<std::string> syncer_addresses;  // Replica i owns dense range i; empty only for none.
   std::string metrics_address = "127.0.0.1:0";  // /metrics and /healthz; "" = none.
   // More metrics served beside the trainer's (e.g. the exports trainer 0
-  // takes in a cluster); must outlive the run.
-  std::shared_ptr<prometheus::Collectable> extra_metrics;
+  // takes in a cluster).
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra_metrics;
   GrpcSecurity security;               // Mutual TLS and bearer token of the ps and syncer calls.
   std::vector<std::string> data;       // Training files (this trainer reads its share).
   std::vector<std::string> eval_data;  // Held-out files; empty = no evaluation.

@@ -308,8 +308,9 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
 // by trainer 0 while the job trains; the final export, taken once every
 // trainer is done, is in status.export (and `kubectl get`'s Export column)
 // before the job is Succeeded, and `shadowsync eval --model` on it repeats
-// the eval NE and AUC the status reports.
-TEST_F(OperatorE2eTest, ExportsOnRequestAndAtCompletionIntoTheClaim) {
+// the eval NE and AUC the status reports. A second job warm-starts from it
+// on another number of parameter servers and continues from it.
+TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   StartOperator(/*leader_elect=*/false);
   json job = Job("exp", 60000, 2, 2);
   job["metadata"]["annotations"] = {{"shadowsync.io/export-request", "first"}};
@@ -355,10 +356,56 @@ TEST_F(OperatorE2eTest, ExportsOnRequestAndAtCompletionIntoTheClaim) {
   EXPECT_NEAR(eval["eval_ne"].get<double>(), latest["evalNE"].get<double>(), 1e-6) << out;
   EXPECT_NEAR(eval["eval_auc"].get<double>(), latest["evalAUC"].get<double>(), 1e-6) << out;
 
+  const json exp_report = json::parse(
+      testing::ReadFile(dir_.File("nodes/default/exp-trainer-0/volumes/data/done")), nullptr,
+      false);
+  ASSERT_TRUE(exp_report.is_object() && exp_report.contains("train_ne"));
+  EXPECT_EQ(exp_report["export"]["path"].get<std::string>().substr(
+                exp_report["export"]["path"].get<std::string>().rfind('/') + 1),
+            "model-000002");
+
   // Deleting the job collects its children, not the claim.
   ASSERT_TRUE(api_->Delete(absl::StrCat(kJobs, "/exp")).ok());
   EXPECT_TRUE(Get("/apis/apps/v1/namespaces/default/statefulsets/exp-trainer").empty());
   EXPECT_FALSE(Get("/api/v1/namespaces/default/persistentvolumeclaims/exp-exports").empty());
+  // The next job's pods get the same loopback IPs and ports.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const char* pod : {"exp-trainer-0", "exp-trainer-1", "exp-ps-0", "exp-ps-1",
+                                "exp-syncer-0"}) {
+          if (kubelet_->Pid("default", pod) != 0) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(60)));
+
+  // A warm start from that export on 3 parameter servers instead of 2:
+  // every row loaded (routed by the new shard map), and the first
+  // evaluation, of the model as loaded, is the export's own.
+  json warm = Job("warm", 60000, 2, 3);
+  warm["spec"]["init"] = {{"fromModel", "model-000002"}, {"volumeClaimName", "exp-exports"}};
+  warm["spec"]["export"] = json::object();
+  ASSERT_TRUE(api_->Create(kJobs, warm).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("warm") == "Succeeded"; }, std::chrono::seconds(300)))
+      << JobObject("warm").dump(2) << kubelet_->Log("default", "warm-trainer-0");
+  const json warm_status = JobObject("warm")["status"];
+  EXPECT_EQ(warm_status["init"].value("imported", false), true) << warm_status.dump(2);
+  EXPECT_EQ(warm_status["init"].value("rows", 0), latest["rows"]) << warm_status.dump(2);
+  const json report = json::parse(
+      testing::ReadFile(dir_.File("nodes/default/warm-trainer-0/volumes/data/done")), nullptr,
+      false);
+  ASSERT_TRUE(report.is_object() && report.contains("init_eval")) << report.dump(2);
+  EXPECT_NEAR(report["init_eval"]["eval_ne"].get<double>(), latest["evalNE"].get<double>(), 1e-6);
+  EXPECT_NEAR(report["init_eval"]["eval_auc"].get<double>(), latest["evalAUC"].get<double>(),
+              1e-6);
+  // Training went on from there: over the same data again, trainer 0's
+  // train NE is well below the first job's from scratch (a start from a
+  // fresh model would repeat it).
+  const double cold_train_ne = exp_report["train_ne"].get<double>();
+  const double warm_train_ne = report["train_ne"].get<double>();
+  std::cout << "trainer 0 train NE: first job " << cold_train_ne << ", warm-started job "
+            << warm_train_ne << "\n";
+  EXPECT_LT(warm_train_ne, cold_train_ne - 0.02);
 }
 
 // Trainers 2 -> 3 change only the trainer StatefulSet: the running trainers

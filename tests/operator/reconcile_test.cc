@@ -120,6 +120,7 @@ class Cluster {
                .ps = ps,
                .examples_processed = examples_processed,
                .latest_export = latest_export,
+               .init_imported_rows = init_imported_rows,
                .now = now};
     Actions a = Reconcile(o, options);
     for (const json& child : a.apply) Store(child);
@@ -169,6 +170,7 @@ class Cluster {
   std::optional<PsClusterState> ps;
   std::optional<int64_t> examples_processed;
   std::optional<json> latest_export;
+  std::optional<int64_t> init_imported_rows;
   absl::Time now = kT0;
   std::map<std::string, json> claims;  // PersistentVolumeClaims created, by name.
   ReconcileOptions options;
@@ -925,6 +927,51 @@ TEST(ReconcileTest, WithExportsTheJobSucceedsOnceTheFinalExportIsReported) {
   EXPECT_EQ(c.status()["export"]["latest"]["evalNE"], 0.8);
 }
 
+// spec.init: trainers mount the claim read-only; trainer 0 runs alone until
+// it reports the rows loaded, then the rest start, and the ConfigMap says
+// so (no restart loads the export again).
+TEST(ReconcileTest, AWarmStartRunsTrainerZeroAloneUntilTheExportIsLoaded) {
+  json job = BaseJob();
+  job["spec"]["init"] = {{"fromModel", "model-000002"}, {"volumeClaimName", "old-exports"}};
+  Cluster c(job);
+  c.Step();
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 1);
+  EXPECT_EQ(c.ConfigMap()["data"]["init-imported"], "false");
+  EXPECT_EQ(c.status()["init"],
+            json({{"claim", "old-exports"}, {"model", "model-000002"}, {"imported", false}}));
+  const json& trainer = c.StatefulSet(Role::kTrainer)["spec"]["template"]["spec"];
+  EXPECT_THAT(trainer["containers"][0]["args"].get<std::vector<std::string>>(),
+              Contains("--init-dir=/var/lib/shadowsync-init"));
+  EXPECT_THAT(trainer["volumes"],
+              Contains(json{{"name", "init"},
+                            {"persistentVolumeClaim",
+                             {{"claimName", "old-exports"}, {"readOnly", true}}}}));
+  EXPECT_THAT(trainer["containers"][0]["volumeMounts"],
+              Contains(json{{"name", "init"},
+                            {"mountPath", "/var/lib/shadowsync-init"},
+                            {"readOnly", true}}));
+  EXPECT_EQ(c.StatefulSet(Role::kPs).dump().find("old-exports"), std::string::npos);
+
+  c.AllPodsReady();
+  c.Step();
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 1) << "trainer 0 has not loaded the export yet";
+  c.init_imported_rows = 5000;
+  c.Step();
+  EXPECT_EQ(c.status()["init"]["imported"], true);
+  EXPECT_EQ(c.status()["init"]["rows"], 5000);
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 2);
+  c.Step();  // The status written, the ConfigMap follows.
+  EXPECT_EQ(c.ConfigMap()["data"]["init-imported"], "true");
+  // A restarted trainer 0 that skipped the load reports 0: the status keeps 5000.
+  c.init_imported_rows = 0;
+  c.Step();
+  EXPECT_EQ(c.status()["init"]["rows"], 5000);
+  // The model a job started from cannot change.
+  c.EditSpec([](json& spec) { spec["init"]["fromModel"] = "model-000003"; });
+  c.Step();
+  EXPECT_THAT(c.status()["rejectedSpec"]["message"].get<std::string>(), HasSubstr("spec.init"));
+}
+
 TEST(ReconcileTest, FinishedIsFinal) {
   Cluster c = RunningCluster();
   c.SetPods(Role::kTrainer, 2, {.exit_now = 0});
@@ -983,12 +1030,16 @@ TEST(ReconcileTest, InvalidSpecCreatesNothingAndFails) {
       {"syncer-less shadow-easgd", [](json& spec) { spec["syncer"]["replicas"] = 0; },
        "spec.syncer.replicas"},
       {"unknown field", [](json& spec) { spec["trainer"]["replica"] = 2; }, "spec.trainer.replica"},
-      // Not carried out by the operator yet: refused rather than ignored.
-      {"a warm start",
+      {"a warm start without its claim",
        [](json& spec) {
-         spec["init"] = {{"fromModel", "/models/m"}};
+         spec["init"] = {{"fromModel", "model-000001"}};
        },
-       "spec.init.fromModel: warm starts are not supported on Kubernetes yet"},
+       "spec.init.volumeClaimName: required"},
+      {"a warm start from outside its claim",
+       [](json& spec) {
+         spec["init"] = {{"fromModel", "../other/model-000001"}, {"volumeClaimName", "models"}};
+       },
+       "spec.init.fromModel: on Kubernetes, a path inside"},
       {"an export path that is no mount path",
        [](json& spec) {
          spec["export"] = {{"path", "exports"}};
