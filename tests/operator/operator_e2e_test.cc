@@ -356,9 +356,9 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   EXPECT_NEAR(eval["eval_ne"].get<double>(), latest["evalNE"].get<double>(), 1e-6) << out;
   EXPECT_NEAR(eval["eval_auc"].get<double>(), latest["evalAUC"].get<double>(), 1e-6) << out;
 
-  const json exp_report = json::parse(
-      testing::ReadFile(dir_.File("nodes/default/exp-trainer-0/volumes/data/done")), nullptr,
-      false);
+  const json exp_report =
+      json::parse(testing::ReadFile(dir_.File("nodes/default/exp-trainer-0/volumes/data/done")),
+                  nullptr, false);
   ASSERT_TRUE(exp_report.is_object() && exp_report.contains("train_ne"));
   EXPECT_EQ(exp_report["export"]["path"].get<std::string>().substr(
                 exp_report["export"]["path"].get<std::string>().rfind('/') + 1),
@@ -371,8 +371,8 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   // The next job's pods get the same loopback IPs and ports.
   ASSERT_TRUE(WaitFor(
       [&] {
-        for (const char* pod : {"exp-trainer-0", "exp-trainer-1", "exp-ps-0", "exp-ps-1",
-                                "exp-syncer-0"}) {
+        for (const char* pod :
+             {"exp-trainer-0", "exp-trainer-1", "exp-ps-0", "exp-ps-1", "exp-syncer-0"}) {
           if (kubelet_->Pid("default", pod) != 0) return false;
         }
         return true;
@@ -391,13 +391,12 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   const json warm_status = JobObject("warm")["status"];
   EXPECT_EQ(warm_status["init"].value("imported", false), true) << warm_status.dump(2);
   EXPECT_EQ(warm_status["init"].value("rows", 0), latest["rows"]) << warm_status.dump(2);
-  const json report = json::parse(
-      testing::ReadFile(dir_.File("nodes/default/warm-trainer-0/volumes/data/done")), nullptr,
-      false);
+  const json report =
+      json::parse(testing::ReadFile(dir_.File("nodes/default/warm-trainer-0/volumes/data/done")),
+                  nullptr, false);
   ASSERT_TRUE(report.is_object() && report.contains("init_eval")) << report.dump(2);
   EXPECT_NEAR(report["init_eval"]["eval_ne"].get<double>(), latest["evalNE"].get<double>(), 1e-6);
-  EXPECT_NEAR(report["init_eval"]["eval_auc"].get<double>(), latest["evalAUC"].get<double>(),
-              1e-6);
+  EXPECT_NEAR(report["init_eval"]["eval_auc"].get<double>(), latest["evalAUC"].get<double>(), 1e-6);
   // Training went on from there: over the same data again, trainer 0's
   // train NE is well below the first job's from scratch (a start from a
   // fresh model would repeat it).

@@ -943,13 +943,13 @@ TEST(ReconcileTest, AWarmStartRunsTrainerZeroAloneUntilTheExportIsLoaded) {
   EXPECT_THAT(trainer["containers"][0]["args"].get<std::vector<std::string>>(),
               Contains("--init-dir=/var/lib/shadowsync-init"));
   EXPECT_THAT(trainer["volumes"],
-              Contains(json{{"name", "init"},
-                            {"persistentVolumeClaim",
-                             {{"claimName", "old-exports"}, {"readOnly", true}}}}));
-  EXPECT_THAT(trainer["containers"][0]["volumeMounts"],
-              Contains(json{{"name", "init"},
-                            {"mountPath", "/var/lib/shadowsync-init"},
-                            {"readOnly", true}}));
+              Contains(json{
+                  {"name", "init"},
+                  {"persistentVolumeClaim", {{"claimName", "old-exports"}, {"readOnly", true}}}}));
+  EXPECT_THAT(
+      trainer["containers"][0]["volumeMounts"],
+      Contains(
+          json{{"name", "init"}, {"mountPath", "/var/lib/shadowsync-init"}, {"readOnly", true}}));
   EXPECT_EQ(c.StatefulSet(Role::kPs).dump().find("old-exports"), std::string::npos);
 
   c.AllPodsReady();
