@@ -1,6 +1,7 @@
 #include "ps/ps_service.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -253,8 +254,15 @@ std::vector<std::string> PsMetrics::MetricNames() {
 
 // --- Executor -----------------------------------------------------------------
 
-Executor::Executor(int threads) {
-  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Loop(); });
+Executor::Executor(int threads, int nice) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this, nice] {
+      // Linux nice values are per thread. Lowering a thread's priority needs
+      // no privilege; failing to only leaves it at the server's.
+      if (nice != 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+      Loop();
+    });
+  }
 }
 
 Executor::~Executor() {
@@ -336,6 +344,7 @@ PsService::PsService(RowStore* store, PsMetrics* metrics, PsServiceOptions optio
       row_floats_(store->options().dim *
                   (1 + model::StateFloatsPerParam(store->options().optimizer.kind))),
       num_slots_(store->options().num_slots),
+      export_executor_(options_.export_threads, options_.export_nice),
       executor_(options_.admin_threads) {}
 
 PsService::~PsService() = default;
@@ -676,19 +685,32 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
 
 // --- ExportSlots ----------------------------------------------------------------
 
-// Takes one snapshot of the store, then reads one slot at a time from it on
-// the executor, writes its chunks one by one, then the next slot; a single
-// operation is outstanding at any time. The stream is the store at one
-// moment, however long the client takes to read it. Finish (or
-// StartWriteAndFinish) is always the reactor's last touch of itself: OnDone
-// may delete it on another thread right after.
+// Takes one snapshot of the store on the executor, then, on the low-priority
+// export executor, reads one slot at a time from it, writes its chunks one
+// by one, then the next slot; a single operation is outstanding at any time.
+// Every StartWrite (which serialises the chunk) runs on the export executor
+// too, so the stream's whole cost on this server is low-priority CPU, not
+// the CPU that lookups and pushes need. The snapshot is taken at normal
+// priority: it holds the store's write lock while it flushes cached rows.
+// The stream is the store at one moment, however long the client takes to
+// read it. Finish (or StartWriteAndFinish) is always the reactor's last
+// touch of itself: OnDone may delete it on another thread right after.
 class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotChunk> {
  public:
   ExportReactor(PsService* service, std::vector<uint32_t> slots)
       : service_(service), slots_(std::move(slots)) {}
 
   void Start() {
-    service_->executor_.Schedule([this] { LoadNext(); });
+    service_->executor_.Schedule([this] {
+      absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
+          service_->store_->TakeSnapshot();
+      if (!snapshot.ok()) {
+        Done(snapshot.status());
+        return;
+      }
+      snapshot_ = *std::move(snapshot);
+      service_->export_executor_.Schedule([this] { LoadNext(); });
+    });
   }
 
   // For a request that failed validation.
@@ -705,14 +727,13 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
     const v1::SlotChunk* next = nullptr;
     {
       MutexLock lock(&mu_);
-      bytes_out_ += static_cast<int64_t>(chunks_.front().ByteSizeLong());
-      chunks_.pop_front();
-      if (!chunks_.empty()) next = &chunks_.front();
+      bytes_out_ += static_cast<int64_t>(chunks_[next_chunk_]->ByteSizeLong());
+      if (++next_chunk_ < loaded_) next = chunks_[next_chunk_].get();
     }
     if (next != nullptr) {
-      Write(next);
+      service_->export_executor_.Schedule([this, next] { Write(next); });
     } else {
-      service_->executor_.Schedule([this] { LoadNext(); });
+      service_->export_executor_.Schedule([this] { LoadNext(); });
     }
   }
 
@@ -724,18 +745,10 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   void OnDone() override { delete this; }
 
  private:
-  // Executor thread; no write is outstanding.
+  // Export executor thread; no write is outstanding, so the chunks are ours.
   void LoadNext() {
-    if (snapshot_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
-          service_->store_->TakeSnapshot();
-      if (!snapshot.ok()) {
-        Done(snapshot.status());
-        return;
-      }
-      snapshot_ = *std::move(snapshot);
-    }
-    std::deque<v1::SlotChunk> loaded;
+    const int chunk_rows = std::max(1, service_->options_.export_chunk_rows);
+    const int row_floats = service_->row_floats_;
     while (true) {
       uint32_t slot;
       {
@@ -744,36 +757,43 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
         if (next_slot_ == slots_.size()) break;
         slot = slots_[next_slot_++];
       }
+      // Chunk objects are reused from slot to slot (Clear keeps the rows'
+      // storage), so a row costs a copy, not allocations.
+      size_t loaded = 0;
       int64_t rows = 0;
       uint64_t checksum = 0;
-      const int chunk_rows = std::max(1, service_->options_.export_chunk_rows);
-      const absl::Status status =
-          snapshot_->ExportSlot(slot, [&](const StoredRow& row) -> absl::Status {
-            if (loaded.empty() || loaded.back().rows_size() >= chunk_rows) {
-              loaded.emplace_back().set_slot(slot);
+      v1::SlotChunk* chunk = nullptr;
+      const absl::Status status = snapshot_->ExportSlotBytes(
+          slot, [&](uint32_t table, uint64_t id, std::string_view values) -> absl::Status {
+            if (chunk == nullptr || chunk->rows_size() >= chunk_rows) {
+              if (loaded == chunks_.size()) chunks_.push_back(std::make_unique<v1::SlotChunk>());
+              chunk = chunks_[loaded++].get();
+              chunk->Clear();
+              chunk->set_slot(slot);
             }
-            v1::SlotRow* out = loaded.back().add_rows();
-            out->set_table(row.table);
-            out->set_id(row.id);
-            out->mutable_values()->Add(row.values.begin(), row.values.end());
+            v1::SlotRow* out = chunk->add_rows();
+            out->set_table(table);
+            out->set_id(id);
+            google::protobuf::RepeatedField<float>* floats = out->mutable_values();
+            floats->Reserve(row_floats);
+            std::memcpy(floats->AddNAlreadyReserved(row_floats), values.data(), values.size());
             ++rows;
-            checksum += RowValueHash(row.table, row.id, row.values);
+            checksum += RowValueHash(table, id, std::span<const float>(floats->data(), row_floats));
             return absl::OkStatus();
           });
       if (!status.ok()) {
         Done(status);
         return;
       }
-      if (loaded.empty()) continue;
-      const v1::SlotChunk* first;
+      if (loaded == 0) continue;
       {
         MutexLock lock(&mu_);
         total_rows_ += rows;
         checksum_ += checksum;
-        chunks_ = std::move(loaded);
-        first = &chunks_.front();
+        loaded_ = loaded;
+        next_chunk_ = 0;
       }
-      Write(first);
+      Write(chunks_[0].get());
       return;
     }
     bool cancelled;
@@ -822,13 +842,18 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   PsService* const service_;
   const std::vector<uint32_t> slots_;
   const Clock::time_point start_ = Clock::now();
-  // Only the executor thread touches it, one LoadNext at a time.
+  // Set by Start's executor task before any LoadNext; then only the export
+  // executor touches it, one LoadNext at a time.
   std::unique_ptr<RowStore::Snapshot> snapshot_;
+  // The loaded slot's chunks are chunks_[0, loaded_); written one at a time
+  // while LoadNext is not running, refilled by LoadNext while no write is.
+  std::vector<std::unique_ptr<v1::SlotChunk>> chunks_;
   std::recursive_mutex handoff_;
   Mutex mu_;
   size_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t loaded_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<v1::SlotChunk> chunks_ ABSL_GUARDED_BY(mu_);
   v1::SlotChunk done_chunk_ ABSL_GUARDED_BY(mu_);
   int64_t total_rows_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t checksum_ ABSL_GUARDED_BY(mu_) = 0;

@@ -6,7 +6,8 @@
 // callback (one in-memory or RocksDB store call, no other waiting). The admin
 // RPCs (SetShardMap, DropSlots, Checkpoint, Stats) and the slot streams do
 // their store work on a small executor owned by the service, so a checkpoint
-// or a checksum scan never occupies a gRPC thread.
+// or a checksum scan never occupies a gRPC thread; ExportSlots streams read
+// and send on a second one at low priority (export_nice).
 //
 // Errors (beyond the proto's contract, which every RPC follows):
 //   - An empty batch (no ids in any table) is INVALID_ARGUMENT: a client never
@@ -126,8 +127,14 @@ struct PsServiceOptions {
   // Where every accepted shard map (with self_index) is persisted, so a
   // restarted server answers GetShardMap; empty = not persisted.
   std::string shard_map_path;
-  // Threads running the admin RPCs and slot streams. Default: 2.
+  // Threads running the admin RPCs and ImportSlots streams. Default: 2.
   int admin_threads = 2;
+  // Threads reading and sending ExportSlots streams, and their nice value:
+  // an export taken while training runs (a model export, a live reshard)
+  // takes the CPU that lookups and pushes leave, not theirs. Default: 2
+  // threads at nice 19 (0: the server's priority).
+  int export_threads = 2;
+  int export_nice = 19;
   // The bearer token every call must carry (common/grpc_security.h); a call
   // without it is refused UNAUTHENTICATED. Empty = none required.
   std::string auth_token;
@@ -142,10 +149,11 @@ struct PersistedShardMap {
 // malformed.
 absl::StatusOr<std::optional<PersistedShardMap>> LoadShardMapFile(const std::string& path);
 
-// A fixed pool of threads running queued closures in FIFO order.
+// A fixed pool of threads running queued closures in FIFO order, at the
+// given nice value (0: the process's).
 class Executor {
  public:
-  explicit Executor(int threads);
+  explicit Executor(int threads, int nice = 0);
   // Runs everything queued, then joins.
   ~Executor();
   void Schedule(std::function<void()> fn);
@@ -194,8 +202,9 @@ class PsService final : public v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* SetShardMap(grpc::CallbackServerContext* context,
                                         const v1::SetShardMapRequest* request,
                                         v1::SetShardMapResponse* response) override;
-  // Streams every stored row of the requested slots, one slot at a time (each
-  // slot read from its own consistent snapshot), in chunks of at most
+  // Streams every stored row of the requested slots, one slot at a time (all
+  // read from one consistent snapshot, taken as the stream starts), at the
+  // export threads' priority (PsServiceOptions::export_nice), in chunks of at most
   // export_chunk_rows rows of one slot, then a done chunk with the row count
   // and checksum. Checksums (here and in ImportSlotsResponse) are the sum mod
   // 2^64 of RowValueHash (ps/row_store.h) over the rows, so an export's
@@ -262,6 +271,8 @@ class PsService final : public v1::ParameterServer::CallbackService {
   Mutex import_mu_;
   int64_t import_staged_bytes_ ABSL_GUARDED_BY(import_mu_) = 0;
 
+  // Destroyed after executor_, whose tasks schedule onto it.
+  Executor export_executor_;
   // Last member: destroyed (drained and joined) first.
   Executor executor_;
 };

@@ -2192,6 +2192,16 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
 
   absl::Status ExportSlot(uint32_t slot,
                           const std::function<absl::Status(const StoredRow&)>& visit) override {
+    row_.values.resize(row_floats_);
+    return ExportSlotBytes(slot, [&](uint32_t table, uint64_t id, std::string_view values) {
+      row_.table = table;
+      row_.id = id;
+      std::memcpy(row_.values.data(), values.data(), row_bytes_);
+      return visit(row_);
+    });
+  }
+
+  absl::Status ExportSlotBytes(uint32_t slot, const RowBytesVisitor& visit) override {
     if (slot >= num_slots_) {
       return absl::InvalidArgumentError(
           absl::StrCat("slot ", slot, ": the store has ", num_slots_, " slots"));
@@ -2202,7 +2212,6 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
     const std::string upper = SlotBound(slot + 1);
     const rocksdb::Slice upper_slice(upper);
     read.iterate_upper_bound = &upper_slice;
-    row_.values.resize(row_floats_);
     std::unique_ptr<rocksdb::Iterator> it(holder_.db->NewIterator(read));
     for (it->Seek(SlotBound(slot)); it->Valid(); it->Next()) {
       if (it->key().size() != kKeySize || it->value().size() != row_bytes_) {
@@ -2211,10 +2220,8 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
                                                 it->value().size(), "-byte value"));
       }
       const RowKey key = DecodeRowKey(it->key().data());
-      row_.table = key.table;
-      row_.id = key.id;
-      std::memcpy(row_.values.data(), it->value().data(), row_bytes_);
-      SS_RETURN_IF_ERROR(visit(row_));
+      SS_RETURN_IF_ERROR(
+          visit(key.table, key.id, std::string_view(it->value().data(), it->value().size())));
     }
     return FromRocks(it->status(), absl::StrCat("export slot ", slot, " of ", db_path_));
   }

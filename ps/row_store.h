@@ -30,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -215,6 +216,12 @@ class RowStore {
     // Every row of `slot` (< num_slots, else InvalidArgument) in key order.
     virtual absl::Status ExportSlot(uint32_t slot,
                                     const std::function<absl::Status(const StoredRow&)>& visit) = 0;
+    // The same rows without a copy: `values` is the stored value (dim then
+    // optimizer state floats, little-endian binary32, not necessarily
+    // aligned), valid during the call only.
+    using RowBytesVisitor =
+        std::function<absl::Status(uint32_t table, uint64_t id, std::string_view values)>;
+    virtual absl::Status ExportSlotBytes(uint32_t slot, const RowBytesVisitor& visit) = 0;
   };
   virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() = 0;
   // A repeated key within one call: the last occurrence is stored.

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -364,6 +365,20 @@ grpc::Status Drop(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& 
   grpc::Status s = stub.DropSlots(&context, request, &response);
   if (dropped != nullptr) *dropped = static_cast<int64_t>(response.rows_dropped());
   return s;
+}
+
+// Export streams run on threads at export_nice, below the threads serving
+// lookups and pushes: the Executor sets each of its threads' nice value.
+TEST(ExecutorTest, RunsItsThreadsAtTheGivenNiceValue) {
+  const int base = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  std::atomic<int> seen{-100};
+  {
+    ps::Executor executor(1, 19);
+    executor.Schedule([&] { seen = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())); });
+  }  // drained and joined
+  EXPECT_EQ(seen, 19);
+  EXPECT_EQ(ps::PsServiceOptions().export_nice, 19);
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), base);  // the caller's is kept
 }
 
 TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
