@@ -31,10 +31,16 @@ uint32_t Crc(uint64_t crc, const void* p, size_t n) {
 
 std::string PartName(int part) { return absl::StrFormat("embeddings/part-%05d.bin", part); }
 
+// One read of the whole file, not a character at a time.
 absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing"));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot read it whole"));
+  }
+  return bytes;
 }
 
 json TablesToJson(const std::vector<EmbeddingTableConfig>& tables) {
@@ -156,21 +162,29 @@ absl::Status ExportWriter::AddRow(uint32_t table, uint64_t id, std::span<const f
                      values.size(), " values, ", state.size(), " state) does not belong in part ",
                      part_, " (slots ", part_begin_, "-", part_end_, ")"));
   }
-  auto put = [&](const void* p, size_t n) {
-    std::fwrite(p, 1, n, out_);
-    crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
-    bytes_ += n;
-  };
+  auto put = [&](const void* p, size_t n) { buffer_.append(static_cast<const char*>(p), n); };
   put(&table, sizeof(table));
   put(&id, sizeof(id));
   put(values.data(), values.size_bytes());
   if (state_floats_ > 0) put(state.data(), state.size_bytes());
   ++rows_;
+  if (buffer_.size() >= kWriteBufferBytes) FlushBuffer();
   return absl::OkStatus();
+}
+
+// The checksum and the write per buffer, not per field of every row: the
+// same bytes and the same CRC (it is a running one), at a fraction of the
+// calls.
+void ExportWriter::FlushBuffer() {
+  std::fwrite(buffer_.data(), 1, buffer_.size(), out_);
+  crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(buffer_.data()), buffer_.size());
+  bytes_ += buffer_.size();
+  buffer_.clear();
 }
 
 absl::Status ExportWriter::EndPart() {
   if (part_ < 0) return absl::FailedPreconditionError("export: no part is open");
+  FlushBuffer();
   const bool failed = std::ferror(out_) != 0;
   const bool closed = std::fclose(out_) == 0;
   out_ = nullptr;

@@ -88,7 +88,10 @@ class ExportWriter {
   // The open part.
   int part_ = -1;
   uint32_t part_begin_ = 0, part_end_ = 0;
+  static constexpr size_t kWriteBufferBytes = 1 << 20;
+  void FlushBuffer();
   std::FILE* out_ = nullptr;
+  std::string buffer_;  // Rows of the open part not yet written.
   uint64_t crc_ = 0, bytes_ = 0;
   int64_t rows_ = 0, total_rows_ = 0;
 };
