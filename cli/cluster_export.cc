@@ -12,7 +12,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
@@ -103,8 +102,12 @@ void ExportMetrics::Publish(const nlohmann::json& summary, const std::string& re
 
 void ExportMetrics::CountFailure() { failures_->Increment(); }
 
+// The answered request is kept on the claim: a restarted trainer 0 does
+// not answer a request twice.
 ClusterExporter::ClusterExporter(ShadowSyncJob job, ClusterExportOptions options)
-    : job_(std::move(job)), options_(std::move(options)) {}
+    : job_(std::move(job)),
+      options_(std::move(options)),
+      handled_request_(ReadTrimmed(options_.trainers_dir + "/export-request.handled")) {}
 
 ClusterExporter::~ClusterExporter() { Stop(); }
 
@@ -134,12 +137,8 @@ std::vector<std::string> ClusterExporter::Checkpoints(int trainers) const {
 
 std::string ClusterExporter::ReadRequest() const { return ReadTrimmed(options_.request_file); }
 
-// Kept on the claim: a restarted trainer 0 does not answer a request twice.
-std::string ClusterExporter::HandledRequest() const {
-  return ReadTrimmed(options_.trainers_dir + "/export-request.handled");
-}
-
 void ClusterExporter::SetHandledRequest(const std::string& request) {
+  handled_request_ = request;
   WriteFile(options_.trainers_dir + "/export-request.handled", request + "\n");
 }
 
@@ -161,11 +160,7 @@ absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final) {
     return summary.status();
   }
   (*summary)["unix_seconds"] = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  std::cerr << absl::StrFormat(
-      "exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s\n",
-      (*summary)["path"].get<std::string>(), (*summary)["rows"].get<int64_t>(),
-      (*summary)["seconds"].get<double>(), (*summary)["rows_per_second"].get<double>(),
-      (*summary)["dense_source"].get<std::string>());
+  std::cerr << exporter::DescribeExport(*summary) << "\n";
   return summary;
 }
 
@@ -177,7 +172,7 @@ void ClusterExporter::Loop() {
   while (!stop_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const std::string request = ReadRequest();
-    const bool asked = !request.empty() && request != HandledRequest();
+    const bool asked = !request.empty() && request != handled_request_;
     const bool due = interval > 0 && Clock::now() - last >= std::chrono::seconds(interval);
     if (!asked && !due) continue;
     // Nothing to export before the first checkpoint: the request waits.
@@ -213,9 +208,9 @@ absl::StatusOr<nlohmann::json> ClusterExporter::FinalExport() {
   SS_ASSIGN_OR_RETURN(nlohmann::json summary, Export(/*final=*/true));
   // A request still open is answered by this export, taken after it.
   const std::string request = ReadRequest();
-  if (!request.empty() && request != HandledRequest()) SetHandledRequest(request);
-  summary["request"] = HandledRequest();
-  metrics_.Publish(summary, summary["request"].get<std::string>(), /*final=*/true);
+  if (!request.empty() && request != handled_request_) SetHandledRequest(request);
+  summary["request"] = handled_request_;
+  metrics_.Publish(summary, handled_request_, /*final=*/true);
   return summary;
 }
 

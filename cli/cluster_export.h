@@ -100,12 +100,13 @@ class ClusterExporter {
   int Trainers() const;
   absl::StatusOr<nlohmann::json> Export(bool final);
   std::string ReadRequest() const;
-  std::string HandledRequest() const;
   void SetHandledRequest(const std::string& request);
 
   const ShadowSyncJob job_;
   const ClusterExportOptions options_;
   ExportMetrics metrics_;
+  // Read by Loop() and, after Stop() has joined it, by FinalExport().
+  std::string handled_request_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "exporter/job_export.h"
 
 namespace shadowsync::cli {
 
@@ -34,10 +34,7 @@ Action AddExportCommand(CLI::App& app) {
       std::cout << r->dump(2) << "\n";
       return 0;
     }
-    std::cout << absl::StrFormat(
-        "exported %s: %d rows in %.1f s, dense: %s, %d examples trained\n",
-        (*r)["path"].get<std::string>(), (*r)["rows"].get<int64_t>(), (*r)["seconds"].get<double>(),
-        (*r)["dense_source"].get<std::string>(), (*r)["examples_trained"].get<int64_t>());
+    std::cout << exporter::DescribeExport(*r) << "\n";
     return 0;
   };
 }

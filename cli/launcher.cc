@@ -705,12 +705,7 @@ void Launch::PollExport(bool wait) {
 }
 
 void Launch::LogExport(const nlohmann::json& summary) const {
-  std::cerr << (options_.tty ? "\n" : "")
-            << absl::StrFormat("exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s\n",
-                               summary["path"].get<std::string>(), summary["rows"].get<int64_t>(),
-                               summary["seconds"].get<double>(),
-                               summary["rows_per_second"].get<double>(),
-                               summary["dense_source"].get<std::string>());
+  std::cerr << (options_.tty ? "\n" : "") << exporter::DescribeExport(summary) << "\n";
 }
 
 absl::StatusOr<nlohmann::json> Launch::FinalExport() {

@@ -723,4 +723,13 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
                         {"eval", eval}};
 }
 
+std::string DescribeExport(const nlohmann::json& summary) {
+  return absl::StrFormat(
+      "exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s, %d examples "
+      "trained",
+      summary["path"].get<std::string>(), summary["rows"].get<int64_t>(),
+      summary["seconds"].get<double>(), summary["rows_per_second"].get<double>(),
+      summary["dense_source"].get<std::string>(), summary["examples_trained"].get<int64_t>());
+}
+
 }  // namespace shadowsync::exporter

@@ -120,6 +120,10 @@ struct JobExportRequest {
 // bytes, seconds, rows_per_second, dense_source, examples_trained and eval.
 absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request);
 
+// ExportJob's summary as one log line: "exported PATH: N rows in S s (R
+// rows/s), dense: SOURCE, E examples trained".
+std::string DescribeExport(const nlohmann::json& summary);
+
 }  // namespace shadowsync::exporter
 
 #endif  // SHADOWSYNC_EXPORTER_JOB_EXPORT_H_

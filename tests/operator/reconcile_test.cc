@@ -1040,6 +1040,11 @@ TEST(ReconcileTest, InvalidSpecCreatesNothingAndFails) {
          spec["init"] = {{"fromModel", "../other/model-000001"}, {"volumeClaimName", "models"}};
        },
        "spec.init.fromModel: on Kubernetes, a path inside"},
+      {"a warm-start claim that is no name",
+       [](json& spec) {
+         spec["init"] = {{"fromModel", "model-000001"}, {"volumeClaimName", "Old Exports"}};
+       },
+       "spec.init.volumeClaimName"},
       {"an export path that is no mount path",
        [](json& spec) {
          spec["export"] = {{"path", "exports"}};
