@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "syncer/syncer_client.h"
 #include "worker/checkpoint.h"
@@ -54,45 +56,68 @@ model::OptimizerKind KindOf(Optimizer optimizer) {
   return *model::ParseOptimizerKind(EnumName(optimizer));
 }
 
-// One server's ExportSlots stream, read a chunk ahead so that the merge can
-// see which slot comes next.
+// One server's ExportSlots stream, read ahead on a thread of its own: every
+// server sends while the merge writes another server's rows, instead of
+// stalling on its flow-control window until the merge comes back to it.
 class ServerStream {
  public:
   ServerStream(std::string address, const RowStreamOptions& options,
-               const std::vector<uint32_t>& slots)
+               const std::vector<uint32_t>& slots, bool weights_only)
       : address_(std::move(address)), stub_(Connect(address_, options.security)) {
     context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
     v1::ExportSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
+    request.set_weights_only(weights_only);
+    request.set_packed_rows(true);
     reader_ = stub_->ExportSlots(&context_, request);
+    thread_ = std::thread([this] { ReadAhead(); });
   }
+  ~ServerStream() { (void)Finish(/*abandon=*/true); }
 
   // The chunk at the head, or nullptr once the stream ended (check Finish).
   const v1::SlotChunk* head() {
-    if (!loaded_ && !ended_) {
-      if (reader_->Read(&chunk_) && !chunk_.done()) {
-        loaded_ = true;
-      } else {
-        if (chunk_.done()) done_ = chunk_;
-        ended_ = true;
+    if (head_ == nullptr) {
+      MutexLock lock(&mu_);
+      mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !ready_.empty() || ended_; });
+      if (!ready_.empty()) {
+        head_ = std::move(ready_.front());
+        ready_.pop_front();
       }
     }
-    return loaded_ ? &chunk_ : nullptr;
+    return head_.get();
   }
-  void Pop() { loaded_ = false; }
+  void Pop() {
+    MutexLock lock(&mu_);
+    free_.push_back(std::move(head_));
+  }
+  const std::string& address() const { return address_; }
 
-  void Count(uint32_t table, uint64_t id, std::span<const float> values) {
-    ++rows_;
-    checksum_ += RowValueHash(table, id, values);
+  // What the end marker must match: rows, and the sum of chunk CRCs.
+  void Count(int64_t rows, uint32_t crc) {
+    rows_ += rows;
+    checksum_ += crc;
   }
 
   // `abandon`: the merge failed; the stream is cancelled, not drained.
   absl::Status Finish(bool abandon) {
+    if (!thread_.joinable()) return absl::OkStatus();  // finished before
     if (abandon) {
       context_.TryCancel();
+      {
+        MutexLock lock(&mu_);
+        stop_ = true;
+      }
+      thread_.join();
       (void)reader_->Finish();
       return absl::OkStatus();
     }
+    if (head() != nullptr) {  // more rows than the merge took: a slot out of range
+      const uint32_t slot = head()->slot();
+      (void)Finish(/*abandon=*/true);
+      return absl::DataLossError(absl::StrCat("ExportSlots on ", address_, ": rows of slot ", slot,
+                                              " after every slot of the export"));
+    }
+    thread_.join();
     SS_RETURN_IF_ERROR(FromGrpcStatus(reader_->Finish(), "ExportSlots", address_));
     if (!done_.done() || done_.total_rows() != static_cast<uint64_t>(rows_) ||
         done_.checksum() != checksum_) {
@@ -105,12 +130,49 @@ class ServerStream {
   }
 
  private:
+  // Chunks read ahead of the merge per server: a few MB.
+  static constexpr size_t kReadAhead = 16;
+
+  void ReadAhead() {
+    while (true) {
+      std::unique_ptr<v1::SlotChunk> chunk;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || ready_.size() < kReadAhead;
+        });
+        if (stop_) break;
+        if (!free_.empty()) {
+          chunk = std::move(free_.back());
+          free_.pop_back();
+        }
+      }
+      if (chunk == nullptr) chunk = std::make_unique<v1::SlotChunk>();
+      if (!reader_->Read(chunk.get())) break;
+      if (chunk->done()) {
+        done_ = *chunk;  // read by Finish after the join
+        break;
+      }
+      MutexLock lock(&mu_);
+      ready_.push_back(std::move(chunk));
+    }
+    MutexLock lock(&mu_);
+    ended_ = true;
+  }
+
   const std::string address_;
   std::unique_ptr<Stub> stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader_;
-  v1::SlotChunk chunk_, done_;
-  bool loaded_ = false, ended_ = false;
+  std::thread thread_;
+  Mutex mu_;
+  std::deque<std::unique_ptr<v1::SlotChunk>> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<v1::SlotChunk>> free_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  v1::SlotChunk done_;  // written by the read-ahead thread before it ends
+  // The merge's: the chunk it is on, and what it counted.
+  std::unique_ptr<v1::SlotChunk> head_;
   int64_t rows_ = 0;
   uint64_t checksum_ = 0;
 };
@@ -143,14 +205,15 @@ class ServerSink {
   }
 
   absl::Status Add(uint32_t slot, uint32_t table, uint64_t id, std::span<const float> values) {
-    if (chunk_ == nullptr || chunk_->slot() != slot || chunk_->rows_size() >= kChunkRows) {
+    if (chunk_ == nullptr || chunk_->slot() != slot || chunk_rows_ >= kChunkRows) {
       chunk_ = NextChunk();
       chunk_->set_slot(slot);
+      chunk_rows_ = 0;
     }
-    v1::SlotRow* row = chunk_->add_rows();
-    row->set_table(table);
-    row->set_id(id);
-    row->mutable_values()->Assign(values.begin(), values.end());
+    v1::AppendPackedRow(
+        chunk_->mutable_packed_rows(), table, id,
+        std::string_view(reinterpret_cast<const char*>(values.data()), values.size_bytes()));
+    ++chunk_rows_;
     ++stream_rows_;
     if (stream_rows_ >= options_.import_stream_rows) return EndStream();
     return absl::OkStatus();
@@ -185,7 +248,7 @@ class ServerSink {
       stream_.chunks.push_back(std::make_unique<v1::SlotChunk>());
     }
     v1::SlotChunk* chunk = stream_.chunks[stream_.used++].get();
-    chunk->Clear();  // keeps its rows' objects for reuse
+    chunk->Clear();  // keeps its packed rows' storage for reuse
     return chunk;
   }
 
@@ -236,15 +299,14 @@ class ServerSink {
   }
 
   absl::Status SendStream(Stream& stream) {
-    // The checksum of the rows as sent, here rather than in Add: the
-    // senders run beside the thread that regroups the rows.
+    // The chunks' CRCs and their sum, here rather than in Add: the senders
+    // run beside the thread that regroups the rows.
     v1::SlotChunk& done = *stream.chunks[stream.used - 1];
     uint64_t checksum = 0;
     for (size_t i = 0; i + 1 < stream.used; ++i) {
-      for (const v1::SlotRow& row : stream.chunks[i]->rows()) {
-        checksum += RowValueHash(row.table(), row.id(),
-                                 std::span<const float>(row.values().data(), row.values_size()));
-      }
+      v1::SlotChunk& chunk = *stream.chunks[i];
+      chunk.set_packed_crc32(v1::PackedRowsCrc(chunk.packed_rows()));
+      checksum += chunk.packed_crc32();
     }
     done.set_checksum(checksum);
     grpc::ClientContext context;
@@ -281,6 +343,7 @@ class ServerSink {
   // The caller's side: the stream being filled.
   Stream stream_;
   v1::SlotChunk* chunk_ = nullptr;  // Its open chunk, in stream_.
+  int chunk_rows_ = 0;              // Rows in chunk_.
   int64_t stream_rows_ = 0;
   Mutex mu_;
   std::optional<Stream> queued_ ABSL_GUARDED_BY(mu_);  // Filled, not yet taken by a sender.
@@ -504,14 +567,18 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
                                                       " slots, the export ", info.num_slots));
   }
   const int dim = info.embeddings.dim;
+  // Without optimizer state in the export, the servers send none.
   const size_t state_floats =
-      static_cast<size_t>(dim * model::StateFloatsPerParam(info.embeddings.optimizer.kind));
+      info.with_optimizer_state
+          ? static_cast<size_t>(dim * model::StateFloatsPerParam(info.embeddings.optimizer.kind))
+          : 0;
   std::vector<std::unique_ptr<ServerStream>> streams;
   for (int s = 0; s < map.num_servers(); ++s) {
     std::vector<uint32_t> slots = map.SlotsOwnedBy(static_cast<uint32_t>(s));
     if (slots.empty()) continue;
     std::sort(slots.begin(), slots.end());
-    streams.push_back(std::make_unique<ServerStream>(map.addresses()[s], options, slots));
+    streams.push_back(std::make_unique<ServerStream>(map.addresses()[s], options, slots,
+                                                     !info.with_optimizer_state));
   }
   RowStreamStats stats;
   stats.servers = map.num_servers();
@@ -522,24 +589,29 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
     for (auto& stream : streams) {
       for (const v1::SlotChunk* chunk = stream->head();
            status.ok() && chunk != nullptr && chunk->slot() < end; chunk = stream->head()) {
-        for (const v1::SlotRow& row : chunk->rows()) {
-          const std::span<const float> values(row.values().data(), row.values_size());
-          if (values.size() != static_cast<size_t>(dim) + state_floats) {
-            status = absl::DataLossError(absl::StrCat(
-                "export: a server sent (table ", row.table(), ", id ", row.id(), ") with ",
-                values.size(), " floats, want ", dim, " + ", state_floats, " optimizer state"));
-            break;
-          }
-          stream->Count(row.table(), row.id(), values);
-          status = writer->AddRow(
-              row.table(), row.id(), values.first(dim),
-              info.with_optimizer_state ? values.subspan(dim) : std::span<const float>());
-          if (!status.ok()) break;
-          ++stats.rows;
-          stats.bytes += static_cast<int64_t>(
-              sizeof(uint32_t) + sizeof(uint64_t) +
-              (info.with_optimizer_state ? values.size_bytes() : dim * sizeof(float)));
+        // The servers send rows laid out as the part file's records.
+        const std::string& packed = chunk->packed_rows();
+        const size_t record_bytes = writer->RecordBytes();
+        if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0) {
+          status = absl::DataLossError(
+              absl::StrCat("export: ExportSlots on ", stream->address(), " sent slot ",
+                           chunk->slot(), " as ", chunk->rows_size(), " unpacked rows and ",
+                           packed.size(), " bytes of packed rows; want records of ", record_bytes,
+                           " bytes (", dim, " + ", state_floats, " optimizer state floats)"));
+          break;
         }
+        const uint32_t crc = v1::PackedRowsCrc(packed);
+        if (crc != chunk->packed_crc32()) {
+          status = absl::DataLossError(absl::StrFormat(
+              "export: ExportSlots on %s sent slot %d with CRC %#x over rows whose CRC is %#x",
+              stream->address(), chunk->slot(), chunk->packed_crc32(), crc));
+          break;
+        }
+        const int64_t rows = static_cast<int64_t>(packed.size() / record_bytes);
+        stream->Count(rows, crc);
+        status = writer->AddRecords(packed, crc);
+        stats.rows += rows;
+        stats.bytes += static_cast<int64_t>(packed.size());
         stream->Pop();
       }
     }
@@ -596,11 +668,26 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   });
   const uint32_t export_slots = reader.info().num_slots;
   const uint64_t export_parts = static_cast<uint64_t>(reader.info().num_parts);
+  // Parts bound for different servers in turn: with as many slots as the
+  // export's, a part's rows all go to the owner of its slots, and a map's
+  // servers own runs of slots, so reading in order would keep one server
+  // busy at a time.
+  std::vector<int> part_order(export_parts);
+  std::vector<std::pair<int, uint32_t>> turn(export_parts);  // (turn at its owner, owner)
+  std::vector<int> parts_of(map.num_servers());
+  for (uint64_t p = 0; p < export_parts; ++p) {
+    const uint32_t first_slot = static_cast<uint32_t>(p * export_slots / export_parts);
+    const uint32_t owner = export_slots == map.num_slots() ? map.owner_of_slot(first_slot) : 0;
+    turn[p] = {parts_of[owner]++, owner};
+    part_order[p] = static_cast<int>(p);
+  }
+  std::stable_sort(part_order.begin(), part_order.end(),
+                   [&turn](int a, int b) { return turn[a] < turn[b]; });
   uint64_t part = UINT64_MAX;
   std::optional<PartRows> filling = handoff.TakeEmpty();
-  absl::Status read_status =
-      reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
-                            std::span<const float> state) -> absl::Status {
+  absl::Status read_status = reader.ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> values,
+          std::span<const float> state) -> absl::Status {
         // The part holding the row: the last p with p * S / P <= slot.
         const uint64_t old_slot = SlotOf(table, id, export_slots);
         uint64_t row_part = old_slot * export_parts / export_slots;
@@ -629,7 +716,8 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
         ++stats.rows;
         stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * 4);
         return absl::OkStatus();
-      });
+      },
+      part_order);
   if (read_status.ok() && !filling->used.empty() && !handoff.PutFull(*std::move(filling))) {
     read_status = absl::CancelledError("import: sending failed");
   }

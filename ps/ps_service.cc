@@ -19,6 +19,7 @@
 #include "common/hash.h"
 #include "common/status_macros.h"
 #include "prometheus/metric_family.h"
+#include "shadowsync/v1/packed_rows.h"
 
 namespace shadowsync::ps {
 namespace {
@@ -460,6 +461,22 @@ int64_t PsService::ChargeImportStaging(int64_t delta) {
   return import_staged_bytes_;
 }
 
+RowBlock PsService::TakeImportBlock() {
+  MutexLock lock(&import_mu_);
+  if (import_blocks_.empty()) return RowBlock();
+  RowBlock block = std::move(import_blocks_.back());
+  import_blocks_.pop_back();
+  return block;
+}
+
+void PsService::ReturnImportBlock(RowBlock block) {
+  // As many as the streams that run at once, typically; more are freed.
+  constexpr size_t kKeptBlocks = 4;
+  block.Clear();
+  MutexLock lock(&import_mu_);
+  if (import_blocks_.size() < kKeptBlocks) import_blocks_.push_back(std::move(block));
+}
+
 absl::Status PsService::CheckOwned(const RepeatedPtrField<v1::TableRows>& tables) const {
   std::shared_ptr<const ShardMap> map;
   uint32_t self = 0;
@@ -697,8 +714,8 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
 // touch of itself: OnDone may delete it on another thread right after.
 class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotChunk> {
  public:
-  ExportReactor(PsService* service, std::vector<uint32_t> slots)
-      : service_(service), slots_(std::move(slots)) {}
+  ExportReactor(PsService* service, std::vector<uint32_t> slots, bool weights_only, bool packed)
+      : service_(service), slots_(std::move(slots)), weights_only_(weights_only), packed_(packed) {}
 
   void Start() {
     service_->executor_.Schedule([this] {
@@ -727,7 +744,8 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
     const v1::SlotChunk* next = nullptr;
     {
       MutexLock lock(&mu_);
-      bytes_out_ += static_cast<int64_t>(chunks_[next_chunk_]->ByteSizeLong());
+      // Serialising the chunk in StartWrite computed its size.
+      bytes_out_ += static_cast<int64_t>(chunks_[next_chunk_]->GetCachedSize());
       if (++next_chunk_ < loaded_) next = chunks_[next_chunk_].get();
     }
     if (next != nullptr) {
@@ -748,7 +766,9 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   // Export executor thread; no write is outstanding, so the chunks are ours.
   void LoadNext() {
     const int chunk_rows = std::max(1, service_->options_.export_chunk_rows);
-    const int row_floats = service_->row_floats_;
+    const int row_floats = weights_only_ ? service_->dim_ : service_->row_floats_;
+    const size_t row_bytes = static_cast<size_t>(row_floats) * sizeof(float);
+    const size_t packed_row_bytes = v1::PackedRowBytes(row_floats);
     while (true) {
       uint32_t slot;
       {
@@ -763,21 +783,30 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       int64_t rows = 0;
       uint64_t checksum = 0;
       v1::SlotChunk* chunk = nullptr;
+      int in_chunk = 0;
       const absl::Status status = snapshot_->ExportSlotBytes(
           slot, [&](uint32_t table, uint64_t id, std::string_view values) -> absl::Status {
-            if (chunk == nullptr || chunk->rows_size() >= chunk_rows) {
+            if (chunk == nullptr || in_chunk >= chunk_rows) {
               if (loaded == chunks_.size()) chunks_.push_back(std::make_unique<v1::SlotChunk>());
               chunk = chunks_[loaded++].get();
               chunk->Clear();
               chunk->set_slot(slot);
+              if (packed_) chunk->mutable_packed_rows()->reserve(chunk_rows * packed_row_bytes);
+              in_chunk = 0;
+            }
+            ++in_chunk;
+            ++rows;
+            if (packed_) {  // checked by a CRC per chunk, below
+              v1::AppendPackedRow(chunk->mutable_packed_rows(), table, id,
+                                  values.substr(0, row_bytes));
+              return absl::OkStatus();
             }
             v1::SlotRow* out = chunk->add_rows();
             out->set_table(table);
             out->set_id(id);
             google::protobuf::RepeatedField<float>* floats = out->mutable_values();
             floats->Reserve(row_floats);
-            std::memcpy(floats->AddNAlreadyReserved(row_floats), values.data(), values.size());
-            ++rows;
+            std::memcpy(floats->AddNAlreadyReserved(row_floats), values.data(), row_bytes);
             checksum += RowValueHash(table, id, std::span<const float>(floats->data(), row_floats));
             return absl::OkStatus();
           });
@@ -786,6 +815,12 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
         return;
       }
       if (loaded == 0) continue;
+      if (packed_) {
+        for (size_t c = 0; c < loaded; ++c) {
+          chunks_[c]->set_packed_crc32(v1::PackedRowsCrc(chunks_[c]->packed_rows()));
+          checksum += chunks_[c]->packed_crc32();
+        }
+      }
       {
         MutexLock lock(&mu_);
         total_rows_ += rows;
@@ -841,6 +876,8 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
 
   PsService* const service_;
   const std::vector<uint32_t> slots_;
+  const bool weights_only_;
+  const bool packed_;
   const Clock::time_point start_ = Clock::now();
   // Set by Start's executor task before any LoadNext; then only the export
   // executor touches it, one LoadNext at a time.
@@ -882,7 +919,8 @@ grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
       slots.push_back(slot);
     }
   }
-  auto* reactor = new ExportReactor(this, std::move(slots));
+  auto* reactor =
+      new ExportReactor(this, std::move(slots), request->weights_only(), request->packed_rows());
   if (status.ok()) {
     reactor->Start();
   } else {
@@ -899,7 +937,7 @@ grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
 class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotChunk> {
  public:
   ImportReactor(PsService* service, v1::ImportSlotsResponse* response)
-      : service_(service), response_(response) {}
+      : service_(service), response_(response), rows_(service->TakeImportBlock()) {}
 
   void Start() { StartRead(&chunk_); }
 
@@ -936,8 +974,35 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
 
  private:
   absl::Status StageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const int n = chunk_.rows_size();
+    const int row_floats = service_->row_floats_;
+    const std::string& packed = chunk_.packed_rows();
+    const size_t record_bytes = v1::PackedRowBytes(row_floats);
+    if (!packed.empty()) {
+      if (chunk_.rows_size() > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", chunks_, " carries both rows and packed_rows; send one or the other"));
+      }
+      if (packed.size() % record_bytes != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", chunks_, ".packed_rows: ", packed.size(), " bytes, not whole records of ",
+            record_bytes, " bytes (dim ", service_->dim_, " plus optimizer state)"));
+      }
+      if (const uint32_t crc = v1::PackedRowsCrc(packed); crc != chunk_.packed_crc32()) {
+        return absl::DataLossError(absl::StrFormat(
+            "chunk %d.packed_crc32 = %#x but its packed_rows have CRC %#x; nothing stored", chunks_,
+            chunk_.packed_crc32(), crc));
+      }
+    }
+    const int n =
+        packed.empty() ? chunk_.rows_size() : static_cast<int>(packed.size() / record_bytes);
     if (n == 0) return absl::OkStatus();
+    // Row i of either form.
+    auto row_at = [&](int i) {
+      if (!packed.empty()) return v1::PackedRowAt(packed, row_floats, i);
+      const v1::SlotRow& row = chunk_.rows(i);
+      return v1::PackedRow{row.table(), row.id(),
+                           std::span<const float>(row.values().data(), row.values_size())};
+    };
     const std::shared_ptr<const ShardMap> map = service_->shard_map();
     uint32_t self = 0;
     {
@@ -960,24 +1025,23 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
     } else if (map != nullptr && map->owner_of_slot(slot) != self) {
       return WrongOwnerError(slot, map->epoch(), map->owner_of_slot(slot));
     }
-    const int row_floats = service_->row_floats_;
     for (int i = 0; i < n; ++i) {
-      const v1::SlotRow& row = chunk_.rows(i);
-      if (row.table() >= service_->num_tables_) {
+      const v1::PackedRow row = row_at(i);
+      if (row.table >= service_->num_tables_) {
         return absl::InvalidArgumentError(
-            absl::StrCat("chunk ", chunks_, " rows[", i, "].table: unknown table ", row.table(),
+            absl::StrCat("chunk ", chunks_, " rows[", i, "].table: unknown table ", row.table,
                          "; this server has ", service_->num_tables_, " tables"));
       }
-      if (row.values_size() != row_floats) {
+      if (row.values.size() != static_cast<size_t>(row_floats)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "chunk ", chunks_, " rows[", i, "].values: ", row.values_size(), " floats, want ",
+            "chunk ", chunks_, " rows[", i, "].values: ", row.values.size(), " floats, want ",
             row_floats, " (dim ", service_->dim_, " plus optimizer state)"));
       }
-      const uint32_t row_slot = SlotOf(row.table(), row.id(), num_slots);
+      const uint32_t row_slot = SlotOf(row.table, row.id, num_slots);
       if (row_slot != slot) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("chunk ", chunks_, " rows[", i, "]: (table ", row.table(), ", id ",
-                         row.id(), ") is in slot ", row_slot, ", chunk says slot ", slot));
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", chunks_, " rows[", i, "]: (table ",
+                                                       row.table, ", id ", row.id, ") is in slot ",
+                                                       row_slot, ", chunk says slot ", slot));
       }
     }
     // Charged a chunk at a time: the budget is shared with the server's
@@ -992,18 +1056,15 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
           ", over its staging limit of ", service_->options_.max_import_bytes,
           " bytes; nothing stored; import fewer slots per stream or fewer streams at once"));
     }
-    const size_t first = rows_.size();
-    rows_.tables.resize(first + n);
-    rows_.ids.resize(first + n);
-    rows_.values.resize((first + n) * row_floats);
+    // Appended, not resized and then overwritten: no zero-filling.
     for (int i = 0; i < n; ++i) {
-      const v1::SlotRow& row = chunk_.rows(i);
-      rows_.tables[first + i] = row.table();
-      rows_.ids[first + i] = row.id();
-      float* values = rows_.values.data() + (first + i) * row_floats;
-      std::memcpy(values, row.values().data(), row_floats * sizeof(float));
-      checksum_ += RowValueHash(row.table(), row.id(), std::span<const float>(values, row_floats));
+      const v1::PackedRow row = row_at(i);
+      rows_.tables.push_back(row.table);
+      rows_.ids.push_back(row.id);
+      rows_.values.insert(rows_.values.end(), row.values.begin(), row.values.end());
+      if (packed.empty()) checksum_ += RowValueHash(row.table, row.id, row.values);
     }
+    if (!packed.empty()) checksum_ += chunk_.packed_crc32();
     return absl::OkStatus();
   }
 
@@ -1048,6 +1109,7 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
     {
       MutexLock lock(&mu_);
       bytes_in = bytes_in_;
+      service_->ReturnImportBlock(std::move(rows_));
       rows_ = RowBlock();
       service_->ChargeImportStaging(-staged_bytes_);
       staged_bytes_ = 0;

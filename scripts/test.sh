@@ -34,14 +34,16 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
   # parameter server's row store (lookups, pushes and its checkpoint
   # thread), the syncer's rounds and SSP clocks, and the sync strategies
   # (shadow threads beside Hogwild threads, barriers, ps-plus's asynchronous
-  # pulls and pushes, sync-switch's exchanger thread). Only their targets
+  # pulls and pushes, sync-switch's exchanger thread), and the model export's
+  # and warm start's client (a read-ahead thread per server, sender threads
+  # per server). Only their targets
   # are built, which keeps the tsan stage to a few minutes on 2 cores.
   echo "== tsan build and concurrency tests"
   tsan_targets=(mutex_test embedding_table_test criteo_reader_test trainer_test replica_gate_test
     background_call_test row_store_test syncer_test sync_strategy_test ssp_clock_test
-    staleness_strategies_test ds_sync_test sync_switch_test)
+    staleness_strategies_test ds_sync_test sync_switch_test job_export_test)
   scripts/build.sh tsan --target "${tsan_targets[@]}"
-  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest)\.'
+  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest|JobExportTest)\.'
 
   # ASan + UBSan (clang-14, the `asan` preset) over the suites that parse
   # untrusted input or own memory by hand: the job spec, the Criteo reader,

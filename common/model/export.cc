@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -31,15 +32,23 @@ uint32_t Crc(uint64_t crc, const void* p, size_t n) {
 
 std::string PartName(int part) { return absl::StrFormat("embeddings/part-%05d.bin", part); }
 
-// One read of the whole file, not a character at a time.
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+// One read of the whole file, not a character at a time, into `bytes`,
+// whose storage is reused: a warm start reads every part file, and a fresh
+// buffer per part cost more in zero-filling and page faults than the read.
+absl::Status ReadWholeInto(const std::string& path, std::string* bytes) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing"));
-  std::string bytes(static_cast<size_t>(in.tellg()), '\0');
+  bytes->resize(static_cast<size_t>(in.tellg()));
   in.seekg(0);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+  if (!in.read(bytes->data(), static_cast<std::streamsize>(bytes->size()))) {
     return absl::DataLossError(absl::StrCat(path, ": cannot read it whole"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::string bytes;
+  SS_RETURN_IF_ERROR(ReadWholeInto(path, &bytes));
   return bytes;
 }
 
@@ -169,6 +178,40 @@ absl::Status ExportWriter::AddRow(uint32_t table, uint64_t id, std::span<const f
   if (state_floats_ > 0) put(state.data(), state.size_bytes());
   ++rows_;
   if (buffer_.size() >= kWriteBufferBytes) FlushBuffer();
+  return absl::OkStatus();
+}
+
+size_t ExportWriter::RecordBytes() const {
+  return sizeof(uint32_t) + sizeof(uint64_t) +
+         (static_cast<size_t>(info_.embeddings.dim) + state_floats_) * sizeof(float);
+}
+
+absl::Status ExportWriter::AddRecords(std::string_view records, uint32_t crc) {
+  if (part_ < 0) return absl::FailedPreconditionError("export: a row outside any part");
+  const size_t record_bytes = RecordBytes();
+  if (records.size() % record_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export: ", records.size(), " bytes of records of ", record_bytes, " bytes"));
+  }
+  const size_t n = records.size() / record_bytes;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t table;
+    uint64_t id;
+    const char* p = records.data() + i * record_bytes;
+    std::memcpy(&table, p, sizeof(table));
+    std::memcpy(&id, p + sizeof(table), sizeof(id));
+    const uint32_t slot = SlotOf(table, id, info_.num_slots);
+    if (slot < part_begin_ || slot >= part_end_ || table >= info_.embeddings.tables.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "export: row (table ", table, ", id ", id, ", slot ", slot, ") does not belong in part ",
+          part_, " (slots ", part_begin_, "-", part_end_, ")"));
+    }
+  }
+  FlushBuffer();
+  std::fwrite(records.data(), 1, records.size(), out_);
+  crc_ = crc32_combine(crc_, crc, static_cast<z_off_t>(records.size()));
+  bytes_ += records.size();
+  rows_ += static_cast<int64_t>(n);
   return absl::OkStatus();
 }
 
@@ -417,15 +460,34 @@ absl::Status ExportReader::ReadDense(std::vector<float>* params,
   return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": no ", kDense, " listed"));
 }
 
-absl::Status ExportReader::ForEachRow(const RowVisitor& visit) const {
+absl::Status ExportReader::ForEachRow(const RowVisitor& visit,
+                                      std::span<const int> part_order) const {
   const int dim = info_.embeddings.dim;
   const int state_floats = manifest_["embeddings"]["stateFloatsPerRow"].get<int>();
   const size_t record = sizeof(uint32_t) + sizeof(uint64_t) + (dim + state_floats) * sizeof(float);
   std::vector<float> values(dim), state(state_floats);
+  std::vector<const json*> parts;
   for (const json& f : manifest_["files"]) {
-    if (!f.contains("slotBegin")) continue;  // Not a part.
+    if (f.contains("slotBegin")) parts.push_back(&f);
+  }
+  std::vector<int> order(part_order.begin(), part_order.end());
+  if (order.empty()) {
+    for (size_t p = 0; p < parts.size(); ++p) order.push_back(static_cast<int>(p));
+  }
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t p = 0; p < sorted.size(); ++p) {
+    if (sorted.size() != parts.size() || sorted[p] != static_cast<int>(p)) {
+      return absl::InvalidArgumentError(absl::StrCat(dir_, ": a part order of ", order.size(),
+                                                     " parts that is not a permutation of its ",
+                                                     parts.size(), " parts"));
+    }
+  }
+  std::string bytes;
+  for (const int part : order) {
+    const json& f = *parts[part];
     const std::string path = dir_ + "/" + f["path"].get<std::string>();
-    SS_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
+    SS_RETURN_IF_ERROR(ReadWholeInto(path, &bytes));
     if (Crc(0, bytes.data(), bytes.size()) != f["crc32"].get<uint32_t>()) {
       return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
     }

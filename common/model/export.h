@@ -68,6 +68,13 @@ class ExportWriter {
   // InvalidArgument if the row's slot is outside the open part's range.
   absl::Status AddRow(uint32_t table, uint64_t id, std::span<const float> values,
                       std::span<const float> state);
+  // Rows already laid out as a part file's records (RecordBytes() each: the
+  // table, the id, the values and, when carried, the state), with `crc` the
+  // zlib CRC-32 of `records` that the caller has checked: written as they
+  // are, the part's CRC extended with crc32_combine, not recomputed.
+  // InvalidArgument as AddRow, for the first row out of place.
+  absl::Status AddRecords(std::string_view records, uint32_t crc);
+  size_t RecordBytes() const;
   absl::Status EndPart();
   // Writes the manifest and renames the export into place.
   absl::Status Commit();
@@ -121,7 +128,9 @@ class ExportReader {
   // rows is visited. `state` is empty for an export without optimizer state.
   using RowVisitor = std::function<absl::Status(
       uint32_t table, uint64_t id, std::span<const float> values, std::span<const float> state)>;
-  absl::Status ForEachRow(const RowVisitor& visit) const;
+  // `part_order`, when given, lists every part once: the order to read them
+  // in (a warm start reads parts bound for different servers in turn).
+  absl::Status ForEachRow(const RowVisitor& visit, std::span<const int> part_order = {}) const;
   // Reads every file and checks its checksum: for a caller that must not
   // change anything if any part is corrupt.
   absl::Status Verify() const;

@@ -34,6 +34,7 @@
 #include "ps/ps_server.h"
 #include "ps/resharder.h"
 #include "ps/row_store.h"
+#include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
@@ -330,11 +331,14 @@ struct Exported {
   grpc::Status status;
 };
 
-Exported Export(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots) {
+Exported Export(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots,
+                bool weights_only = false, bool packed = false) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
   v1::ExportSlotsRequest request;
   request.mutable_slots()->Add(slots.begin(), slots.end());
+  request.set_weights_only(weights_only);
+  request.set_packed_rows(packed);
   auto reader = stub.ExportSlots(&context, request);
   Exported out;
   v1::SlotChunk chunk;
@@ -377,7 +381,7 @@ TEST(ExecutorTest, RunsItsThreadsAtTheGivenNiceValue) {
     executor.Schedule([&] { seen = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())); });
   }  // drained and joined
   EXPECT_EQ(seen, 19);
-  EXPECT_EQ(ps::PsServiceOptions().export_nice, 19);
+  EXPECT_EQ(ps::PsServiceOptions().export_nice, 10);
   EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), base);  // the caller's is kept
 }
 
@@ -416,28 +420,137 @@ TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
   EXPECT_EQ(done.total_rows(), before->rows_stored());
 }
 
+// A model export without optimizer state asks for the weights alone: each
+// row is the first dim floats of the full row, and the end marker's checksum
+// covers exactly what was sent.
+TEST_F(PsServiceTest, WeightsOnlyExportSendsEachRowsEmbeddingWithoutItsState) {
+  StartCluster(1);
+  Load(5, 80);
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+  const Exported full = Export(*nodes_[0].stub, all);
+  const Exported weights = Export(*nodes_[0].stub, all, /*weights_only=*/true);
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  ASSERT_TRUE(weights.status.ok()) << weights.status.error_message();
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> full_rows;
+  for (const v1::SlotChunk& chunk : full.chunks) {
+    for (const v1::SlotRow& row : chunk.rows()) {
+      full_rows[{row.table(), row.id()}].assign(row.values().begin(), row.values().end());
+    }
+  }
+  int64_t rows = 0;
+  uint64_t checksum = 0;
+  for (const v1::SlotChunk& chunk : weights.chunks) {
+    for (const v1::SlotRow& row : chunk.rows()) {
+      ASSERT_EQ(row.values_size(), kDim);
+      const std::vector<float>& whole = full_rows.at({row.table(), row.id()});
+      EXPECT_TRUE(std::equal(row.values().begin(), row.values().end(), whole.begin()));
+      checksum += RowValueHash(row.table(), row.id(),
+                               std::span<const float>(row.values().data(), row.values_size()));
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, static_cast<int64_t>(full_rows.size()));
+  EXPECT_EQ(weights.chunks.back().total_rows(), static_cast<uint64_t>(rows));
+  EXPECT_EQ(weights.chunks.back().checksum(), checksum);
+  EXPECT_NE(checksum, full.chunks.back().checksum());
+}
+
+// Packed rows are the same rows as row messages, with or without the
+// optimizer state; each chunk carries its CRC, and the end marker their sum.
+TEST_F(PsServiceTest, PackedExportCarriesTheSameRowsAsRowMessages) {
+  StartCluster(1);
+  Load(5, 80);
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+  for (bool weights_only : {false, true}) {
+    SCOPED_TRACE(weights_only ? "weights only" : "whole rows");
+    const size_t floats = weights_only ? kDim : 2 * kDim;
+    using Rows = std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>;
+    Rows messages, packed;
+    const Exported plain = Export(*nodes_[0].stub, all, weights_only);
+    const Exported records = Export(*nodes_[0].stub, all, weights_only, /*packed=*/true);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+    ASSERT_TRUE(records.status.ok()) << records.status.error_message();
+    for (const v1::SlotChunk& chunk : plain.chunks) {
+      EXPECT_TRUE(chunk.packed_rows().empty());
+      for (const v1::SlotRow& row : chunk.rows()) {
+        messages[{row.table(), row.id()}].assign(row.values().begin(), row.values().end());
+      }
+    }
+    uint64_t crc_sum = 0;
+    for (const v1::SlotChunk& chunk : records.chunks) {
+      EXPECT_EQ(chunk.rows_size(), 0);
+      EXPECT_EQ(chunk.packed_crc32(), v1::PackedRowsCrc(chunk.packed_rows()));
+      crc_sum += chunk.packed_crc32();
+      ASSERT_EQ(chunk.packed_rows().size() % v1::PackedRowBytes(floats), 0u);
+      const size_t n = chunk.packed_rows().size() / v1::PackedRowBytes(floats);
+      EXPECT_LE(n, 7u);  // export_chunk_rows
+      for (size_t i = 0; i < n; ++i) {
+        const v1::PackedRow row = v1::PackedRowAt(chunk.packed_rows(), floats, i);
+        EXPECT_EQ(SlotOf(row.table, row.id, kSlots), chunk.slot());
+        EXPECT_TRUE(packed
+                        .emplace(std::pair{row.table, row.id},
+                                 std::vector<float>(row.values.begin(), row.values.end()))
+                        .second);
+      }
+    }
+    EXPECT_EQ(packed.size(), touched_.size());
+    EXPECT_TRUE(packed == messages);
+    EXPECT_EQ(records.chunks.back().total_rows(), plain.chunks.back().total_rows());
+    EXPECT_EQ(records.chunks.back().checksum(), crc_sum);
+  }
+}
+
+// Rows exported from one server and imported into an empty one arrive whole,
+// as row messages and as packed rows (a warm start's). A packed chunk whose
+// CRC disagrees with its rows, or that holds part of a record, is refused
+// naming the chunk, and nothing of its stream is stored.
 TEST_F(PsServiceTest, ExportImportRoundTripPreservesEveryRowAndChecksum) {
   StartCluster(1);
   Load(5, 80);
-  nodes_.push_back(Start(Options("target")));  // Owns everything, empty.
   auto source = Stats(0);
   ASSERT_TRUE(source.ok());
   std::vector<uint32_t> all(kSlots);
   for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
 
-  Exported exported = Export(*nodes_[0].stub, all);
-  ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
-  v1::ImportSlotsResponse response;
-  grpc::Status s = Import(*nodes_[1].stub, exported.chunks, &response);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(response.rows(), source->rows_stored());
-  EXPECT_EQ(response.checksum(), exported.chunks.back().checksum());
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed rows" : "row messages");
+    // Owns everything, empty.
+    nodes_.push_back(Start(Options(packed ? "packed-target" : "target")));
+    const int target = static_cast<int>(nodes_.size()) - 1;
+    const Exported exported = Export(*nodes_[0].stub, all, /*weights_only=*/false, packed);
+    ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
+    for (const bool corrupt_crc : {true, false}) {
+      if (!packed) break;
+      std::vector<v1::SlotChunk> chunks = exported.chunks;
+      if (corrupt_crc) {
+        chunks[0].set_packed_crc32(chunks[0].packed_crc32() ^ 1);
+      } else {
+        chunks[0].mutable_packed_rows()->pop_back();
+      }
+      v1::ImportSlotsResponse response;
+      const grpc::Status s = Import(*nodes_[target].stub, chunks, &response);
+      EXPECT_EQ(s.error_code(),
+                corrupt_crc ? grpc::StatusCode::DATA_LOSS : grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(s.error_message(),
+                  HasSubstr(corrupt_crc ? "chunk 0.packed_crc32" : "chunk 0.packed_rows"));
+      auto stored = Stats(target);
+      ASSERT_TRUE(stored.ok());
+      EXPECT_EQ(stored->rows_stored(), 0u);
+    }
 
-  auto target = Stats(1);
-  ASSERT_TRUE(target.ok());
-  EXPECT_EQ(target->rows_stored(), source->rows_stored());
-  EXPECT_EQ(target->key_checksum(), source->key_checksum());
-  EXPECT_EQ(target->value_checksum(), source->value_checksum());
+    v1::ImportSlotsResponse response;
+    const grpc::Status s = Import(*nodes_[target].stub, exported.chunks, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(response.rows(), source->rows_stored());
+    EXPECT_EQ(response.checksum(), exported.chunks.back().checksum());
+    auto stored = Stats(target);
+    ASSERT_TRUE(stored.ok());
+    EXPECT_EQ(stored->rows_stored(), source->rows_stored());
+    EXPECT_EQ(stored->key_checksum(), source->key_checksum());
+    EXPECT_EQ(stored->value_checksum(), source->value_checksum());
+  }
 }
 
 // The redirect: a client holding the epoch-2 map keeps working while half of

@@ -6,10 +6,14 @@
 // file and what is wrong.
 #include "common/model/export.h"
 
+#include <zlib.h>
+
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "common/hash.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -164,6 +168,96 @@ TEST_F(ExportTest, RowsLandInThePartOfTheirSlotRange) {
   const std::vector<float> v(4), s(4);
   EXPECT_THAT((*w)->AddRow(0, outside, v, s),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "does not belong in part 0"));
+}
+
+// AddRecords (a model export's rows as the servers send them) writes the
+// same part files, CRCs included, as AddRow: here a part's first row goes
+// through AddRow and the rest as two blocks of records, so the writer's
+// buffer and crc32_combine both meet.
+TEST_F(ExportTest, RecordsWrittenAsTheyAreMakeTheSameFilesAsRows) {
+  const std::string by_rows = Write("rows", Info());
+  const json m = Manifest(by_rows);
+  auto w = ExportWriter::Create(dir_.File("records"), Info());
+  SS_ASSERT_OK(w);
+  const size_t record = (*w)->RecordBytes();
+  ASSERT_EQ(record, 4u + 8u + 2u * StoreOptions().dim * 4u);  // Adagrad: values, state
+  SS_ASSERT_OK((*w)->WriteDense(params_, dense_state_));      // first, as ExportLocalModel does
+  for (int part = 0; part < 4; ++part) {
+    const std::string bytes =
+        testing::ReadFile(by_rows + absl::StrFormat("/embeddings/part-%05d.bin", part));
+    ASSERT_EQ(bytes.size() % record, 0u);
+    SS_ASSERT_OK((*w)->BeginPart(part));
+    std::string_view rest(bytes);
+    if (!rest.empty()) {
+      uint32_t table;
+      uint64_t id;
+      std::memcpy(&table, rest.data(), 4);
+      std::memcpy(&id, rest.data() + 4, 8);
+      const size_t dim = StoreOptions().dim;
+      std::vector<float> floats(2 * dim);
+      std::memcpy(floats.data(), rest.data() + 12, floats.size() * 4);
+      SS_ASSERT_OK((*w)->AddRow(table, id, std::span<const float>(floats).first(dim),
+                                std::span<const float>(floats).subspan(dim)));
+      rest.remove_prefix(record);
+    }
+    const size_t half = rest.size() / record / 2 * record;
+    for (std::string_view block : {rest.substr(0, half), rest.substr(half)}) {
+      const auto crc = static_cast<uint32_t>(
+          crc32_z(0, reinterpret_cast<const Bytef*>(block.data()), block.size()));
+      SS_ASSERT_OK((*w)->AddRecords(block, crc));
+    }
+    SS_ASSERT_OK((*w)->EndPart());
+  }
+  SS_ASSERT_OK((*w)->Commit());
+  EXPECT_EQ(Manifest(dir_.File("records"))["files"], m["files"]);
+  for (const json& f : m["files"]) {
+    const std::string path = f["path"];
+    EXPECT_EQ(testing::ReadFile(dir_.File("records") + "/" + path),
+              testing::ReadFile(by_rows + "/" + path))
+        << path;
+  }
+
+  // Records outside the open part, or not a whole number of them, are refused.
+  auto other = ExportWriter::Create(dir_.File("other"), Info());
+  SS_ASSERT_OK(other);
+  SS_ASSERT_OK((*other)->BeginPart(0));
+  std::string outside(record, '\0');
+  uint64_t id = 0;
+  while (SlotOf(0, id, 64) < 16) ++id;
+  std::memcpy(outside.data() + 4, &id, 8);
+  EXPECT_THAT((*other)->AddRecords(outside, 0),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "does not belong in part 0"));
+  EXPECT_THAT((*other)->AddRecords(outside.substr(1), 0),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "bytes of records of"));
+}
+
+// A warm start reads parts in an order of its choosing: the same rows, each
+// part's together, in that order; an order that is not one of every part is
+// refused.
+TEST_F(ExportTest, PartsAreReadInTheOrderGiven) {
+  const std::string dir = Write("export", Info());
+  auto reader = ExportReader::Open(dir);
+  SS_ASSERT_OK(reader);
+  const std::vector<int> order = {2, 0, 3, 1};
+  std::vector<int> parts_seen;
+  Rows rows;
+  SS_ASSERT_OK(reader->ForEachRow(
+      [&](uint32_t t, uint64_t id, std::span<const float> v, std::span<const float> s) {
+        const int part = static_cast<int>(SlotOf(t, id, 64) / 16);  // 64 slots in 4 parts
+        if (parts_seen.empty() || parts_seen.back() != part) parts_seen.push_back(part);
+        rows[{t, id}] = {{v.begin(), v.end()}, {s.begin(), s.end()}};
+        return absl::OkStatus();
+      },
+      order));
+  EXPECT_EQ(parts_seen, order);
+  EXPECT_EQ(rows, rows_);
+  const auto none = [](uint32_t, uint64_t, std::span<const float>, std::span<const float>) {
+    return absl::OkStatus();
+  };
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{{0, 1, 2}, {0, 1, 2, 2}}) {
+    EXPECT_THAT(reader->ForEachRow(none, bad),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, "not a permutation"));
+  }
 }
 
 TEST_F(ExportTest, WithoutOptimizerStateRowsLoadWithZeroState) {
