@@ -45,6 +45,7 @@ ps push 1 ps.proto PushGradientsRequest 'epoch: 1 tables { table: 1 ids: 7 value
 ps get-map 2 ps.proto GetShardMapRequest ''
 ps set-map 3 ps.proto SetShardMapRequest 'map { epoch: 2 num_slots: 4 owner: [0, 0, 0, 0] addresses: "127.0.0.1:1" } self_index: 0'
 ps export 4 ps.proto ExportSlotsRequest 'slots: [0, 1, 2]'
+ps export-packed 4 ps.proto ExportSlotsRequest 'slots: [0, 1, 2] weights_only: true packed_rows: true'
 ps drop 6 ps.proto DropSlotsRequest 'slots: [3]'
 ps checkpoint 7 ps.proto CheckpointRequest 'path: "x"'
 ps stats 8 ps.proto StatsRequest ''
@@ -60,7 +61,33 @@ printf 'slot: 5 done: true total_rows: 1' |
   printf "\\x$(printf %02x "$(stat -c %s "$chunk")")"; cat "$chunk"
   printf "\\x$(printf %02x "$(stat -c %s "$done_chunk")")"; cat "$done_chunk"
 } > "$out/fuzz_ps_service/import.bin"
-rm -f "$chunk" "$done_chunk"
+# The same row packed (a warm start's stream): a record of table 0, id 11 and
+# dim 4 + Adagrad state floats in its slot of 64, with its CRC.
+python3 - "$chunk" "$done_chunk" <<'PY'
+import struct, sys, zlib
+M = (1 << 64) - 1
+def mix64(x):
+    x = (x + 0x9e3779b97f4a7c15) & M
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M
+    return x ^ (x >> 31)
+table, id_ = 0, 11
+slot = mix64(id_ ^ mix64(0x5ad05eed00000000 + table)) % 64
+record = struct.pack("<IQ8f", table, id_, 1, 2, 3, 4, 0, 0, 0, 0)
+esc = "".join("\\%03o" % b for b in record)
+open(sys.argv[1], "w").write(f'slot: {slot} packed_rows: "{esc}" packed_crc32: {zlib.crc32(record)}')
+open(sys.argv[2], "w").write(f"slot: {slot} done: true total_rows: 1 checksum: {zlib.crc32(record)}")
+PY
+for f in "$chunk" "$done_chunk"; do
+  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" \
+    < "$f" > "$f.bin"
+done
+{
+  printf '\x05'
+  printf "\\x$(printf %02x "$(stat -c %s "$chunk.bin")")"; cat "$chunk.bin"
+  printf "\\x$(printf %02x "$(stat -c %s "$done_chunk.bin")")"; cat "$done_chunk.bin"
+} > "$out/fuzz_ps_service/import-packed.bin"
+rm -f "$chunk" "$done_chunk" "$chunk.bin" "$done_chunk.bin"
 
 sy() { encode fuzz_syncer_service "$@"; }
 sy init 0 syncer.proto InitCentreRequest 'offset: 0 total: 4 values: [1, 2, 3, 4]'
