@@ -46,7 +46,8 @@ constexpr float UniformFromKey(uint64_t key) {
 //                          pattern of x), word j folded into lane j mod 4:
 //                          l_k = Mix64(RowKeyHash(t, id) + k), then
 //                          l = Mix64(l ^ w_j); the result is
-//                          Mix64(Mix64(Mix64(l_0 ^ l_1) ^ l_2) ^ l_3 ^ n).
+//                          Mix64(Mix64(Mix64(l_0 ^ l_1) ^ l_2) ^ l_3 ^ n),
+//                          n being the number of floats,
 // over the full stored value (dim values, then optimizer state). Four
 // independent lanes instead of one chain of a Mix64 per float: the hash is
 // on every row of every export, import and reshard, on both ends, and the

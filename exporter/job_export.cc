@@ -582,6 +582,8 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
   }
   RowStreamStats stats;
   stats.servers = map.num_servers();
+  // The servers send rows laid out as the part file's records.
+  const size_t record_bytes = writer->RecordBytes();
   absl::Status status;
   for (int part = 0; part < info.num_parts && status.ok(); ++part) {
     status = writer->BeginPart(part);
@@ -589,9 +591,7 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
     for (auto& stream : streams) {
       for (const v1::SlotChunk* chunk = stream->head();
            status.ok() && chunk != nullptr && chunk->slot() < end; chunk = stream->head()) {
-        // The servers send rows laid out as the part file's records.
         const std::string& packed = chunk->packed_rows();
-        const size_t record_bytes = writer->RecordBytes();
         if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0) {
           status = absl::DataLossError(
               absl::StrCat("export: ExportSlots on ", stream->address(), " sent slot ",
@@ -676,8 +676,9 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   std::vector<std::pair<int, uint32_t>> turn(export_parts);  // (turn at its owner, owner)
   std::vector<int> parts_of(map.num_servers());
   for (uint64_t p = 0; p < export_parts; ++p) {
-    const uint32_t first_slot = static_cast<uint32_t>(p * export_slots / export_parts);
-    const uint32_t owner = export_slots == map.num_slots() ? map.owner_of_slot(first_slot) : 0;
+    const uint32_t owner = export_slots == map.num_slots()
+                               ? map.owner_of_slot(model::PartSlotBegin(reader.info(), p))
+                               : 0;
     turn[p] = {parts_of[owner]++, owner};
     part_order[p] = static_cast<int>(p);
   }

@@ -463,6 +463,7 @@ int64_t PsService::ChargeImportStaging(int64_t delta) {
 
 RowBlock PsService::TakeImportBlock() {
   MutexLock lock(&import_mu_);
+  ++import_streams_;
   if (import_blocks_.empty()) return RowBlock();
   RowBlock block = std::move(import_blocks_.back());
   import_blocks_.pop_back();
@@ -473,8 +474,13 @@ void PsService::ReturnImportBlock(RowBlock block) {
   // As many as the streams that run at once, typically; more are freed.
   constexpr size_t kKeptBlocks = 4;
   block.Clear();
+  std::vector<RowBlock> freed;  // outside the lock
   MutexLock lock(&import_mu_);
-  if (import_blocks_.size() < kKeptBlocks) import_blocks_.push_back(std::move(block));
+  if (--import_streams_ == 0) {
+    freed.swap(import_blocks_);
+  } else if (import_blocks_.size() < kKeptBlocks) {
+    import_blocks_.push_back(std::move(block));
+  }
 }
 
 absl::Status PsService::CheckOwned(const RepeatedPtrField<v1::TableRows>& tables) const {

@@ -133,11 +133,6 @@ absl::Status ExportWriter::WriteDense(std::span<const float> params,
   return absl::OkStatus();
 }
 
-uint32_t ExportWriter::PartBegin(int part) const {
-  return static_cast<uint32_t>(static_cast<uint64_t>(part) * info_.num_slots /
-                               static_cast<uint64_t>(info_.num_parts));
-}
-
 absl::Status ExportWriter::BeginPart(int part) {
   if (part_ >= 0 || part < next_part_ || part >= info_.num_parts) {
     return absl::FailedPreconditionError(

@@ -51,6 +51,12 @@ struct ExportInfo {
   nlohmann::json job = nullptr;                    // the job spec, when a job wrote it
 };
 
+// The first slot of part `part` of an export: p * S / P (S slots, P parts).
+inline uint32_t PartSlotBegin(const ExportInfo& info, int part) {
+  return static_cast<uint32_t>(static_cast<uint64_t>(part) * info.num_slots /
+                               static_cast<uint64_t>(info.num_parts));
+}
+
 class ExportWriter {
  public:
   // Starts an export that Commit() will put at `dir` (replacing an export
@@ -63,7 +69,7 @@ class ExportWriter {
   absl::Status WriteDense(std::span<const float> params, std::span<const float> dense_state);
   // Part p holds slots [p * S / P, (p + 1) * S / P). Parts are written in
   // increasing order; rows in any order within a part.
-  uint32_t PartBegin(int part) const;
+  uint32_t PartBegin(int part) const { return PartSlotBegin(info_, part); }
   absl::Status BeginPart(int part);
   // InvalidArgument if the row's slot is outside the open part's range.
   absl::Status AddRow(uint32_t table, uint64_t id, std::span<const float> values,

@@ -504,8 +504,9 @@ TEST_F(PsServiceTest, PackedExportCarriesTheSameRowsAsRowMessages) {
 
 // Rows exported from one server and imported into an empty one arrive whole,
 // as row messages and as packed rows (a warm start's). A packed chunk whose
-// CRC disagrees with its rows, or that holds part of a record, is refused
-// naming the chunk, and nothing of its stream is stored.
+// CRC disagrees with its rows, that holds part of a record, or that also
+// carries row messages is refused naming the chunk, and nothing of its
+// stream is stored.
 TEST_F(PsServiceTest, ExportImportRoundTripPreservesEveryRowAndChecksum) {
   StartCluster(1);
   Load(5, 80);
@@ -521,20 +522,21 @@ TEST_F(PsServiceTest, ExportImportRoundTripPreservesEveryRowAndChecksum) {
     const int target = static_cast<int>(nodes_.size()) - 1;
     const Exported exported = Export(*nodes_[0].stub, all, /*weights_only=*/false, packed);
     ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
-    for (const bool corrupt_crc : {true, false}) {
+    enum Bad { kCrc, kPartialRecord, kBothForms };
+    for (const Bad bad : {kCrc, kPartialRecord, kBothForms}) {
       if (!packed) break;
       std::vector<v1::SlotChunk> chunks = exported.chunks;
-      if (corrupt_crc) {
-        chunks[0].set_packed_crc32(chunks[0].packed_crc32() ^ 1);
-      } else {
-        chunks[0].mutable_packed_rows()->pop_back();
-      }
+      if (bad == kCrc) chunks[0].set_packed_crc32(chunks[0].packed_crc32() ^ 1);
+      if (bad == kPartialRecord) chunks[0].mutable_packed_rows()->pop_back();
+      if (bad == kBothForms) chunks[0].add_rows()->set_table(0);
       v1::ImportSlotsResponse response;
       const grpc::Status s = Import(*nodes_[target].stub, chunks, &response);
       EXPECT_EQ(s.error_code(),
-                corrupt_crc ? grpc::StatusCode::DATA_LOSS : grpc::StatusCode::INVALID_ARGUMENT);
+                bad == kCrc ? grpc::StatusCode::DATA_LOSS : grpc::StatusCode::INVALID_ARGUMENT);
       EXPECT_THAT(s.error_message(),
-                  HasSubstr(corrupt_crc ? "chunk 0.packed_crc32" : "chunk 0.packed_rows"));
+                  HasSubstr(bad == kCrc             ? "chunk 0.packed_crc32"
+                            : bad == kPartialRecord ? "chunk 0.packed_rows"
+                                                    : "both rows and packed_rows"));
       auto stored = Stats(target);
       ASSERT_TRUE(stored.ok());
       EXPECT_EQ(stored->rows_stored(), 0u);
