@@ -186,9 +186,12 @@ class ServerStream {
 // building a chunk allocates nothing once the first few streams are sent.
 class ServerSink {
  public:
-  ServerSink(std::string address, const RowStreamOptions& options)
+  // `weights_only`: rows carry dim floats, the server zero-fills their
+  // optimizer state (SlotChunk.packed_weights_only).
+  ServerSink(std::string address, const RowStreamOptions& options, bool weights_only)
       : address_(std::move(address)),
         options_(options),
+        weights_only_(weights_only),
         stub_(Connect(address_, options.security)) {
     for (int i = 0; i < kSendersPerServer; ++i) senders_.emplace_back([this] { Send(); });
   }
@@ -205,17 +208,22 @@ class ServerSink {
   }
 
   absl::Status Add(uint32_t slot, uint32_t table, uint64_t id, std::span<const float> values) {
-    if (chunk_ == nullptr || chunk_->slot() != slot || chunk_rows_ >= kChunkRows) {
-      chunk_ = NextChunk();
-      chunk_->set_slot(slot);
-      chunk_rows_ = 0;
-    }
+    OpenChunk(slot);
     v1::AppendPackedRow(
         chunk_->mutable_packed_rows(), table, id,
         std::string_view(reinterpret_cast<const char*>(values.data()), values.size_bytes()));
-    ++chunk_rows_;
-    ++stream_rows_;
-    if (stream_rows_ >= options_.import_stream_rows) return EndStream();
+    return Added(1);
+  }
+
+  // Packed records (`record_bytes` each) of one slot, appended as they are.
+  absl::Status AddRecords(uint32_t slot, std::string_view records, size_t record_bytes) {
+    while (!records.empty()) {
+      OpenChunk(slot);
+      const size_t n = std::min<size_t>(records.size() / record_bytes, kChunkRows - chunk_rows_);
+      chunk_->mutable_packed_rows()->append(records.data(), n * record_bytes);
+      records.remove_prefix(n * record_bytes);
+      SS_RETURN_IF_ERROR(Added(static_cast<int>(n)));
+    }
     return absl::OkStatus();
   }
 
@@ -242,6 +250,22 @@ class ServerSink {
     std::vector<std::unique_ptr<v1::SlotChunk>> chunks;
     size_t used = 0;
   };
+
+  // The chunk to append `slot`'s next rows to.
+  void OpenChunk(uint32_t slot) {
+    if (chunk_ != nullptr && chunk_->slot() == slot && chunk_rows_ < kChunkRows) return;
+    chunk_ = NextChunk();
+    chunk_->set_slot(slot);
+    chunk_->set_packed_weights_only(weights_only_);
+    chunk_rows_ = 0;
+  }
+
+  absl::Status Added(int rows) {
+    chunk_rows_ += rows;
+    stream_rows_ += rows;
+    if (stream_rows_ >= options_.import_stream_rows) return EndStream();
+    return absl::OkStatus();
+  }
 
   v1::SlotChunk* NextChunk() {
     if (stream_.used == stream_.chunks.size()) {
@@ -339,6 +363,7 @@ class ServerSink {
 
   const std::string address_;
   const RowStreamOptions& options_;
+  const bool weights_only_;
   std::unique_ptr<Stub> stub_;
   // The caller's side: the stream being filled.
   Stream stream_;
@@ -475,6 +500,75 @@ absl::Status SendPart(PartRows& part, size_t row_floats, const ShardMap& map,
     }
   }
   return absl::OkStatus();
+}
+
+// A warm start whose export's records are not what the servers take as
+// they are (another slot count, or another optimizer's state): each part's
+// rows regrouped by the job's slot, `sent_floats` of each row sent. This
+// thread reads a part (its checksum verified before its rows are used) and
+// regroups it while another sorts and sends the part before: at most two
+// parts (1/16 of the export each) are held.
+absl::Status RegroupAndSend(const model::ExportReader& reader, const ShardMap& map,
+                            std::span<const int> part_order, size_t sent_floats,
+                            std::vector<std::unique_ptr<ServerSink>>& sinks,
+                            RowStreamStats* stats) {
+  const uint32_t export_slots = reader.info().num_slots;
+  const uint64_t export_parts = static_cast<uint64_t>(reader.info().num_parts);
+  PartHandoff handoff(map.num_slots());
+  absl::Status send_status;
+  std::thread sender([&] {
+    while (std::optional<PartRows> part = handoff.TakeFull()) {
+      send_status = SendPart(*part, sent_floats, map, sinks);
+      if (!send_status.ok()) {
+        handoff.Stop();
+        return;
+      }
+      handoff.Recycle(*std::move(part));
+    }
+  });
+  uint64_t part = UINT64_MAX;
+  std::optional<PartRows> filling = handoff.TakeEmpty();
+  absl::Status read_status = reader.ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> values,
+          std::span<const float> state) -> absl::Status {
+        // The part holding the row: the last p with p * S / P <= slot.
+        const uint64_t old_slot = SlotOf(table, id, export_slots);
+        uint64_t row_part = old_slot * export_parts / export_slots;
+        if ((row_part + 1) * export_slots / export_parts <= old_slot) ++row_part;
+        if (row_part != part) {
+          if (!filling->used.empty()) {
+            if (!handoff.PutFull(*std::move(filling))) {
+              return absl::CancelledError("import: sending failed");
+            }
+            filling = handoff.TakeEmpty();
+            if (!filling.has_value()) return absl::CancelledError("import: sending failed");
+          }
+          part = row_part;
+        }
+        const uint32_t slot = SlotOf(table, id, map.num_slots());
+        PartRows::Slot& rows = filling->slots[slot];
+        if (rows.keys.empty()) filling->used.push_back(slot);
+        rows.keys.push_back({table, id});
+        std::vector<float>& floats = rows.floats;
+        floats.insert(floats.end(), values.begin(), values.end());
+        if (sent_floats > values.size()) floats.insert(floats.end(), state.begin(), state.end());
+        ++stats->rows;
+        stats->bytes += static_cast<int64_t>(v1::PackedRowBytes(sent_floats));
+        return absl::OkStatus();
+      },
+      part_order);
+  if (read_status.ok() && !filling->used.empty() && !handoff.PutFull(*std::move(filling))) {
+    read_status = absl::CancelledError("import: sending failed");
+  }
+  if (read_status.ok()) {
+    handoff.EndOfParts();
+  } else {
+    handoff.Stop();
+  }
+  sender.join();
+  // A failed send stopped the reading; it says why.
+  SS_RETURN_IF_ERROR(send_status);
+  return read_status;
 }
 
 }  // namespace
@@ -637,35 +731,21 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   const model::ExportInfo want = ExportInfoForJob(job);
   SS_RETURN_IF_ERROR(reader.CheckShape(want.config, want.embeddings.tables));
   SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
-  std::vector<std::unique_ptr<ServerSink>> sinks;
-  for (const std::string& address : map.addresses()) {
-    sinks.push_back(std::make_unique<ServerSink>(address, options));
-  }
-  // The servers' rows: dim values, then their optimizer's state, which the
-  // export's rows carry only if taken with state and the same optimizer.
+  // The servers' rows: dim values, then their optimizer's state. The
+  // export's state is sent if it has the servers' optimizer's; otherwise
+  // the weights only, and the servers start the state at zero.
   const size_t dim = static_cast<size_t>(want.embeddings.dim);
   const size_t state_floats = dim * model::StateFloatsPerParam(want.embeddings.optimizer.kind);
-  const bool same_optimizer =
-      reader.info().embeddings.optimizer.kind == want.embeddings.optimizer.kind;
+  const bool weights_only =
+      !reader.info().with_optimizer_state ||
+      reader.info().embeddings.optimizer.kind != want.embeddings.optimizer.kind;
+  const size_t sent_floats = weights_only ? dim : dim + state_floats;
+  std::vector<std::unique_ptr<ServerSink>> sinks;
+  for (const std::string& address : map.addresses()) {
+    sinks.push_back(std::make_unique<ServerSink>(address, options, weights_only));
+  }
   RowStreamStats stats;
   stats.servers = map.num_servers();
-  // This thread reads the export a part at a time (each part's checksum
-  // verified before its rows are used) and regroups its rows; `sender`
-  // sorts and sends the previous part meanwhile. At most two parts (1/16
-  // of the export each) are held.
-  const size_t row_floats = dim + state_floats;
-  PartHandoff handoff(map.num_slots());
-  absl::Status send_status;
-  std::thread sender([&] {
-    while (std::optional<PartRows> part = handoff.TakeFull()) {
-      send_status = SendPart(*part, row_floats, map, sinks);
-      if (!send_status.ok()) {
-        handoff.Stop();
-        return;
-      }
-      handoff.Recycle(*std::move(part));
-    }
-  });
   const uint32_t export_slots = reader.info().num_slots;
   const uint64_t export_parts = static_cast<uint64_t>(reader.info().num_parts);
   // Parts bound for different servers in turn: with as many slots as the
@@ -684,53 +764,50 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   }
   std::stable_sort(part_order.begin(), part_order.end(),
                    [&turn](int a, int b) { return turn[a] < turn[b]; });
-  uint64_t part = UINT64_MAX;
-  std::optional<PartRows> filling = handoff.TakeEmpty();
-  absl::Status read_status = reader.ForEachRow(
-      [&](uint32_t table, uint64_t id, std::span<const float> values,
-          std::span<const float> state) -> absl::Status {
-        // The part holding the row: the last p with p * S / P <= slot.
-        const uint64_t old_slot = SlotOf(table, id, export_slots);
-        uint64_t row_part = old_slot * export_parts / export_slots;
-        if ((row_part + 1) * export_slots / export_parts <= old_slot) ++row_part;
-        if (row_part != part) {
-          if (!filling->used.empty()) {
-            if (!handoff.PutFull(*std::move(filling))) {
-              return absl::CancelledError("import: sending failed");
-            }
-            filling = handoff.TakeEmpty();
-            if (!filling.has_value()) return absl::CancelledError("import: sending failed");
+
+  absl::Status read_status;
+  const size_t record_bytes = reader.RecordBytes();
+  if (export_slots == map.num_slots() && record_bytes == v1::PackedRowBytes(sent_floats)) {
+    // The export's records are what the servers take: each part's go out
+    // as they lie in the file, grouped by slot (a stable counting sort of
+    // their indices), a run of one slot's consecutive records at a time. A
+    // cluster's export holds each slot's rows together, so that is one run
+    // per slot.
+    std::vector<uint32_t> slot_of, order;
+    std::vector<size_t> first(map.num_slots() + 1);
+    read_status = reader.ForEachPart(
+        [&](int, std::string_view records) -> absl::Status {
+          const size_t n = records.size() / record_bytes;
+          slot_of.resize(n);
+          order.resize(n);
+          std::fill(first.begin(), first.end(), 0);
+          for (size_t i = 0; i < n; ++i) {
+            const v1::PackedRow row = v1::PackedRowAt(records, sent_floats, i);
+            slot_of[i] = SlotOf(row.table, row.id, map.num_slots());
+            ++first[slot_of[i] + 1];
           }
-          part = row_part;
-        }
-        const uint32_t slot = SlotOf(table, id, map.num_slots());
-        PartRows::Slot& rows = filling->slots[slot];
-        if (rows.keys.empty()) filling->used.push_back(slot);
-        rows.keys.push_back({table, id});
-        std::vector<float>& floats = rows.floats;
-        floats.insert(floats.end(), values.begin(), values.end());
-        if (same_optimizer && state.size() == state_floats) {
-          floats.insert(floats.end(), state.begin(), state.end());
-        } else {
-          floats.resize(floats.size() + state_floats, 0.0f);
-        }
-        ++stats.rows;
-        stats.bytes += static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t) + row_floats * 4);
-        return absl::OkStatus();
-      },
-      part_order);
-  if (read_status.ok() && !filling->used.empty() && !handoff.PutFull(*std::move(filling))) {
-    read_status = absl::CancelledError("import: sending failed");
-  }
-  if (read_status.ok()) {
-    handoff.EndOfParts();
+          for (size_t k = 1; k < first.size(); ++k) first[k] += first[k - 1];
+          for (size_t i = 0; i < n; ++i) order[first[slot_of[i]]++] = static_cast<uint32_t>(i);
+          for (size_t begin = 0, end = 0; begin < n; begin = end) {
+            const uint32_t slot = slot_of[order[begin]];
+            for (end = begin + 1;
+                 end < n && order[end] == order[end - 1] + 1 && slot_of[order[end]] == slot;
+                 ++end) {
+            }
+            SS_RETURN_IF_ERROR(sinks[map.owner_of_slot(slot)]->AddRecords(
+                slot, records.substr(order[begin] * record_bytes, (end - begin) * record_bytes),
+                record_bytes));
+          }
+          stats.rows += static_cast<int64_t>(n);
+          stats.bytes += static_cast<int64_t>(records.size());
+          return absl::OkStatus();
+        },
+        part_order);
   } else {
-    handoff.Stop();
+    read_status = RegroupAndSend(reader, map, part_order, sent_floats, sinks, &stats);
   }
-  sender.join();
-  // A failed send stopped the reading; it says why.
-  SS_RETURN_IF_ERROR(send_status);
   SS_RETURN_IF_ERROR(read_status);
+  // Sinks not closed (an error) abandon their open streams.
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
   stats.seconds = Since(start);
   return stats;

@@ -982,7 +982,10 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
   absl::Status StageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int row_floats = service_->row_floats_;
     const std::string& packed = chunk_.packed_rows();
-    const size_t record_bytes = v1::PackedRowBytes(row_floats);
+    // Weights-only records get zero optimizer state below.
+    const int sent_floats =
+        !packed.empty() && chunk_.packed_weights_only() ? service_->dim_ : row_floats;
+    const size_t record_bytes = v1::PackedRowBytes(sent_floats);
     if (!packed.empty()) {
       if (chunk_.rows_size() > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -991,7 +994,8 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
       if (packed.size() % record_bytes != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "chunk ", chunks_, ".packed_rows: ", packed.size(), " bytes, not whole records of ",
-            record_bytes, " bytes (dim ", service_->dim_, " plus optimizer state)"));
+            record_bytes, " bytes (dim ", service_->dim_,
+            chunk_.packed_weights_only() ? ", weights only)" : " plus optimizer state)"));
       }
       if (const uint32_t crc = v1::PackedRowsCrc(packed); crc != chunk_.packed_crc32()) {
         return absl::DataLossError(absl::StrFormat(
@@ -1004,7 +1008,7 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
     if (n == 0) return absl::OkStatus();
     // Row i of either form.
     auto row_at = [&](int i) {
-      if (!packed.empty()) return v1::PackedRowAt(packed, row_floats, i);
+      if (!packed.empty()) return v1::PackedRowAt(packed, sent_floats, i);
       const v1::SlotRow& row = chunk_.rows(i);
       return v1::PackedRow{row.table(), row.id(),
                            std::span<const float>(row.values().data(), row.values_size())};
@@ -1038,7 +1042,7 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
             absl::StrCat("chunk ", chunks_, " rows[", i, "].table: unknown table ", row.table,
                          "; this server has ", service_->num_tables_, " tables"));
       }
-      if (row.values.size() != static_cast<size_t>(row_floats)) {
+      if (row.values.size() != static_cast<size_t>(sent_floats)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "chunk ", chunks_, " rows[", i, "].values: ", row.values.size(), " floats, want ",
             row_floats, " (dim ", service_->dim_, " plus optimizer state)"));
@@ -1068,6 +1072,7 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
       rows_.tables.push_back(row.table);
       rows_.ids.push_back(row.id);
       rows_.values.insert(rows_.values.end(), row.values.begin(), row.values.end());
+      rows_.values.resize(rows_.values.size() + (row_floats - sent_floats), 0.0f);
       if (packed.empty()) checksum_ += RowValueHash(row.table, row.id, row.values);
     }
     if (!packed.empty()) checksum_ += chunk_.packed_crc32();

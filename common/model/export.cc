@@ -455,12 +455,15 @@ absl::Status ExportReader::ReadDense(std::vector<float>* params,
   return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": no ", kDense, " listed"));
 }
 
-absl::Status ExportReader::ForEachRow(const RowVisitor& visit,
-                                      std::span<const int> part_order) const {
-  const int dim = info_.embeddings.dim;
+size_t ExportReader::RecordBytes() const {
   const int state_floats = manifest_["embeddings"]["stateFloatsPerRow"].get<int>();
-  const size_t record = sizeof(uint32_t) + sizeof(uint64_t) + (dim + state_floats) * sizeof(float);
-  std::vector<float> values(dim), state(state_floats);
+  return sizeof(uint32_t) + sizeof(uint64_t) +
+         (info_.embeddings.dim + state_floats) * sizeof(float);
+}
+
+absl::Status ExportReader::ForEachPart(const PartVisitor& visit,
+                                       std::span<const int> part_order) const {
+  const size_t record = RecordBytes();
   std::vector<const json*> parts;
   for (const json& f : manifest_["files"]) {
     if (f.contains("slotBegin")) parts.push_back(&f);
@@ -490,25 +493,43 @@ absl::Status ExportReader::ForEachRow(const RowVisitor& visit,
       return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(), " bytes is not ",
                                               f.value("rows", 0), " rows of ", record, " bytes"));
     }
-    for (const char* p = bytes.data(); p < bytes.data() + bytes.size(); p += record) {
+    for (size_t at = 0; at < bytes.size(); at += record) {
       uint32_t table;
-      uint64_t id;
-      std::memcpy(&table, p, sizeof(table));
-      std::memcpy(&id, p + sizeof(table), sizeof(id));
-      std::memcpy(values.data(), p + sizeof(table) + sizeof(id), dim * sizeof(float));
-      if (state_floats > 0) {  // memcpy to an empty vector's null data() is undefined
-        std::memcpy(state.data(), p + sizeof(table) + sizeof(id) + dim * sizeof(float),
-                    state_floats * sizeof(float));
-      }
+      std::memcpy(&table, bytes.data() + at, sizeof(table));
       if (table >= info_.embeddings.tables.size()) {
         return absl::DataLossError(absl::StrCat(path, ": a row of table ", table,
                                                 " (the export has ", info_.embeddings.tables.size(),
                                                 ")"));
       }
-      SS_RETURN_IF_ERROR(visit(table, id, values, state));
     }
+    SS_RETURN_IF_ERROR(visit(part, bytes));
   }
   return absl::OkStatus();
+}
+
+absl::Status ExportReader::ForEachRow(const RowVisitor& visit,
+                                      std::span<const int> part_order) const {
+  const size_t dim = static_cast<size_t>(info_.embeddings.dim);
+  const size_t record = RecordBytes();
+  const size_t state_floats = (record - sizeof(uint32_t) - sizeof(uint64_t)) / sizeof(float) - dim;
+  std::vector<float> values(dim), state(state_floats);
+  return ForEachPart(
+      [&](int, std::string_view records) -> absl::Status {
+        for (const char* p = records.data(); p < records.data() + records.size(); p += record) {
+          uint32_t table;
+          uint64_t id;
+          std::memcpy(&table, p, sizeof(table));
+          std::memcpy(&id, p + sizeof(table), sizeof(id));
+          std::memcpy(values.data(), p + sizeof(table) + sizeof(id), dim * sizeof(float));
+          if (state_floats > 0) {  // memcpy to an empty vector's null data() is undefined
+            std::memcpy(state.data(), p + sizeof(table) + sizeof(id) + dim * sizeof(float),
+                        state_floats * sizeof(float));
+          }
+          SS_RETURN_IF_ERROR(visit(table, id, values, state));
+        }
+        return absl::OkStatus();
+      },
+      part_order);
 }
 
 absl::Status ExportReader::Verify() const {

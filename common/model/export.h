@@ -25,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -137,6 +138,13 @@ class ExportReader {
   // `part_order`, when given, lists every part once: the order to read them
   // in (a warm start reads parts bound for different servers in turn).
   absl::Status ForEachRow(const RowVisitor& visit, std::span<const int> part_order = {}) const;
+  // Every part's records as they lie in its file: the table (uint32), the id
+  // (uint64), the row's dim floats, then its state floats, little-endian,
+  // RecordBytes() each. Verified first: checksum, whole records, known
+  // tables. `records` is valid only during the visit.
+  using PartVisitor = std::function<absl::Status(int part, std::string_view records)>;
+  absl::Status ForEachPart(const PartVisitor& visit, std::span<const int> part_order = {}) const;
+  size_t RecordBytes() const;
   // Reads every file and checks its checksum: for a caller that must not
   // change anything if any part is corrupt.
   absl::Status Verify() const;

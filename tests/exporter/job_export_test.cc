@@ -18,11 +18,13 @@
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/model/dlrm.h"
+#include "common/model/export.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ps/ps_server.h"
+#include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/test_util.h"
 #include "worker/ps_client.h"
@@ -32,7 +34,8 @@ namespace {
 
 using ::shadowsync::testing::StatusIs;
 
-ShadowSyncJob Job(int slots, int embedding_dim = 4, bool with_state = true) {
+ShadowSyncJob Job(int slots, int embedding_dim = 4, bool with_state = true,
+                  const std::string& optimizer = "adagrad") {
   absl::StatusOr<ShadowSyncJob> job =
       ParseJobYaml(absl::StrCat(R"(
 apiVersion: shadowsync.io/v1alpha1
@@ -43,7 +46,7 @@ spec:
                                 embedding_dim, R"(, bottomMlp: [8], topMlp: [8],
           criteoTables: {hashBuckets: 1000}}
   parameterServer: {slots: )",
-                                slots, R"(}
+                                slots, ", optimizer: ", optimizer, R"(}
   export: {withOptimizerState: )",
                                 with_state ? "true" : "false", "}\n"));
   EXPECT_TRUE(job.ok()) << job.status();
@@ -65,6 +68,7 @@ class Cluster {
       o.store.tables = ExportInfoForJob(job).embeddings.tables;
       o.store.num_slots = static_cast<uint32_t>(job.spec.parameter_server.slots);
       o.store.seed = kEmbeddingInitSeed;
+      o.store.optimizer = ExportInfoForJob(job).embeddings.optimizer;
       o.store.cache_bytes = 1 << 20;
       o.eviction_interval = absl::ZeroDuration();
       o.shutdown_grace = absl::Milliseconds(200);
@@ -241,6 +245,71 @@ TEST_F(JobExportTest, WithoutOptimizerStateRowsStartWithZeroState) {
         return absl::OkStatus();
       }));
   EXPECT_EQ(target.Totals(), std::pair(rows, values));
+}
+
+// The servers' optimizer is not the export's: its state is dropped and the
+// weights alone sent (here SGD, which keeps no state).
+TEST_F(JobExportTest, AnotherOptimizersStateIsLeftBehind) {
+  Cluster source(Job(64), 2, dir_, "source");
+  source.Train(50, 26, 4, 6);
+  std::optional<model::ExportReader> reader = ExportOf(Job(64), source);
+  ASSERT_TRUE(reader.has_value());
+  ASSERT_TRUE(reader->info().with_optimizer_state);
+
+  const ShadowSyncJob sgd = Job(64, 4, /*with_state=*/true, "sgd");
+  Cluster target(sgd, 2, dir_, "target");
+  SS_ASSERT_OK(ImportServerRows(*reader, sgd, target.address(), {}).status());
+  int64_t rows = 0;
+  uint64_t values = 0;
+  SS_ASSERT_OK(reader->ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> v, std::span<const float> state) {
+        EXPECT_EQ(state.size(), 4u);
+        ++rows;
+        values += RowValueHash(table, id, v);
+        return absl::OkStatus();
+      }));
+  EXPECT_EQ(target.Totals(), std::pair(rows, values));
+}
+
+// A single-process model's parts hold their rows in no particular order
+// (the in-memory store's); a warm start from one still sends each row to
+// its owner and stores every one.
+TEST_F(JobExportTest, ASingleProcessModelWarmStartsServers) {
+  const ShadowSyncJob job = Job(64);
+  const model::ExportInfo info = ExportInfoForJob(job);
+  model::LocalEmbeddingStore store(info.embeddings);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int i = 0; i < 5000; ++i) {
+    const std::vector<float> values = {u(rng), u(rng), u(rng), u(rng)};
+    const std::vector<float> state = {u(rng), u(rng), u(rng), u(rng)};
+    store.PutRow(static_cast<uint32_t>(rng() % 26), rng() % 1000, values, state);
+  }
+  const size_t n = static_cast<size_t>(model::Dlrm(info.config).num_params());
+  SS_ASSERT_OK(model::ExportLocalModel(dir_.File("model"), info, std::vector<float>(n, 0.5f),
+                                       std::vector<float>(n, 0.25f), store));
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(dir_.File("model"));
+  SS_ASSERT_OK(reader.status());
+  // The case at hand: some part has a slot's rows apart, not in one run.
+  bool scattered = false;
+  SS_ASSERT_OK(reader->ForEachPart([&](int, std::string_view records) {
+    std::set<uint32_t> seen;
+    uint32_t last = UINT32_MAX;
+    for (size_t at = 0; at < records.size(); at += reader->RecordBytes()) {
+      const v1::PackedRow row = v1::PackedRowAt(records.substr(at), 8, 0);
+      const uint32_t slot = SlotOf(row.table, row.id, 64);
+      if (slot != last && !seen.insert(slot).second) scattered = true;
+      last = slot;
+    }
+    return absl::OkStatus();
+  }));
+  EXPECT_TRUE(scattered);
+
+  Cluster target(job, 2, dir_, "target");
+  absl::StatusOr<RowStreamStats> imported = ImportServerRows(*reader, job, target.address(), {});
+  SS_ASSERT_OK(imported.status());
+  EXPECT_EQ(imported->rows, reader->num_rows());
+  EXPECT_EQ(target.Totals(), ExportTotals(*reader));
 }
 
 TEST_F(JobExportTest, AnExportOfAnotherShapeIsRefusedAndNothingIsImported) {

@@ -555,6 +555,58 @@ TEST_F(PsServiceTest, ExportImportRoundTripPreservesEveryRowAndChecksum) {
   }
 }
 
+// A warm start from an export without optimizer state sends the weights
+// alone (packed_weights_only): the server stores each row with zero Adagrad
+// state. A weights-only chunk cut mid-record is refused naming the chunk and
+// the record size it expected, and nothing is stored.
+TEST_F(PsServiceTest, WeightsOnlyPackedRowsAreStoredWithZeroOptimizerState) {
+  StartCluster(1);
+  Load(5, 80);
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+  Exported exported = Export(*nodes_[0].stub, all, /*weights_only=*/true, /*packed=*/true);
+  ASSERT_TRUE(exported.status.ok()) << exported.status.error_message();
+  // What the target must hold: each row's weights, then kDim zeros.
+  uint64_t want_values = 0;
+  for (v1::SlotChunk& chunk : exported.chunks) {
+    chunk.set_packed_weights_only(true);
+    const size_t n = chunk.packed_rows().size() / v1::PackedRowBytes(kDim);
+    for (size_t i = 0; i < n; ++i) {
+      const v1::PackedRow row = v1::PackedRowAt(chunk.packed_rows(), kDim, i);
+      std::vector<float> stored(row.values.begin(), row.values.end());
+      stored.resize(2 * kDim, 0.0f);
+      want_values += RowValueHash(row.table, row.id, stored);
+    }
+  }
+  auto source = Stats(0);
+  ASSERT_TRUE(source.ok());
+  nodes_.push_back(Start(Options("target")));
+
+  std::vector<v1::SlotChunk> cut = exported.chunks;
+  cut[0].mutable_packed_rows()->resize(cut[0].packed_rows().size() - 4);
+  cut[0].set_packed_crc32(v1::PackedRowsCrc(cut[0].packed_rows()));
+  v1::ImportSlotsResponse response;
+  grpc::Status s = Import(*nodes_[1].stub, cut, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("chunk 0.packed_rows: ", cut[0].packed_rows().size(),
+                                     " bytes, not whole records of ", v1::PackedRowBytes(kDim),
+                                     " bytes (dim 4, weights only)")));
+  auto stored = Stats(1);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->rows_stored(), 0u);
+
+  s = Import(*nodes_[1].stub, exported.chunks, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.rows(), source->rows_stored());
+  stored = Stats(1);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->rows_stored(), source->rows_stored());
+  EXPECT_EQ(stored->key_checksum(), source->key_checksum());
+  EXPECT_EQ(stored->value_checksum(), want_values);
+  EXPECT_NE(stored->value_checksum(), source->value_checksum());  // the source's state is not 0
+}
+
 // The redirect: a client holding the epoch-2 map keeps working while half of
 // server 0's slots move to server 1 (map epoch 3 on both, export, import,
 // drop), recovering transparently through WRONG_OWNER and a map refresh.
