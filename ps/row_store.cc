@@ -27,6 +27,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
+#include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
@@ -858,6 +859,7 @@ class RowStoreImpl final : public RowStore {
                     (static_cast<int64_t>(row_bytes_) + kCacheOverheadPerRow)),
         write_back_(cache_rows_ > 0),
         redo_dir_(fs::path(options_.db_path) / "redo"),
+        ingest_dir_(fs::path(options_.db_path) / "ingest"),
         db_(std::move(db)),
         shards_(new Shard[kNumShards]),
         sketch_(filter_min_count_ ? std::make_unique<CountMinSketch>() : nullptr) {
@@ -983,6 +985,10 @@ class RowStoreImpl final : public RowStore {
   absl::StatusOr<int64_t> CountNewRowsLocked(const RowBlock& rows, const char* keys,
                                              const uint32_t* slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Writes `rows` (in key order, `keys` their encoded keys) into an SST file
+  // and has RocksDB ingest it; the store then holds `rows_after` rows.
+  absl::Status IngestLocked(const RowBlock& rows, const char* keys, int64_t rows_after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Appends a finished record to the redo log (write-back mode only);
   // `carried` for rows a checkpoint re-logs.
   absl::Status AppendLocked(std::string_view record, bool carried = false)
@@ -1046,6 +1052,7 @@ class RowStoreImpl final : public RowStore {
   // every push is written through to RocksDB.
   const bool write_back_;
   const fs::path redo_dir_;
+  const fs::path ingest_dir_;  // SST files of imports, until RocksDB ingests them
   const std::unique_ptr<rocksdb::DB> db_;
   rocksdb::WriteOptions write_options_;
   rocksdb::WriteOptions import_write_options_;
@@ -1090,6 +1097,11 @@ class RowStoreImpl final : public RowStore {
   // The newest redo-log generation holding an import that skipped RocksDB's
   // WAL (0: none since the last memtable flush a checkpoint made).
   uint64_t unlogged_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
+  // Whether any redo-log record was written since Open (which replays and
+  // retires every older log). Until then an import may bypass the log (see
+  // IngestLocked).
+  bool logged_since_open_ ABSL_GUARDED_BY(write_mu_) = false;
+  uint64_t ingested_files_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::unique_ptr<RedoLog> log_ ABSL_GUARDED_BY(write_mu_);
   uint64_t log_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
   RecordBuilder record_ ABSL_GUARDED_BY(write_mu_);
@@ -1231,6 +1243,30 @@ absl::Status RowStoreImpl::Start() {
       return FromRocks(s, absl::StrCat("read row count of ", path));
     }
     SS_RETURN_IF_ERROR(Recover());
+    // An ingested import removes the persisted count (IngestLocked) until
+    // the next one is written; without it, a store with rows counts them.
+    s = db_->Get(read, MetaKey(kRowCountKey), &value);
+    if (s.IsNotFound()) {
+      int64_t rows = 0;
+      SS_RETURN_IF_ERROR(ScanKeys([&rows](const RowKey&) { ++rows; }));
+      rows_stored_ = rows;
+      if (rows > 0) {
+        SS_RETURN_IF_ERROR(
+            FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_stored_)),
+                      absl::StrCat("persist row count of ", path)));
+      }
+    } else if (!s.ok()) {
+      return FromRocks(s, absl::StrCat("read row count of ", path));
+    }
+    // SST files a crash left before RocksDB ingested them hold nothing
+    // acknowledged.
+    std::error_code ec;
+    fs::remove_all(ingest_dir_, ec);
+    fs::create_directories(ingest_dir_, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("create ", ingest_dir_.string(), ": ", ec.message()));
+    }
     rows_stored_published_.store(rows_stored_);
     if (write_back_) SS_RETURN_IF_ERROR(RotateLogLocked());
     // A store without rows knows every slot empty, so an import into it
@@ -1370,6 +1406,7 @@ absl::Status RowStoreImpl::RotateLogLocked() {
 }
 
 absl::Status RowStoreImpl::AppendLocked(std::string_view record, bool carried) {
+  logged_since_open_ = true;
   absl::Status status = log_->Append(record);
   if (status.code() == absl::StatusCode::kDataLoss) failure_ = status;
   const int64_t before = log_bytes_.load(std::memory_order_relaxed);
@@ -2209,6 +2246,9 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
     rocksdb::ReadOptions read;
     read.snapshot = holder_.snapshot;
     read.fill_cache = false;
+    // A slot's rows are a few hundred KB read front to back: reading ahead
+    // makes that a few large reads instead of one pread per 4 KB block.
+    read.readahead_size = 256 << 10;
     const std::string upper = SlotBound(slot + 1);
     const rocksdb::Slice upper_slice(upper);
     read.iterate_upper_bound = &upper_slice;
@@ -2395,10 +2435,16 @@ absl::Status RowStoreImpl::ImportRowBlock(const RowBlock& rows) {
   WriterSection writing(write_seq_);
   SS_ASSIGN_OR_RETURN(const int64_t new_rows, CountNewRowsLocked(rows, keys.data(), slots.data()));
 
-  // Logged, then written to RocksDB directly (imports are bulk; they would
-  // only displace hot rows from the cache).
+  // Written to RocksDB directly (imports are bulk; they would only displace
+  // hot rows from the cache). Ingested as an SST file when no redo-log
+  // record could be replayed over it after a crash: without a cache, or
+  // before anything was logged (a warm start into new servers). Otherwise
+  // logged, then written through the memtable: a replayed push or slot drop
+  // logged before the import would land on top of an ingested file.
   const char* values = reinterpret_cast<const char*>(rows.values.data());
-  if (write_back_) {
+  if (!write_back_ || !logged_since_open_) {
+    SS_RETURN_IF_ERROR(IngestLocked(rows, keys.data(), rows_stored_ + new_rows));
+  } else {
     std::string& record =
         record_.Start(RecordType::kRows, rows_stored_ + new_rows, static_cast<uint32_t>(n));
     record.reserve(record.size() + n * (kKeySize + row_bytes_));
@@ -2407,20 +2453,15 @@ absl::Status RowStoreImpl::ImportRowBlock(const RowBlock& rows) {
       record.append(values + i * row_bytes_, row_bytes_);
     }
     SS_RETURN_IF_ERROR(AppendLocked(record_.Finish()));
-  }
-  batch_.Clear();
-  for (size_t i = 0; i < n; ++i) {
-    batch_.Put(rocksdb::Slice(keys.data() + i * kKeySize, kKeySize),
-               rocksdb::Slice(values + i * row_bytes_, row_bytes_));
-  }
-  if (write_back_) {
+    batch_.Clear();
+    for (size_t i = 0; i < n; ++i) {
+      batch_.Put(rocksdb::Slice(keys.data() + i * kKeySize, kKeySize),
+                 rocksdb::Slice(values + i * row_bytes_, row_bytes_));
+    }
     // The redo log record above is the durable copy until a checkpoint
     // flushes the memtable (RunCheckpoint), as for a push's cached rows.
     SS_RETURN_IF_ERROR(WriteBatchLocked("write imported rows", import_write_options_));
     unlogged_generation_ = log_generation_;
-  } else {
-    if (new_rows > 0) batch_.Put(MetaKey(kRowCountKey), RowCountValue(rows_stored_ + new_rows));
-    SS_RETURN_IF_ERROR(WriteBatchLocked("write imported rows"));
   }
   rows_stored_ += new_rows;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
@@ -2442,6 +2483,49 @@ absl::Status RowStoreImpl::ImportRowBlock(const RowBlock& rows) {
     if (track_access_) shard.last_access[k].ms = now;
   }
   return absl::OkStatus();
+}
+
+absl::Status RowStoreImpl::IngestLocked(const RowBlock& rows, const char* keys,
+                                        int64_t rows_after) {
+  // No redo-log record, memtable insert, flush or compaction: the file goes
+  // to the lowest level it does not overlap, and a warm start's files, each
+  // a range of slots, overlap nothing. RocksDB syncs it before ingestion.
+  // The persisted row count would be stale once the file is in: it goes
+  // first, synced, and comes back after (nothing is logged, so the count is
+  // RocksDB's); Open counts the rows of a store that lost it in between.
+  rocksdb::WriteOptions synced = write_options_;
+  synced.sync = true;
+  rocksdb::WriteBatch forget;
+  forget.Delete(MetaKey(kRowCountKey));
+  rocksdb::Status s = DbWrite(synced, &forget);
+  const std::string path = (ingest_dir_ / absl::StrCat(++ingested_files_, ".sst")).string();
+  const char* values = reinterpret_cast<const char*>(rows.values.data());
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), db_->GetOptions());
+  if (s.ok()) s = writer.Open(path);
+  for (size_t i = 0; i < rows.size() && s.ok(); ++i) {
+    s = writer.Put(rocksdb::Slice(keys + i * kKeySize, kKeySize),
+                   rocksdb::Slice(values + i * row_bytes_, row_bytes_));
+  }
+  if (s.ok()) s = writer.Finish();
+  if (s.ok()) {
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;  // a hard link: the file is not copied
+    s = db_->IngestExternalFile({path}, ingest);
+  }
+  // Linked into the database, or never applied (ingestion is atomic).
+  std::error_code ec;
+  fs::remove(path, ec);
+  SS_RETURN_IF_ERROR(
+      FromRocks(s, absl::StrCat("ingest ", rows.size(), " imported rows into ", options_.db_path)));
+  const absl::Status counted =
+      FromRocks(DbPut(write_options_, MetaKey(kRowCountKey), RowCountValue(rows_after)),
+                absl::StrCat("persist row count of ", options_.db_path));
+  if (!counted.ok()) {
+    // The rows are in: the store cannot go on as if they were not.
+    failure_ = absl::UnavailableError(
+        absl::StrCat("row store failed (restart to recover): ", counted.message()));
+  }
+  return counted;
 }
 
 absl::StatusOr<int64_t> RowStoreImpl::DropSlots(const std::vector<uint32_t>& slots) {

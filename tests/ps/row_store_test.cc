@@ -28,6 +28,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
 #include "tests/util/test_util.h"
 
 // Debian's RocksDB is not built with -fsanitize=thread: TSAN sees its memcpy
@@ -1012,23 +1013,28 @@ TEST_F(RowStoreTest, CrashImageReplaysEveryKindOfWrite) {
   }
 }
 
-// With a cache, an import skips RocksDB's WAL (its redo-log record is the
+// With a cache, an import into a store that has logged nothing since it
+// opened (a warm start into new servers) is ingested as an SST file: the
+// redo log stays empty and a crash image holds the rows. Once anything is
+// logged, imports are logged too and skip RocksDB's WAL (the log is the
 // durable copy): a crash before a checkpoint replays the log, and a
 // checkpoint that deletes the log flushes RocksDB's memtable first.
-TEST_F(RowStoreTest, ImportedRowsSurviveACrashBeforeAndAfterACheckpoint) {
+TEST_F(RowStoreTest, ImportedRowsSurviveACrashIngestedOrLogged) {
   RowStoreOptions o = CrashOptions(dir_.File("live"), 1 << 20);
   o.checkpoint_log_bytes = 1 << 30;
   o.checkpoint_interval = absl::Hours(1);
   auto live = Open(o);
-  std::vector<StoredRow> rows;
-  for (uint64_t id = 0; id < 300; ++id) {
-    rows.push_back({static_cast<uint32_t>(id % 3), id % 50, std::vector<float>(2 * o.dim, 0.0f)});
-    for (size_t k = 0; k < rows.back().values.size(); ++k) rows.back().values[k] = id + k * 0.5f;
-  }
-  SS_ASSERT_OK(live->ImportRows(rows));
-  const RowMap want = ExportAll(*live);
-  ASSERT_EQ(want.size(), 150u);  // ids repeat across the 3 tables' 50 ids
-  auto expect_crash_image = [&](const std::string& name) {
+  auto rows_with_ids = [&](uint64_t first, uint64_t end) {
+    std::vector<StoredRow> rows;
+    for (uint64_t id = first; id < end; ++id) {
+      rows.push_back({static_cast<uint32_t>(id % 3), id, std::vector<float>(2 * o.dim)});
+      for (size_t k = 0; k < rows.back().values.size(); ++k) rows.back().values[k] = id + k * 0.5f;
+    }
+    return rows;
+  };
+  auto expect_crash_image = [&](const std::string& name, size_t want_rows) {
+    const RowMap want = ExportAll(*live);
+    ASSERT_EQ(want.size(), want_rows) << name;
     const std::string image = dir_.File(name);
     std::filesystem::copy(o.db_path, image, std::filesystem::copy_options::recursive);
     RowStoreOptions r = o;
@@ -1036,23 +1042,75 @@ TEST_F(RowStoreTest, ImportedRowsSurviveACrashBeforeAndAfterACheckpoint) {
     auto store = Open(r);
     ASSERT_NE(store, nullptr);
     EXPECT_TRUE(ExportAll(*store) == want) << name;
-    EXPECT_EQ(store->stats().rows_stored, 150) << name;
+    EXPECT_EQ(store->stats().rows_stored, static_cast<int64_t>(want_rows)) << name;
   };
-  expect_crash_image("before");
+  SS_ASSERT_OK(live->ImportRows(rows_with_ids(0, 150)));
+  EXPECT_EQ(live->stats().redo_log_bytes, 0);  // ingested, not logged
+  expect_crash_image("ingested", 150);
 
-  // A checkpoint retires the log holding the import; none follows it (the
-  // log stays empty), so the files are at rest when copied.
+  SS_ASSERT_OK(PushRow(*live, 0, 777, {1, 1, 1, 1}));
+  // The slot of id 100, dropped (logged) and then imported into again: a
+  // replay must not drop the import.
+  const uint32_t slot = SlotOf(100 % 3, 100, o.num_slots);
+  const int64_t dropped = live->DropSlots({slot}).value_or(-1);
+  ASSERT_GT(dropped, 0);
+  const int64_t logged_bytes = live->stats().redo_log_bytes;
+  // Half of these ids are new, half overwrite ingested rows.
+  SS_ASSERT_OK(live->ImportRows(rows_with_ids(75, 225)));
+  EXPECT_GT(live->stats().redo_log_bytes, logged_bytes + 150 * 2 * o.dim * 4);  // logged
+  // Ids 0..224 and 777, less those of the dropped slot not imported again.
+  size_t want_rows = SlotOf(0, 777, o.num_slots) == slot ? 225 : 226;
+  for (uint64_t id = 0; id < 75; ++id) want_rows -= SlotOf(id % 3, id, o.num_slots) == slot;
+  expect_crash_image("logged", want_rows);
+
+  // A checkpoint retires the log holding a logged import; none follows it
+  // (the log stays empty), so the files are at rest when copied.
   live.reset();
   o.checkpoint_log_bytes = 1;
   std::filesystem::remove_all(o.db_path);
   live = Open(o);
-  SS_ASSERT_OK(live->ImportRows(rows));
-  for (int i = 0; i < 400 && live->stats().checkpoints == 0; ++i) {
+  // Logged, and leaves no dirty row for a checkpoint to carry forward.
+  ASSERT_EQ(live->DropSlots({0}).value_or(-1), 0);
+  SS_ASSERT_OK(live->ImportRows(rows_with_ids(0, 150)));
+  // Logged: the checkpoint it triggers empties the log (and the copy below
+  // replays it if taken before that checkpoint deletes it).
+  for (int i = 0; i < 400 && (live->stats().redo_log_bytes > 0 || live->stats().checkpoints == 0);
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ASSERT_GT(live->stats().checkpoints, 0);
-  EXPECT_EQ(live->stats().redo_log_bytes, 0);  // the import's log is gone
-  expect_crash_image("after");
+  EXPECT_EQ(live->stats().redo_log_bytes, 0);
+  expect_crash_image("after", 150);
+}
+
+// A store whose persisted row count is missing (an ingested import between
+// removing it and writing it back when the machine crashed) counts its rows
+// on Open and persists the count again.
+TEST_F(RowStoreTest, AStoreWithoutItsRowCountCountsItsRowsOnOpen) {
+  RowStoreOptions o = CrashOptions(dir_.File("store"), 1 << 20);
+  std::vector<StoredRow> rows;
+  for (uint64_t id = 0; id < 200; ++id) {
+    rows.push_back({static_cast<uint32_t>(id % 3), id, std::vector<float>(2 * o.dim, 0.5f)});
+  }
+  auto store = Open(o);
+  SS_ASSERT_OK(store->ImportRows(rows));
+  store.reset();
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), o.db_path, &raw).ok());
+    ASSERT_TRUE(raw->Delete(rocksdb::WriteOptions(), "\xff\xff\xff\xffrow_count").ok());
+    delete raw;
+  }
+  store = Open(o);
+  EXPECT_EQ(store->stats().rows_stored, 200);
+  store.reset();
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), o.db_path, &raw).ok());
+    std::string value;
+    EXPECT_TRUE(raw->Get(rocksdb::ReadOptions(), "\xff\xff\xff\xffrow_count", &value).ok());
+    delete raw;
+  }
 }
 
 // The child half of AcknowledgedPushesSurviveSigkill, run in a separate
