@@ -4,7 +4,7 @@
 // precomputed id stream:
 //
 //   - ours: `shadowsync ps` (one server, RocksDB + RAM cache, Adagrad on the
-//     server), reached through worker::PsClient over gRPC;
+//     server), reached through ps::PsClient over gRPC;
 //   - redis: Debian's redis-server with persistence off, one hiredis
 //     connection per client thread, rows stored as 128-byte binary values.
 //
@@ -74,8 +74,8 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "ps/client/ps_client.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
-#include "worker/ps_client.h"
 
 namespace shadowsync::bench {
 namespace {
@@ -339,17 +339,16 @@ class OurServer {
     SS_ASSIGN_OR_RETURN(const auto ports, s->child_->WaitReady(ready, absl::Minutes(10)));
     s->startup_seconds_ = Seconds(Clock::now() - s->child_->started());
     std::tie(s->grpc_port_, s->metrics_port_) = ports;
-    worker::PsClientOptions options;
+    ps::PsClientOptions options;
     options.rpc_deadline = absl::Seconds(60);  // A cold 10M-row push batch takes a while.
-    SS_ASSIGN_OR_RETURN(s->client_,
-                        worker::PsClient::Connect(s->address(), f.dim, f.tables, options));
+    SS_ASSIGN_OR_RETURN(s->client_, ps::PsClient::Connect(s->address(), f.dim, f.tables, options));
     return s;
   }
 
   std::string address() const { return absl::StrCat("127.0.0.1:", grpc_port_); }
   pid_t pid() const { return child_->pid(); }
   double startup_seconds() const { return startup_seconds_; }
-  worker::PsClient& client() { return *client_; }
+  ps::PsClient& client() { return *client_; }
   absl::StatusOr<std::map<std::string, double>> Metrics() const {
     return ScrapeMetrics(metrics_port_);
   }
@@ -376,7 +375,7 @@ class OurServer {
  private:
   OurServer() = default;
   std::unique_ptr<ChildProcess> child_;
-  std::unique_ptr<worker::PsClient> client_;
+  std::unique_ptr<ps::PsClient> client_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   double startup_seconds_ = 0;
@@ -495,7 +494,7 @@ class Stepper {
 // Ours: the trainer's path, PsClient::Lookup then PsClient::Push.
 class OurStepper final : public Stepper {
  public:
-  OurStepper(worker::PsClient& client, const Workload& w, int dim, int batch)
+  OurStepper(ps::PsClient& client, const Workload& w, int dim, int batch)
       : client_(client),
         w_(w),
         dim_(dim),
@@ -520,7 +519,7 @@ class OurStepper final : public Stepper {
   }
 
  private:
-  worker::PsClient& client_;
+  ps::PsClient& client_;
   const Workload& w_;
   const int dim_;
   std::vector<model::TableRows> rows_, grads_;

@@ -33,7 +33,7 @@
 #include "common/model/optimizer.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
-#include "ps/resharder.h"
+#include "ps/client/resharder.h"
 #include "worker/checkpoint.h"
 
 extern char** environ;

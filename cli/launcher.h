@@ -8,7 +8,7 @@
 // report.svg into the run directory.
 //
 // While it runs, `shadowsync scale RUN_DIR --ps N` (RequestScale) asks it to
-// reshard the parameter servers live (ps/resharder.h): it starts the new
+// reshard the parameter servers live (ps/client/resharder.h): it starts the new
 // servers or, after draining, stops the removed ones; and `shadowsync export
 // RUN_DIR` (RequestExport) to export the model. It exports the model at
 // completion too, and every spec.export.intervalSeconds. A launcher that was
@@ -48,7 +48,7 @@ struct ScaleRequest {
 };
 
 // Asks the launcher running in request.run_dir to reshard, and waits for
-// its answer: the resharding report (ps/resharder.h's ReshardReportToJson).
+// its answer: the resharding report (ps/client/resharder.h's ReshardReportToJson).
 // FailedPrecondition if no launcher runs there; the launcher's error if the
 // reshard failed (a failed step is rolled back; training goes on).
 absl::StatusOr<nlohmann::json> RequestScale(const ScaleRequest& request);

@@ -1,7 +1,7 @@
 #include "common/grpc_util.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -13,19 +13,36 @@ void DisableMutexDeadlockDetection() {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  const auto details = status.GetPayload(kGrpcErrorDetailsUrl);
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
+                      details.has_value() ? std::string(*details) : std::string());
 }
+
+namespace {
+
+absl::Status WithDetails(absl::Status status, const grpc::Status& from) {
+  if (!from.error_details().empty()) {
+    status.SetPayload(kGrpcErrorDetailsUrl, absl::Cord(from.error_details()));
+  }
+  return status;
+}
+
+}  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return WithDetails(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
+      status);
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& call,
                             const std::string& address) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(call, " on ", address, ": ", status.error_message()));
+  return WithDetails(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                   absl::StrCat(call, " on ", address, ": ", status.error_message())),
+      status);
 }
 
 grpc::ChannelArguments BulkStreamChannelArgs() {
@@ -65,22 +82,6 @@ void ApplyServerLimits(const GrpcServerLimits& limits, grpc::ServerBuilder& buil
   grpc::ResourceQuota quota("shadowsync-server");
   quota.Resize(static_cast<size_t>(limits.memory_bytes));
   builder.SetResourceQuota(quota);
-}
-
-bool IsWrongOwner(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-         absl::StartsWith(status.error_message(), kWrongOwnerPrefix);
-}
-
-std::optional<uint64_t> ShardEpochFromTrailers(const grpc::ClientContext& context) {
-  const auto& trailers = context.GetServerTrailingMetadata();
-  auto it = trailers.find(kShardEpochMetadataKey);
-  if (it == trailers.end()) return std::nullopt;
-  uint64_t epoch = 0;
-  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &epoch)) {
-    return std::nullopt;
-  }
-  return epoch;
 }
 
 std::string WithPort(const std::string& address, int port) {

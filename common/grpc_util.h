@@ -1,8 +1,7 @@
 // Helpers at the gRPC edge, shared by every service and client: the one
 // conversion per direction between absl::Status and grpc::Status (the codes
-// are numerically identical), deadlines from absl durations, the bounds every
-// server applies, and the parameter server's wrong-owner protocol
-// (proto/shadowsync/v1/ps.proto).
+// are numerically identical, and typed error details travel along),
+// deadlines from absl durations, and the bounds every server applies.
 #ifndef SHADOWSYNC_COMMON_GRPC_UTIL_H_
 #define SHADOWSYNC_COMMON_GRPC_UTIL_H_
 
@@ -24,6 +23,11 @@ namespace shadowsync {
 // code locks shadowsync::Mutex, which TSan checks instead. The shadowsync
 // command and ps_bench (whose clients stand in for trainers) call this first.
 void DisableMutexDeadlockDetection();
+
+// The absl::Status payload that travels as grpc::Status::error_details (the
+// grpc-status-details-bin trailer): a serialized ErrorDetails (ps.proto),
+// such as ps/client/wrong_owner.h's.
+inline constexpr char kGrpcErrorDetailsUrl[] = "type.googleapis.com/shadowsync.v1.ErrorDetails";
 
 // absl -> gRPC, for servers finishing an RPC.
 grpc::Status ToGrpcStatus(const absl::Status& status);
@@ -65,16 +69,6 @@ absl::Status ValidateServerLimits(const GrpcServerLimits& limits);
 
 // Applies `limits` to a server about to be built.
 void ApplyServerLimits(const GrpcServerLimits& limits, grpc::ServerBuilder& builder);
-
-// Trailing metadata key of a WRONG_OWNER error: the server's shard-map epoch.
-inline constexpr char kShardEpochMetadataKey[] = "shadowsync-shard-epoch";
-// Message prefix of a WRONG_OWNER error (code FAILED_PRECONDITION).
-inline constexpr char kWrongOwnerPrefix[] = "WRONG_OWNER ";
-
-// True for the parameter server's "slot not owned here" error.
-bool IsWrongOwner(const grpc::Status& status);
-// The server's epoch from a finished call's trailing metadata; nullopt if absent.
-std::optional<uint64_t> ShardEpochFromTrailers(const grpc::ClientContext& context);
 
 // "host:port" with `port` replacing the port of `address` ("0.0.0.0:0", 7001
 // -> "0.0.0.0:7001"; "[::]:0" -> "[::]:7001"). Addresses without a port get one.

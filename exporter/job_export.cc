@@ -20,11 +20,11 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "ps/client/ps_client.h"
 #include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
-#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 namespace shadowsync::exporter {
@@ -844,11 +844,11 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
   if (!request.eval_data.empty()) {
     // `shadowsync eval`'s defaults, so that eval --model on the export
     // repeats the same arithmetic.
-    worker::PsClientOptions client_options;
+    ps::PsClientOptions client_options;
     client_options.security = request.security;
     SS_ASSIGN_OR_RETURN(auto store,
-                        worker::PsClient::Connect(request.ps_address, info.config.embedding_dim,
-                                                  info.config.num_tables, client_options));
+                        ps::PsClient::Connect(request.ps_address, info.config.embedding_dim,
+                                              info.config.num_tables, client_options));
     worker::TrainerOptions options;
     options.threads = 2;
     options.batch_size = 1024;

@@ -22,7 +22,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "ps/resharder.h"
+#include "ps/client/resharder.h"
 
 namespace shadowsync::op {
 namespace {

@@ -3,7 +3,7 @@
 // into Reconcile() (operator/reconcile.h) over what the caches, the
 // parameter servers and the trainers say, and carry out its actions: apply
 // children, write status, record Events, run live resharding
-// (ps/resharder.h) on a thread of its own. Only the Lease holder acts; a
+// (ps/client/resharder.h) on a thread of its own. Only the Lease holder acts; a
 // standby keeps its caches warm.
 //
 //   SS_ASSIGN_OR_RETURN(auto client, kube::KubeClient::FromConfig(config));

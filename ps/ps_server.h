@@ -59,7 +59,7 @@ struct PsServerOptions {
   std::vector<std::string> peers;
   uint32_t self_index = 0;
   // Start owning no slot, without a shard map, until SetShardMap gives it
-  // one: a server added by scale-out (ps/resharder.h). Ignored when a map is
+  // one: a server added by scale-out (ps/client/resharder.h). Ignored when a map is
   // persisted. Default: false.
   bool join = false;
 

@@ -505,9 +505,6 @@ absl::Status PsService::CheckOwned(const RepeatedPtrField<v1::TableRows>& tables
 void PsService::Finish(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
                        Rpc rpc, Clock::time_point start, const absl::Status& status,
                        int64_t bytes_in, int64_t bytes_out) {
-  if (const std::optional<uint64_t> epoch = WrongOwnerEpoch(status); epoch.has_value()) {
-    context->AddTrailingMetadata(kShardEpochMetadataKey, std::to_string(*epoch));
-  }
   metrics_->RecordRpc(rpc, Clock::now() - start, status.code(), bytes_in, bytes_out);
   reactor->Finish(ToGrpcStatus(status));
 }

@@ -37,26 +37,6 @@ namespace shadowsync::ps {
 static_assert(std::endian::native == std::endian::little,
               "values, metadata and the redo log are stored in native little-endian order");
 
-absl::Status WrongOwnerError(uint32_t slot, uint64_t epoch, uint32_t owner) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("WRONG_OWNER slot=", slot, " epoch=", epoch, " owner=", owner));
-}
-
-std::optional<uint64_t> WrongOwnerEpoch(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kFailedPrecondition) return std::nullopt;
-  const std::string_view message(status.message().data(), status.message().size());
-  if (!message.starts_with("WRONG_OWNER ")) return std::nullopt;
-  size_t begin = message.find(" epoch=");
-  if (begin == std::string_view::npos) return std::nullopt;
-  begin += 7;
-  const size_t end = std::min(message.find(' ', begin), message.size());
-  uint64_t epoch = 0;
-  if (!absl::SimpleAtoi(absl::string_view(message.data() + begin, end - begin), &epoch)) {
-    return std::nullopt;
-  }
-  return epoch;
-}
-
 namespace {
 
 namespace fs = std::filesystem;

@@ -38,6 +38,7 @@
 #include "common/hash.h"
 #include "common/model/embedding_table.h"
 #include "common/model/optimizer.h"
+#include "ps/client/wrong_owner.h"
 
 namespace shadowsync::ps {
 
@@ -136,18 +137,6 @@ struct RowBlock {
 // "(table 3, id 17) appears twice" for a repeated key; `rows` is then in
 // key order but still holds both.
 absl::Status SortRowBlock(uint32_t num_slots, RowBlock* rows);
-
-// The owner index a RowStore reports in WrongOwnerError: it knows which slots
-// it owns, not who owns the others (the service, which has the shard map,
-// may substitute the real owner).
-inline constexpr uint32_t kUnknownOwner = UINT32_MAX;
-
-// The canonical error for rows of a slot this store does not own:
-// FailedPrecondition "WRONG_OWNER slot=<s> epoch=<e> owner=<i>", all three
-// decimal (owner=4294967295 is kUnknownOwner).
-absl::Status WrongOwnerError(uint32_t slot, uint64_t epoch, uint32_t owner);
-// Parses the epoch back out of a WrongOwnerError; nullopt for other errors.
-std::optional<uint64_t> WrongOwnerEpoch(const absl::Status& status);
 
 // RowKeyHash and RowValueHash (common/hash.h) are the per-row hashes behind
 // RowStore::Checksums.

@@ -29,7 +29,7 @@
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/all_reduce.h"
 #include "syncer/centre.h"
-#include "syncer/dense_range.h"
+#include "syncer/range_binding.h"
 #include "syncer/ssp_clock.h"
 
 namespace shadowsync::syncer {

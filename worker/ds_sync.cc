@@ -15,7 +15,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 
 namespace shadowsync::worker {
 namespace {

@@ -12,7 +12,7 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "worker/sync_math.h"
 
 namespace shadowsync::worker {

@@ -16,7 +16,7 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "worker/ds_sync.h"
 #include "worker/rendezvous.h"
 #include "worker/staleness_strategies.h"

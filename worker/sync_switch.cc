@@ -13,7 +13,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "worker/sync_math.h"
 
 namespace shadowsync::worker {

@@ -14,9 +14,9 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
-#include "syncer/syncer_client.h"
+#include "ps/client/ps_client.h"
+#include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
-#include "worker/ps_client.h"
 #include "worker/sync_switch.h"
 
 namespace shadowsync::worker {
@@ -167,10 +167,10 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   examples_target.Set(static_cast<double>(
       RunTarget(options.job_examples, options.max_examples, trainers, options.index, skip)));
 
-  PsClientOptions ps_options;
+  ps::PsClientOptions ps_options;
   ps_options.security = options.security;
-  SS_ASSIGN_OR_RETURN(auto store, PsClient::Connect(options.ps_address, config.embedding_dim,
-                                                    config.num_tables, ps_options));
+  SS_ASSIGN_OR_RETURN(auto store, ps::PsClient::Connect(options.ps_address, config.embedding_dim,
+                                                        config.num_tables, ps_options));
 
   std::unique_ptr<syncer::SyncerClient> syncer_client;
   SyncConfig sync_config = SyncConfigFromJob(spec);

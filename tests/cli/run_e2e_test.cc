@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "ps/resharder.h"
+#include "ps/client/resharder.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {

@@ -11,13 +11,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps/client/ps_client.h"
+#include "ps/client/resharder.h"
 #include "ps/ps_server.h"
-#include "ps/resharder.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
-#include "worker/ps_client.h"
 
 namespace shadowsync {
 namespace {
@@ -253,9 +253,9 @@ TEST_F(GrpcSecurityTest, PsRefusesCallsWithoutTheTokenAndKeepsItsData) {
   const GrpcSecurity wrong_token = Load(true, true, "tls", "wrong-token");
 
   // Rows written by an authorised trainer.
-  worker::PsClientOptions options;
+  ps::PsClientOptions options;
   options.security = job;
-  auto client = worker::PsClient::Connect(address, kDim, 2, options);
+  auto client = ps::PsClient::Connect(address, kDim, 2, options);
   ASSERT_TRUE(client.ok()) << client.status();
   std::vector<model::TableRows> grads(2);
   grads[0].ids = {1, 2, 3};
@@ -340,7 +340,7 @@ TEST_F(GrpcSecurityTest, PsClientWithoutTheTokenGetsAClearError) {
   const GrpcSecurity job = Load(/*tls=*/false, /*token=*/true);
   auto server = StartPs(job);
   ASSERT_NE(server, nullptr);
-  EXPECT_THAT(worker::PsClient::Connect(server->address(), kDim, 2),
+  EXPECT_THAT(ps::PsClient::Connect(server->address(), kDim, 2),
               StatusIs(absl::StatusCode::kUnauthenticated, kUnauthenticatedMessage));
 }
 

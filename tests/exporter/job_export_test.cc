@@ -23,11 +23,11 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "ps/client/ps_client.h"
 #include "ps/ps_server.h"
 #include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/test_util.h"
-#include "worker/ps_client.h"
 
 namespace shadowsync::exporter {
 namespace {
@@ -109,8 +109,8 @@ class Cluster {
 
   // Pushes random gradients of `rows_per_table` random ids in each table.
   void Train(int rows_per_table, int tables, int dim, uint64_t seed) {
-    worker::PsClientOptions options;
-    auto client = worker::PsClient::Create(*map_, dim, tables, options);
+    ps::PsClientOptions options;
+    auto client = ps::PsClient::Create(*map_, dim, tables, options);
     ASSERT_TRUE(client.ok()) << client.status();
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/crd.h"
-#include "ps/resharder.h"
+#include "ps/client/resharder.h"
 #include "tests/operator/fake_kubelet.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"

@@ -28,8 +28,8 @@
 #include "common/model/embedding_table.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
+#include "ps/client/ps_client.h"
 #include "tests/util/test_util.h"
-#include "worker/ps_client.h"
 
 extern char** environ;
 
@@ -141,11 +141,11 @@ class PsProcess {
 // `retries`: the pusher uses none, so nothing is sent after the kill: a
 // retried push could reach another test process's server that has meanwhile
 // bound the killed server's port.
-std::unique_ptr<worker::PsClient> Connect(const std::string& address, int retries) {
-  worker::PsClientOptions options;
+std::unique_ptr<ps::PsClient> Connect(const std::string& address, int retries) {
+  ps::PsClientOptions options;
   options.rpc_deadline = absl::Seconds(20);
   options.max_retries = retries;
-  auto client = worker::PsClient::Connect(address, kDim, kTables, options);
+  auto client = ps::PsClient::Connect(address, kDim, kTables, options);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
@@ -198,7 +198,7 @@ TEST_P(PsDurabilityTest, EveryAcknowledgedPushSurvivesSigkill) {
   const std::string db = dir_.File("db");
   auto first = std::make_unique<PsProcess>(db, dir_.path().string(), "first", sync_writes);
   ASSERT_TRUE(first->WaitReady()) << first->log();
-  std::unique_ptr<worker::PsClient> client = Connect(first->address(), /*retries=*/0);
+  std::unique_ptr<ps::PsClient> client = Connect(first->address(), /*retries=*/0);
   ASSERT_NE(client, nullptr);
 
   // One pusher, so at most one push is in flight when the server dies.
@@ -246,7 +246,7 @@ TEST_P(PsDurabilityTest, EveryAcknowledgedPushSurvivesSigkill) {
 
   PsProcess second(db, dir_.path().string(), "second", sync_writes);
   ASSERT_TRUE(second.WaitReady()) << second.log();
-  std::unique_ptr<worker::PsClient> reader = Connect(second.address(), /*retries=*/3);
+  std::unique_ptr<ps::PsClient> reader = Connect(second.address(), /*retries=*/3);
   ASSERT_NE(reader, nullptr);
 
   // Every row any push touched, as the restarted server has it.

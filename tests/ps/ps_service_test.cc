@@ -31,14 +31,15 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "ps/client/ps_client.h"
+#include "ps/client/resharder.h"
+#include "ps/client/wrong_owner.h"
 #include "ps/ps_server.h"
-#include "ps/resharder.h"
 #include "ps/row_store.h"
 #include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
-#include "worker/ps_client.h"
 
 namespace shadowsync {
 namespace {
@@ -136,12 +137,12 @@ class PsServiceTest : public ::testing::Test {
     return stats.ok() ? stats->value_checksum() : 0;
   }
 
-  std::unique_ptr<worker::PsClient> Client() {
-    worker::PsClientOptions options;
+  std::unique_ptr<ps::PsClient> Client() {
+    ps::PsClientOptions options;
     options.rpc_deadline = absl::Seconds(10);
     options.backoff_base = absl::Milliseconds(1);
     options.backoff_max = absl::Milliseconds(50);
-    auto client = worker::PsClient::Create(*map_, kDim, kTables, options);
+    auto client = ps::PsClient::Create(*map_, kDim, kTables, options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -182,7 +183,7 @@ class PsServiceTest : public ::testing::Test {
   }
 
   // Pushes through `client` and the oracle.
-  void Push(worker::PsClient& client, const std::vector<model::TableRows>& grads) {
+  void Push(ps::PsClient& client, const std::vector<model::TableRows>& grads) {
     absl::Status s = client.Push(grads);
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_TRUE(oracle_.Push(grads).ok());
@@ -202,14 +203,14 @@ class PsServiceTest : public ::testing::Test {
 
   // A fresh client still gets correct answers for everything stored.
   void ExpectServingAndIntact() {
-    std::unique_ptr<worker::PsClient> fresh = Client();
+    std::unique_ptr<ps::PsClient> fresh = Client();
     ASSERT_NE(fresh, nullptr);
     ExpectMatchesOracle(*fresh, Touched());
   }
 
   // Seeds every server with data through a client.
   void Load(int pushes, int per_table) {
-    std::unique_ptr<worker::PsClient> client = Client();
+    std::unique_ptr<ps::PsClient> client = Client();
     for (int i = 0; i < pushes; ++i) {
       auto grads = RandomGrads(RandomIds(per_table, kBuckets));
       Remember(grads);
@@ -230,7 +231,7 @@ class PsServiceTest : public ::testing::Test {
 
 TEST_F(PsServiceTest, LookupAndPushMatchTheLocalOracle) {
   StartCluster(1);
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   // Never-pushed rows read as their deterministic initial values.
   ExpectMatchesOracle(*client, RandomIds(50, kBuckets));
   for (int round = 0; round < 20; ++round) {
@@ -244,7 +245,7 @@ TEST_F(PsServiceTest, LookupAndPushMatchTheLocalOracle) {
 
 TEST_F(PsServiceTest, EmptyCallsSendNothing) {
   StartCluster(1);
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   std::vector<model::TableRows> rows(kTables);
   EXPECT_TRUE(client->Lookup(rows).ok());
   EXPECT_TRUE(client->Push(rows).ok());
@@ -253,7 +254,7 @@ TEST_F(PsServiceTest, EmptyCallsSendNothing) {
 
 TEST_F(PsServiceTest, ClientValidatesShapes) {
   StartCluster(1);
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   std::vector<model::TableRows> rows(kTables + 1);
   EXPECT_THAT(client->Lookup(rows), StatusIs(absl::StatusCode::kInvalidArgument, "4 tables"));
   std::vector<model::TableRows> grads(kTables);
@@ -265,7 +266,7 @@ TEST_F(PsServiceTest, ClientValidatesShapes) {
 
 TEST_F(PsServiceTest, TwoServersEachStoreExactlyTheRowsTheyOwn) {
   StartCluster(2);
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   for (int i = 0; i < 10; ++i) {
     auto grads = RandomGrads(RandomIds(100, kBuckets));
     Remember(grads);
@@ -291,7 +292,7 @@ TEST_F(PsServiceTest, ConcurrentClientsAgreeWithTheOracle) {
   // Each thread owns a disjoint id range, so the final values do not depend
   // on the interleaving.
   constexpr int kThreads = 4;
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   std::vector<std::vector<std::vector<model::TableRows>>> pushes(kThreads);
   for (int th = 0; th < kThreads; ++th) {
     for (int i = 0; i < 15; ++i) {
@@ -612,7 +613,7 @@ TEST_F(PsServiceTest, WeightsOnlyPackedRowsAreStoredWithZeroOptimizerState) {
 // drop), recovering transparently through WRONG_OWNER and a map refresh.
 TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
   StartCluster(2);
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   for (int i = 0; i < 8; ++i) {
     auto grads = RandomGrads(RandomIds(100, kBuckets));
     Remember(grads);
@@ -673,7 +674,7 @@ TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
 
   // A second stale client recovers on a push as well (rejected before applying).
   map_ = ShardMap::Balanced(kSlots, map_->addresses(), 2);
-  std::unique_ptr<worker::PsClient> stale = Client();
+  std::unique_ptr<ps::PsClient> stale = Client();
   grads = RandomGrads(RandomIds(100, kBuckets));
   Remember(grads);
   Push(*stale, grads);
@@ -682,7 +683,7 @@ TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
   ExpectMatchesOracle(*client, Touched());
 }
 
-// --- Live resharding (ps/resharder.h) --------------------------------------------
+// --- Live resharding (ps/client/resharder.h) --------------------------------------------
 
 TEST_F(PsServiceTest, JoinedServerOwnsNothingUntilAMapArrives) {
   ps::PsServerOptions o = Options("joined");
@@ -695,7 +696,7 @@ TEST_F(PsServiceTest, JoinedServerOwnsNothingUntilAMapArrives) {
   t->add_ids(7);
   v1::LookupResponse response;
   grpc::Status s = nodes_[0].stub->Lookup(&context, request, &response);
-  EXPECT_TRUE(IsWrongOwner(s)) << s.error_message();
+  EXPECT_TRUE(ps::GetWrongOwner(s).has_value()) << s.error_message();
   auto stats = Stats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->slots_owned(), 0u);
@@ -760,7 +761,7 @@ TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
   o.join = true;
   nodes_.push_back(Start(std::move(o)));
 
-  std::unique_ptr<worker::PsClient> client = Client();
+  std::unique_ptr<ps::PsClient> client = Client();
   std::atomic<bool> stop{false};
   std::atomic<int64_t> pushes{0};
   absl::Status pusher_status;  // Read after the join.
@@ -836,10 +837,10 @@ TEST_F(PsServiceTest, ClientIdleThroughAScaleInFindsTheNewMap) {
   ASSERT_TRUE(ps::Reshard(Addresses(2), Addresses(3), {}).ok());
   auto three = ps::FetchShardMap(nodes_[0].address);
   ASSERT_TRUE(three.ok());
-  worker::PsClientOptions options;
+  ps::PsClientOptions options;
   options.rpc_deadline = absl::Seconds(1);
   options.backoff_base = absl::Milliseconds(1);
-  auto client = worker::PsClient::Create(*three, kDim, kTables, options);
+  auto client = ps::PsClient::Create(*three, kDim, kTables, options);
   ASSERT_TRUE(client.ok());
   ExpectMatchesOracle(**client, Touched());  // Routes by the 3-server map.
 
@@ -863,12 +864,12 @@ TEST_F(PsServiceTest, ClientWaitsForAStuckMoveOnlyUpToReshardWait) {
   auto next = map_->WithMoves(moves, map_->addresses());
   ASSERT_TRUE(next.ok());
   ASSERT_TRUE(SetMap(0, *next, 0).ok());  // Server 0 lets go; server 1 never takes over.
-  worker::PsClientOptions options;
+  ps::PsClientOptions options;
   options.max_retries = 2;
   options.backoff_base = absl::Milliseconds(5);
   options.backoff_max = absl::Milliseconds(20);
   options.reshard_wait = absl::Milliseconds(600);
-  auto client = worker::PsClient::Create(*map_, kDim, kTables, options);
+  auto client = ps::PsClient::Create(*map_, kDim, kTables, options);
   ASSERT_TRUE(client.ok());
   const absl::Time start = absl::Now();
   std::vector<model::TableRows> rows = Touched();
@@ -885,8 +886,8 @@ TEST_F(PsServiceTest, ReshardRefusesWhatWouldLoseOrMixData) {
   // A new server that already holds rows.
   nodes_.push_back(Start(Options("full")));
   {
-    auto client = worker::PsClient::Create(ShardMap::Balanced(kSlots, {nodes_[2].address}, 1), kDim,
-                                           kTables, {});
+    auto client =
+        ps::PsClient::Create(ShardMap::Balanced(kSlots, {nodes_[2].address}, 1), kDim, kTables, {});
     ASSERT_TRUE(client.ok());
     ASSERT_TRUE((*client)->Push(RandomGrads(RandomIds(5, kBuckets))).ok());
   }
@@ -1293,14 +1294,14 @@ TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {
   const uint32_t slot = SlotOf(0, foreign, kSlots);
   EXPECT_GRPC_ERROR(s, FAILED_PRECONDITION,
                     "WRONG_OWNER slot=" + std::to_string(slot) + " epoch=2 owner=1");
-  EXPECT_TRUE(IsWrongOwner(s));
-  EXPECT_EQ(ShardEpochFromTrailers(context), std::optional<uint64_t>(2));
+  EXPECT_EQ(ps::GetWrongOwner(s), (ps::WrongOwner{slot, 2, 1}));
   // Lookups too.
   v1::LookupRequest lookup;
   lookup.add_tables()->add_ids(foreign);
   grpc::ClientContext lookup_context;
-  EXPECT_GRPC_ERROR(Lookup(0, lookup, &lookup_context), FAILED_PRECONDITION, "WRONG_OWNER");
-  EXPECT_EQ(ShardEpochFromTrailers(lookup_context), std::optional<uint64_t>(2));
+  const grpc::Status lookup_status = Lookup(0, lookup, &lookup_context);
+  EXPECT_GRPC_ERROR(lookup_status, FAILED_PRECONDITION, "WRONG_OWNER");
+  EXPECT_EQ(ps::GetWrongOwner(lookup_status), (ps::WrongOwner{slot, 2, 1}));
   EXPECT_EQ(ValueChecksum(0), before0);
   EXPECT_EQ(ValueChecksum(1), before1);
   ExpectServingAndIntact();

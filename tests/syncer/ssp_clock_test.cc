@@ -13,7 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
 

@@ -16,7 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 

@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/all_reduce.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"

@@ -14,7 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "worker/sync_strategy.h"
 

@@ -1,18 +1,10 @@
-#include "syncer/dense_range.h"
+#include "syncer/range_binding.h"
+
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
 namespace shadowsync::syncer {
-
-std::string DenseRange::ToString() const {
-  return absl::StrCat("[", offset, ", ", end(), ") of ", total);
-}
-
-DenseRange ReplicaRange(int replica, int replicas, int64_t total) {
-  const int64_t begin = static_cast<int64_t>(replica) * total / replicas;
-  const int64_t end = static_cast<int64_t>(replica + 1) * total / replicas;
-  return DenseRange{.offset = begin, .length = end - begin, .total = total};
-}
 
 absl::Status RangeBinding::Check(const DenseRange& request, const char* length_field, bool bind) {
   // Well-formedness first, so a malformed first request binds nothing.

@@ -1,4 +1,4 @@
-#include "worker/ps_client.h"
+#include "ps/client/ps_client.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,8 +13,9 @@
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
+#include "ps/client/wrong_owner.h"
 
-namespace shadowsync::worker {
+namespace shadowsync::ps {
 
 // One parameter server: its channel and stub, shared by every routing that
 // names its address.
@@ -398,10 +399,10 @@ absl::Status PsClient::Run(Kind kind, std::span<model::TableRows> lookup_rows,
       }
       const grpc::StatusCode code = unit.status.error_code();
       bool retry;
-      if (IsWrongOwner(unit.status)) {
+      if (const std::optional<WrongOwner> wrong = GetWrongOwner(unit.status)) {
         wrong_owner_.fetch_add(1, std::memory_order_relaxed);
         refresh = true;
-        min_epoch = std::max(min_epoch, ShardEpochFromTrailers(unit.context).value_or(0));
+        min_epoch = std::max(min_epoch, wrong->epoch);
         retry = true;
       } else if (lookup) {
         other_failure = true;
@@ -499,4 +500,4 @@ void PsClient::SendAll(Kind kind, std::deque<Unit>& units) {
   latch->Wait();
 }
 
-}  // namespace shadowsync::worker
+}  // namespace shadowsync::ps

@@ -22,8 +22,8 @@
 //   SS_ASSIGN_OR_RETURN(auto client, SyncerClient::Connect(options, n));
 //   SS_RETURN_IF_ERROR(client->InitCentre(weights, centre));
 //   SS_ASSIGN_OR_RETURN(RoundResult r, client->AllReduceMean("", weights, mean));
-#ifndef SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_
-#define SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_
+#ifndef SHADOWSYNC_SYNCER_CLIENT_SYNCER_CLIENT_H_
+#define SHADOWSYNC_SYNCER_CLIENT_SYNCER_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -39,7 +39,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
-#include "syncer/dense_range.h"
+#include "syncer/client/dense_range.h"
 
 namespace shadowsync::syncer {
 
@@ -181,4 +181,4 @@ class SyncerClient {
 
 }  // namespace shadowsync::syncer
 
-#endif  // SHADOWSYNC_SYNCER_SYNCER_CLIENT_H_
+#endif  // SHADOWSYNC_SYNCER_CLIENT_SYNCER_CLIENT_H_

@@ -6,7 +6,7 @@
 // and Push concurrently; they share one gRPC channel per server.
 //
 // Routing and retries. A server answers ids of a slot it does not own with
-// WRONG_OWNER (FAILED_PRECONDITION, "shadowsync-shard-epoch" trailer). The
+// WRONG_OWNER (FAILED_PRECONDITION with the server's epoch, wrong_owner.h). The
 // client then fetches the shard map from every server it knows, adopts the
 // newest epoch, and resends only the failed part. Every RPC carries a
 // deadline of rpc_deadline; a call gives up after max_retries retries (not
@@ -37,8 +37,8 @@
 //   std::vector<model::TableRows> rows(26);
 //   rows[3].ids = {17, 99};
 //   SS_RETURN_IF_ERROR(store->Lookup(rows));  // rows[3].values: 2 * 16 floats
-#ifndef SHADOWSYNC_WORKER_PS_CLIENT_H_
-#define SHADOWSYNC_WORKER_PS_CLIENT_H_
+#ifndef SHADOWSYNC_PS_CLIENT_PS_CLIENT_H_
+#define SHADOWSYNC_PS_CLIENT_PS_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -59,7 +59,7 @@
 #include "grpcpp/grpcpp.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 
-namespace shadowsync::worker {
+namespace shadowsync::ps {
 
 struct PsClientOptions {
   // Deadline of every RPC attempt. Default: 10s.
@@ -67,7 +67,7 @@ struct PsClientOptions {
   // Retries of a Lookup or Push after its first attempt. Default: 8.
   int max_retries = 8;
   // Retries answered only by WRONG_OWNER do not count toward max_retries:
-  // they mean slots are moving (ps/resharder.h), and the client waits for the
+  // they mean slots are moving (ps/client/resharder.h), and the client waits for the
   // move up to this long. Default: 60s.
   absl::Duration reshard_wait = absl::Seconds(60);
   // Backoff before retry k is min(backoff_base * 2^(k-1), backoff_max),
@@ -153,6 +153,6 @@ class PsClient final : public model::EmbeddingStore {
   std::atomic<int64_t> map_refreshes_{0};
 };
 
-}  // namespace shadowsync::worker
+}  // namespace shadowsync::ps
 
-#endif  // SHADOWSYNC_WORKER_PS_CLIENT_H_
+#endif  // SHADOWSYNC_PS_CLIENT_PS_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "syncer/syncer_client.h"
+#include "syncer/client/syncer_client.h"
 
 #include <algorithm>
 #include <limits>

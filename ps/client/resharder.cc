@@ -1,4 +1,4 @@
-#include "ps/resharder.h"
+#include "ps/client/resharder.h"
 
 #include <algorithm>
 #include <chrono>

@@ -20,8 +20,8 @@
 //   SS_ASSIGN_OR_RETURN(ReshardReport r,
 //                       Reshard({"ps-0:7000", "ps-1:7000"},
 //                               {"ps-0:7000", "ps-1:7000", "ps-2:7000"}, {}));
-#ifndef SHADOWSYNC_PS_RESHARDER_H_
-#define SHADOWSYNC_PS_RESHARDER_H_
+#ifndef SHADOWSYNC_PS_CLIENT_RESHARDER_H_
+#define SHADOWSYNC_PS_CLIENT_RESHARDER_H_
 
 #include <cstdint>
 #include <functional>
@@ -136,4 +136,4 @@ absl::StatusOr<ShardMap> Readdress(const std::vector<std::string>& addresses,
 
 }  // namespace shadowsync::ps
 
-#endif  // SHADOWSYNC_PS_RESHARDER_H_
+#endif  // SHADOWSYNC_PS_CLIENT_RESHARDER_H_

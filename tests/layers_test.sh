@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The layers of docs/architecture.md, enforced: which folders each folder's
+# code may include, that only the parameter server includes RocksDB, and
+# that no library target outside the servers links a server target. Prints
+# every crossing (file and include, or CMake file and dependency) and fails
+# if there is one.
+#
+#   tests/layers_test.sh SOURCE_DIR
+set -euo pipefail
+cd "${1:?usage: layers_test.sh SOURCE_DIR}"
+
+# The project's own include roots; anything else is a third-party header.
+project='^(common|ps|syncer|worker|exporter|operator|cli|bench|tests|shadowsync)/'
+crossings=0
+
+# allow FOLDER ALLOWED [EXCLUDED_SUBFOLDER]: FOLDER's files include project
+# headers only under the roots matched by the regex ALLOWED.
+allow() {
+  local folder="$1" allowed="$2" excluded="${3:-}"
+  local file include
+  while IFS=: read -r file include; do
+    [[ -n "$excluded" && "$file" == "$excluded"/* ]] && continue
+    include="${include#\#include \"}"
+    include="${include%\"}"
+    [[ "$include" =~ $project ]] || continue
+    if ! [[ "$include" =~ ^($allowed)/ ]]; then
+      echo "$file includes $include: $folder/ may include only ${allowed//|/, }"
+      crossings=$((crossings + 1))
+    fi
+  done < <(grep -rHo '^#include "[^"]*"' --include='*.h' --include='*.cc' "$folder")
+}
+
+# The contracts' clients: the shared core and the generated protos only.
+allow ps/client 'common|shadowsync|ps/client'
+allow syncer/client 'common|shadowsync|syncer/client'
+# The servers: their own folder (with its client: the contract's codecs),
+# never another server.
+allow ps 'common|shadowsync|ps' ps/client
+allow syncer 'common|shadowsync|syncer' syncer/client
+# Clients of the servers, never the servers.
+allow worker 'common|shadowsync|worker|ps/client|syncer/client'
+allow exporter 'common|shadowsync|exporter|worker|ps/client|syncer/client'
+allow operator 'common|shadowsync|operator|ps/client'
+allow common 'common|shadowsync'
+
+# RocksDB is the parameter server's alone.
+while IFS= read -r line; do
+  echo "${line%%:*} includes RocksDB: only ps/ (not ps/client/) may"
+  crossings=$((crossings + 1))
+done < <(grep -rHl '^#include "rocksdb/' --include='*.h' --include='*.cc' \
+  common syncer worker exporter operator cli ps/client || true)
+
+# Library targets outside the servers link no server target and no RocksDB
+# (cli/ links them: it is the binary that runs every process).
+while IFS= read -r line; do
+  echo "$line: links a server or RocksDB"
+  crossings=$((crossings + 1))
+done < <(grep -HnE 'shadowsync::(ps|syncer)([^_[:alnum:]]|$)|RocksDB::' \
+  common/CMakeLists.txt ps/client/CMakeLists.txt syncer/client/CMakeLists.txt \
+  worker/CMakeLists.txt exporter/CMakeLists.txt operator/CMakeLists.txt operator/*.cmake || true)
+
+if ((crossings > 0)); then
+  echo "FAIL: $crossings layer crossings (docs/architecture.md)"
+  exit 1
+fi
+echo "OK: every include and library dependency stays in its layer"
