@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "ps/ps_service.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
-#include "common/job_spec.h"
-#include "common/model/dlrm.h"
-#include "common/model/export.h"
+#include "jobspec/job_spec.h"
+#include "model/dlrm.h"
+#include "model/export.h"
 #include "exporter/job_export.h"
 
 int main(int argc, char** argv) {

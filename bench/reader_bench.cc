@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/criteo_reader.h"
+#include "data/criteo_reader.h"
 
 namespace shadowsync {
 namespace {

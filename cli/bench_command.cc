@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::cli {

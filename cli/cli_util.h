@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 
 namespace CLI {
 class App;

@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/grpc_security.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace prometheus {

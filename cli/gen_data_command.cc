@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
-#include "common/synthetic.h"
+#include "data/synthetic.h"
 
 namespace shadowsync::cli {
 

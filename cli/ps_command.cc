@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "common/model/optimizer.h"
+#include "model/optimizer.h"
 #include "ps/ps_server.h"
 
 namespace shadowsync::cli {

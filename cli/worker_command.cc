@@ -14,7 +14,7 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "worker/worker_process.h"

@@ -1,5 +1,5 @@
 // A distributed job's model export and warm start (docs/export.md): the
-// export format of common/model/export.h, filled from and loaded into a
+// export format of model/export.h, filled from and loaded into a
 // running cluster of parameter servers, with the dense parameters chosen per
 // sync strategy.
 //
@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
-#include "common/job_spec.h"
-#include "common/model/export.h"
+#include "jobspec/job_spec.h"
+#include "model/export.h"
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::exporter {

@@ -1,6 +1,6 @@
 // The ShadowSyncJob CustomResourceDefinition (DESIGN.md §2, §7), generated
 // from the one job-spec definition: openAPIV3Schema.properties.spec is
-// JobSpecOpenApiSchema() (common/job_spec.h) plus the CRD-only immutability
+// JobSpecOpenApiSchema() (jobspec/job_spec.h) plus the CRD-only immutability
 // rules; the status schema, names, subresources and printer columns are
 // defined here. deploy/crd.yaml is CrdYaml()'s output (`shadowsync crd`),
 // and a test keeps the two equal. Pure functions; thread-safe.

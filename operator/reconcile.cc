@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "operator/crd.h"
 
 namespace shadowsync::op {

@@ -36,8 +36,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/hash.h"
-#include "common/model/embedding_table.h"
-#include "common/model/optimizer.h"
+#include "model/embedding_table.h"
+#include "model/optimizer.h"
 #include "ps/client/wrong_owner.h"
 
 namespace shadowsync::ps {

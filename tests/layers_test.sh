@@ -10,7 +10,7 @@ set -euo pipefail
 cd "${1:?usage: layers_test.sh SOURCE_DIR}"
 
 # The project's own include roots; anything else is a third-party header.
-project='^(common|ps|syncer|worker|exporter|operator|cli|bench|tests|shadowsync)/'
+project='^(common|model|data|jobspec|ps|syncer|worker|exporter|operator|cli|bench|tests|shadowsync)/'
 crossings=0
 
 # allow FOLDER ALLOWED [EXCLUDED_SUBFOLDER]: FOLDER's files include project
@@ -30,25 +30,31 @@ allow() {
   done < <(grep -rHo '^#include "[^"]*"' --include='*.h' --include='*.cc' "$folder")
 }
 
-# The contracts' clients: the shared core and the generated protos only.
-allow ps/client 'common|shadowsync|ps/client'
+# The shared core, then the domain libraries over it: the model, the data
+# readers and generator, the job spec.
+allow common 'common|shadowsync'
+allow model 'common|model'
+allow data 'common|data'
+allow jobspec 'common|jobspec'
+# The contracts' clients: the core, the model's embedding-store interface
+# (which the PS client implements) and the generated protos.
+allow ps/client 'common|model|shadowsync|ps/client'
 allow syncer/client 'common|shadowsync|syncer/client'
 # The servers: their own folder (with its client: the contract's codecs),
 # never another server.
-allow ps 'common|shadowsync|ps' ps/client
+allow ps 'common|model|shadowsync|ps' ps/client
 allow syncer 'common|shadowsync|syncer' syncer/client
 # Clients of the servers, never the servers.
-allow worker 'common|shadowsync|worker|ps/client|syncer/client'
-allow exporter 'common|shadowsync|exporter|worker|ps/client|syncer/client'
-allow operator 'common|shadowsync|operator|ps/client'
-allow common 'common|shadowsync'
+allow worker 'common|model|data|jobspec|shadowsync|worker|ps/client|syncer/client'
+allow exporter 'common|model|data|jobspec|shadowsync|exporter|worker|ps/client|syncer/client'
+allow operator 'common|jobspec|shadowsync|operator|ps/client'
 
 # RocksDB is the parameter server's alone.
 while IFS= read -r line; do
   echo "${line%%:*} includes RocksDB: only ps/ (not ps/client/) may"
   crossings=$((crossings + 1))
 done < <(grep -rHl '^#include "rocksdb/' --include='*.h' --include='*.cc' \
-  common syncer worker exporter operator cli ps/client || true)
+  common model data jobspec syncer worker exporter operator cli ps/client || true)
 
 # Library targets outside the servers link no server target and no RocksDB
 # (cli/ links them: it is the binary that runs every process).
@@ -56,7 +62,8 @@ while IFS= read -r line; do
   echo "$line: links a server or RocksDB"
   crossings=$((crossings + 1))
 done < <(grep -HnE 'shadowsync::(ps|syncer)([^_[:alnum:]]|$)|RocksDB::' \
-  common/CMakeLists.txt ps/client/CMakeLists.txt syncer/client/CMakeLists.txt \
+  common/CMakeLists.txt model/CMakeLists.txt data/CMakeLists.txt jobspec/CMakeLists.txt \
+  ps/client/CMakeLists.txt syncer/client/CMakeLists.txt \
   worker/CMakeLists.txt exporter/CMakeLists.txt operator/CMakeLists.txt operator/*.cmake || true)
 
 if ((crossings > 0)); then

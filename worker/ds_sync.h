@@ -63,7 +63,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "worker/sync_strategy.h"
 
 namespace shadowsync::worker {
@@ -86,7 +86,7 @@ struct DsSyncPartition {
 absl::Status ValidateDsSync(int n, int g, DsSyncSchedule schedule);
 
 // DsSyncButterflyRounds and DsSyncButterflyRadices (the shape rule) are in
-// common/job_spec.h: job validation applies it too.
+// jobspec/job_spec.h: job validation applies it too.
 
 // Rounds after which the partitions repeat: m for butterfly,
 // kDsSyncRandomPhases for random, 1 when n == g.

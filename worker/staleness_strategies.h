@@ -49,7 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "common/mutex.h"
 #include "worker/sync_strategy.h"
 

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "common/model/optimizer.h"
+#include "model/optimizer.h"
 
 namespace shadowsync::worker {
 

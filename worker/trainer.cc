@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "worker/background_call.h"

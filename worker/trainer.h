@@ -1,5 +1,5 @@
 // The training core of one trainer: T Hogwild threads share one dense
-// replica without locks (relaxed atomics, see common/model/optimizer.h), look
+// replica without locks (relaxed atomics, see model/optimizer.h), look
 // embedding rows up in an EmbeddingStore (in-process, or the parameter-server
 // client) and push their gradients back; an optional SyncStrategy keeps the
 // replica in agreement with other trainers'.
@@ -19,11 +19,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/criteo_reader.h"
+#include "data/criteo_reader.h"
 #include "common/eval_metrics.h"
-#include "common/model/dlrm.h"
-#include "common/model/embedding_table.h"
-#include "common/model/optimizer.h"
+#include "model/dlrm.h"
+#include "model/embedding_table.h"
+#include "model/optimizer.h"
 #include "nlohmann/json.hpp"
 #include "worker/replica_gate.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/metrics_http.h"
-#include "common/model/export.h"
+#include "model/export.h"
 #include "common/status_macros.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"

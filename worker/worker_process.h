@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "common/eval_metrics.h"
 #include "common/grpc_security.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "nlohmann/json.hpp"
 #include "worker/sync_strategy.h"
 #include "worker/trainer.h"

@@ -53,27 +53,6 @@ struct PsClient::Unit {
 
 namespace {
 
-// Counts down completions of asynchronous RPCs. Shared by the waiter and
-// every callback: Mutex::Unlock notifies after releasing the lock, so the
-// waiter may return from Wait() while the last CountDown() is still inside
-// Unlock; shared ownership keeps the latch alive until that call is done.
-class Latch {
- public:
-  explicit Latch(int count) : count_(count) {}
-  void CountDown() {
-    MutexLock lock(&mu_);
-    --count_;
-  }
-  void Wait() {
-    MutexLock lock(&mu_);
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; });
-  }
-
- private:
-  Mutex mu_;
-  int count_ ABSL_GUARDED_BY(mu_);
-};
-
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const PsClientOptions& options) {
   grpc::ChannelArguments args;

@@ -53,7 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
-#include "common/model/embedding_table.h"
+#include "model/embedding_table.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
 #include "grpcpp/grpcpp.h"

@@ -32,25 +32,6 @@ absl::Status CheckAddress(int index, const std::string& address) {
       absl::StrCat("addresses[", index, "]: '", address, "' is not host:port"));
 }
 
-// Counts down once per finished call. Shared with the completion callbacks,
-// which may still be returning when the waiter has moved on.
-class Latch {
- public:
-  explicit Latch(int count) : count_(count) {}
-  void CountDown() {
-    MutexLock lock(&mu_);
-    --count_;
-  }
-  void Wait() {
-    MutexLock lock(&mu_);
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; });
-  }
-
- private:
-  Mutex mu_;
-  int count_ ABSL_GUARDED_BY(mu_);
-};
-
 // Runs an asynchronous call and waits for its callback.
 absl::Status Await(const std::function<void(SyncerClient::DoneCallback)>& call) {
   auto latch = std::make_shared<Latch>(1);

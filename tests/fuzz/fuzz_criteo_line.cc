@@ -1,4 +1,4 @@
-// Fuzzes the Criteo TSV line parser (common/criteo_reader.h), which reads
+// Fuzzes the Criteo TSV line parser (data/criteo_reader.h), which reads
 // every byte of the training data. Invariants: no crash or sanitizer report;
 // a parsed line appends exactly one well-formed example; a refused line
 // appends nothing and says why.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/criteo_reader.h"
+#include "data/criteo_reader.h"
 #include "common/example.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

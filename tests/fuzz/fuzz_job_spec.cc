@@ -1,4 +1,4 @@
-// Fuzzes the job-spec YAML parser and validator (common/job_spec.h), which
+// Fuzzes the job-spec YAML parser and validator (jobspec/job_spec.h), which
 // reads what users and the API server hand us. Invariants: no crash or
 // sanitizer report; a decoding error names the source, a validation error
 // the field; a valid job survives the JSON round trip the operator's
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

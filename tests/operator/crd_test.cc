@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/reconcile.h"

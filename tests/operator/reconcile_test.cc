@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/crd.h"

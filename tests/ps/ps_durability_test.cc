@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/model/embedding_table.h"
+#include "model/embedding_table.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
 #include "ps/client/ps_client.h"

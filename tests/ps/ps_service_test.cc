@@ -25,7 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
-#include "common/model/embedding_table.h"
+#include "model/embedding_table.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/synthetic.h"
+#include "data/synthetic.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "worker/sync_strategy.h"

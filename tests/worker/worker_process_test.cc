@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/synthetic.h"
+#include "data/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/ps_server.h"

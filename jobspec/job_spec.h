@@ -17,8 +17,8 @@
 // struct's Fields() table in job_spec.cc, 3) cross-field checks, if any, in
 // ValidateJob, 4) regenerate docs/job-spec.md (SHADOWSYNC_UPDATE_DOCS=1
 // job_spec_test), 5) regenerate the CRD from JobSpecOpenApiSchema().
-#ifndef SHADOWSYNC_COMMON_JOB_SPEC_H_
-#define SHADOWSYNC_COMMON_JOB_SPEC_H_
+#ifndef SHADOWSYNC_JOBSPEC_JOB_SPEC_H_
+#define SHADOWSYNC_JOBSPEC_JOB_SPEC_H_
 
 #include <array>
 #include <cstddef>
@@ -564,4 +564,4 @@ absl::StatusOr<std::vector<int>> DsSyncButterflyRadices(int n, int g);
 
 }  // namespace shadowsync
 
-#endif  // SHADOWSYNC_COMMON_JOB_SPEC_H_
+#endif  // SHADOWSYNC_JOBSPEC_JOB_SPEC_H_

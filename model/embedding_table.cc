@@ -1,4 +1,4 @@
-#include "common/model/embedding_table.h"
+#include "model/embedding_table.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "common/criteo_reader.h"
+#include "data/criteo_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,10 +1,10 @@
-// The export format (common/model/export.h): a round trip restores every
+// The export format (model/export.h): a round trip restores every
 // bit; rows land in the part of their slot; nothing is visible before Commit
 // and a second export replaces the first, leaving nothing behind (the
 // exchange's atomicity itself is renameat2's); and a truncated, corrupt,
 // incomplete, foreign-shaped or future-version export is refused naming the
 // file and what is wrong.
-#include "common/model/export.h"
+#include "model/export.h"
 
 #include <zlib.h>
 

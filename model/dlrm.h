@@ -12,8 +12,8 @@
 //   model.InitParams(/*seed=*/1, params);
 //   auto ws = model.NewWorkspace(/*max_batch=*/256);
 //   double loss = model.Step(params.data(), batch, ws.get(), probs, &grads);
-#ifndef SHADOWSYNC_COMMON_MODEL_DLRM_H_
-#define SHADOWSYNC_COMMON_MODEL_DLRM_H_
+#ifndef SHADOWSYNC_MODEL_DLRM_H_
+#define SHADOWSYNC_MODEL_DLRM_H_
 
 #include <cstdint>
 #include <memory>
@@ -23,7 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace shadowsync::model {
@@ -136,4 +136,4 @@ class Dlrm {
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_DLRM_H_
+#endif  // SHADOWSYNC_MODEL_DLRM_H_

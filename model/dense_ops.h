@@ -3,8 +3,8 @@
 // the pairwise-dot feature interaction and binary cross-entropy. Functions
 // over caller-owned buffers; safe to call from any number of threads on
 // distinct outputs.
-#ifndef SHADOWSYNC_COMMON_MODEL_DENSE_OPS_H_
-#define SHADOWSYNC_COMMON_MODEL_DENSE_OPS_H_
+#ifndef SHADOWSYNC_MODEL_DENSE_OPS_H_
+#define SHADOWSYNC_MODEL_DENSE_OPS_H_
 
 #include <cstdint>
 #include <memory>
@@ -86,4 +86,4 @@ double SigmoidCrossEntropy(const float* logits, const float* labels, int batch, 
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_DENSE_OPS_H_
+#endif  // SHADOWSYNC_MODEL_DENSE_OPS_H_

@@ -1,4 +1,4 @@
-#include "common/synthetic.h"
+#include "data/synthetic.h"
 
 #include <zlib.h>
 
@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/criteo_reader.h"
+#include "data/criteo_reader.h"
 #include "common/example.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

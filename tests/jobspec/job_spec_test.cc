@@ -1,4 +1,4 @@
-#include "common/job_spec.h"
+#include "jobspec/job_spec.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "common/model/embedding_table.h"
+#include "model/embedding_table.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/model/model_io.h"
+#include "model/model_io.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 

@@ -2,8 +2,8 @@
 // in-process embedding store and the parameter server (sparse rows), so every
 // engine applies identical updates. Adagrad follows torch.optim.Adagrad:
 // element-wise accumulator starting at 0, eps added after the square root.
-#ifndef SHADOWSYNC_COMMON_MODEL_OPTIMIZER_H_
-#define SHADOWSYNC_COMMON_MODEL_OPTIMIZER_H_
+#ifndef SHADOWSYNC_MODEL_OPTIMIZER_H_
+#define SHADOWSYNC_MODEL_OPTIMIZER_H_
 
 #include <algorithm>
 #include <atomic>
@@ -85,4 +85,4 @@ inline void ApplyUpdateRelaxed(const OptimizerConfig& config, float* params, flo
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_OPTIMIZER_H_
+#endif  // SHADOWSYNC_MODEL_OPTIMIZER_H_

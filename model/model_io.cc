@@ -1,4 +1,4 @@
-#include "common/model/model_io.h"
+#include "model/model_io.h"
 
 #include <zlib.h>
 

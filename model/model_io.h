@@ -7,16 +7,16 @@
 // dense params (f32), dense optimizer state (f32), rows as
 // {u32 table, u64 id, f32[dim] values, f32[state] optimizer state} in
 // (table, id) order, then u32 CRC-32 of everything before it.
-#ifndef SHADOWSYNC_COMMON_MODEL_MODEL_IO_H_
-#define SHADOWSYNC_COMMON_MODEL_MODEL_IO_H_
+#ifndef SHADOWSYNC_MODEL_MODEL_IO_H_
+#define SHADOWSYNC_MODEL_MODEL_IO_H_
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model/dlrm.h"
-#include "common/model/embedding_table.h"
+#include "model/dlrm.h"
+#include "model/embedding_table.h"
 
 namespace shadowsync::model {
 
@@ -40,4 +40,4 @@ absl::StatusOr<SavedModel> LoadModel(const std::string& path);
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_MODEL_IO_H_
+#endif  // SHADOWSYNC_MODEL_MODEL_IO_H_

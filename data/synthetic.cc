@@ -53,7 +53,7 @@
 // options (not on the thread count) for a given build, libm and zlib. Worker
 // threads generate (and for ".gz", compress into one gzip member each) blocks;
 // the calling thread writes them in order.
-#include "common/synthetic.h"
+#include "data/synthetic.h"
 
 #include <zlib.h>
 

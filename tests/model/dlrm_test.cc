@@ -1,10 +1,10 @@
-#include "common/model/dlrm.h"
+#include "model/dlrm.h"
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

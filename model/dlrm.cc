@@ -1,4 +1,4 @@
-#include "common/model/dlrm.h"
+#include "model/dlrm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::model {

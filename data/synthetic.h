@@ -1,8 +1,8 @@
 // Synthetic CTR data in the Criteo TSV layout, with labels drawn from a
 // planted teacher model so the best achievable loss is known. Deterministic
 // for a seed: the same options always produce the same bytes.
-#ifndef SHADOWSYNC_COMMON_SYNTHETIC_H_
-#define SHADOWSYNC_COMMON_SYNTHETIC_H_
+#ifndef SHADOWSYNC_DATA_SYNTHETIC_H_
+#define SHADOWSYNC_DATA_SYNTHETIC_H_
 
 #include <cstdint>
 #include <string>
@@ -37,4 +37,4 @@ absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options)
 
 }  // namespace shadowsync
 
-#endif  // SHADOWSYNC_COMMON_SYNTHETIC_H_
+#endif  // SHADOWSYNC_DATA_SYNTHETIC_H_

@@ -1,4 +1,4 @@
-#include "common/model/dense_ops.h"
+#include "model/dense_ops.h"
 
 #include <cblas.h>
 #include <cpuid.h>

@@ -1,4 +1,4 @@
-#include "common/model/export.h"
+#include "model/export.h"
 
 #include <fcntl.h>
 #include <stdio.h>

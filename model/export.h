@@ -16,8 +16,8 @@
 // how many parameter servers held the rows. The writer streams rows into one
 // part at a time, and builds the export under a temporary name that it
 // renames into place: a reader sees the previous export or the whole new one.
-#ifndef SHADOWSYNC_COMMON_MODEL_EXPORT_H_
-#define SHADOWSYNC_COMMON_MODEL_EXPORT_H_
+#ifndef SHADOWSYNC_MODEL_EXPORT_H_
+#define SHADOWSYNC_MODEL_EXPORT_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -30,9 +30,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model/dlrm.h"
-#include "common/model/embedding_table.h"
-#include "common/model/model_io.h"
+#include "model/dlrm.h"
+#include "model/embedding_table.h"
+#include "model/model_io.h"
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::model {
@@ -171,4 +171,4 @@ absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_EXPORT_H_
+#endif  // SHADOWSYNC_MODEL_EXPORT_H_

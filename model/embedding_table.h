@@ -1,8 +1,8 @@
 // Embedding storage behind one interface: the trainer looks rows up and pushes
 // their gradients through EmbeddingStore, whether the rows live in this
 // process (LocalEmbeddingStore) or on parameter servers (the PS client).
-#ifndef SHADOWSYNC_COMMON_MODEL_EMBEDDING_TABLE_H_
-#define SHADOWSYNC_COMMON_MODEL_EMBEDDING_TABLE_H_
+#ifndef SHADOWSYNC_MODEL_EMBEDDING_TABLE_H_
+#define SHADOWSYNC_MODEL_EMBEDDING_TABLE_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "common/model/optimizer.h"
+#include "model/optimizer.h"
 #include "common/mutex.h"
 
 namespace shadowsync::model {
@@ -116,4 +116,4 @@ class LocalEmbeddingStore final : public EmbeddingStore {
 
 }  // namespace shadowsync::model
 
-#endif  // SHADOWSYNC_COMMON_MODEL_EMBEDDING_TABLE_H_
+#endif  // SHADOWSYNC_MODEL_EMBEDDING_TABLE_H_

@@ -1,4 +1,4 @@
-#include "common/model/optimizer.h"
+#include "model/optimizer.h"
 
 #include "absl/strings/str_cat.h"
 

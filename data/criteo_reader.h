@@ -10,8 +10,8 @@
 //     if (!more) break;
 //     Consume(block);
 //   }
-#ifndef SHADOWSYNC_COMMON_CRITEO_READER_H_
-#define SHADOWSYNC_COMMON_CRITEO_READER_H_
+#ifndef SHADOWSYNC_DATA_CRITEO_READER_H_
+#define SHADOWSYNC_DATA_CRITEO_READER_H_
 
 #include <cstdint>
 #include <memory>
@@ -77,4 +77,4 @@ absl::StatusOr<ExampleBlock> ReadAllExamples(const std::vector<std::string>& pat
 
 }  // namespace shadowsync
 
-#endif  // SHADOWSYNC_COMMON_CRITEO_READER_H_
+#endif  // SHADOWSYNC_DATA_CRITEO_READER_H_
