@@ -6,8 +6,6 @@
 #define SHADOWSYNC_COMMON_GRPC_UTIL_H_
 
 #include <chrono>
-#include <cstdint>
-#include <optional>
 #include <string>
 
 #include "absl/status/status.h"

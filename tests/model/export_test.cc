@@ -328,6 +328,34 @@ TEST_F(ExportTest, BadExportsAreRefusedNamingTheFileAndTheProblem) {
   EXPECT_THAT(LoadExport(corrupt), testing::StatusIs(absl::StatusCode::kDataLoss,
                                                      corrupt + part + ": checksum mismatch"));
 
+  // A part whose checksum holds but whose first record names a table the
+  // export does not have: refused before any record is handed on, by the
+  // record visitor and by the part visitor a warm start sends from.
+  const std::string foreign = copy("foreign-table");
+  bytes = testing::ReadFile(foreign + part);
+  const uint32_t table = 999;
+  std::memcpy(bytes.data(), &table, sizeof(table));
+  testing::WriteFile(foreign + part, bytes);
+  json fm = Manifest(foreign);
+  for (json& f : fm["files"]) {
+    if ("/" + f["path"].get<std::string>() == part) {
+      f["crc32"] = static_cast<uint32_t>(
+          crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+    }
+  }
+  testing::WriteFile(foreign + "/manifest.json", fm.dump());
+  EXPECT_THAT(LoadExport(foreign), testing::StatusIs(absl::StatusCode::kDataLoss,
+                                                     foreign + part + ": a row of table 999"));
+  auto foreign_reader = ExportReader::Open(foreign);
+  SS_ASSERT_OK(foreign_reader);
+  int visited = 0;
+  EXPECT_THAT(foreign_reader->ForEachPart([&](int p, std::string_view) {
+    visited += p == 2;
+    return absl::OkStatus();
+  }),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "a row of table 999"));
+  EXPECT_EQ(visited, 0);
+
   const std::string missing = copy("missing");
   fs::remove(missing + "/dense.bin");
   EXPECT_THAT(LoadExport(missing),
