@@ -13,10 +13,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
+#include "exporter/job_export.h"
 #include "jobspec/job_spec.h"
 #include "model/dlrm.h"
 #include "model/export.h"
-#include "exporter/job_export.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Writes a synthetic export of a job's model (bench/export.sh)."};

@@ -69,11 +69,11 @@
 #include "bench/bench_util.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
-#include "model/embedding_table.h"
-#include "model/optimizer.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "model/embedding_table.h"
+#include "model/optimizer.h"
 #include "ps/client/ps_client.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 

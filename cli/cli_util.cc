@@ -14,9 +14,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "model/optimizer.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
+#include "model/optimizer.h"
 
 namespace shadowsync::cli {
 namespace {

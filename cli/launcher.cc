@@ -29,10 +29,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "cli/cli_util.h"
-#include "jobspec/job_spec.h"
-#include "model/optimizer.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
+#include "jobspec/job_spec.h"
+#include "model/optimizer.h"
 #include "ps/client/resharder.h"
 #include "worker/checkpoint.h"
 

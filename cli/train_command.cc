@@ -18,11 +18,11 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/status_macros.h"
+#include "data/synthetic.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "model/model_io.h"
-#include "common/status_macros.h"
-#include "data/synthetic.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer.h"
 

@@ -14,8 +14,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "model/optimizer.h"
 #include "common/mutex.h"
+#include "model/optimizer.h"
 
 namespace shadowsync::model {
 

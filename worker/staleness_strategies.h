@@ -49,8 +49,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "jobspec/job_spec.h"
 #include "common/mutex.h"
+#include "jobspec/job_spec.h"
 #include "worker/sync_strategy.h"
 
 namespace prometheus {

@@ -12,9 +12,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "model/dense_ops.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "model/dense_ops.h"
 #include "worker/background_call.h"
 #include "worker/sync_strategy.h"
 

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "data/criteo_reader.h"
 #include "common/eval_metrics.h"
+#include "data/criteo_reader.h"
 #include "model/dlrm.h"
 #include "model/embedding_table.h"
 #include "model/optimizer.h"

@@ -53,10 +53,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
-#include "model/embedding_table.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
 #include "grpcpp/grpcpp.h"
+#include "model/embedding_table.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 
 namespace shadowsync::ps {

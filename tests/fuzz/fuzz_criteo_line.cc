@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "data/criteo_reader.h"
 #include "common/example.h"
+#include "data/criteo_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

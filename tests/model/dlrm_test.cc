@@ -4,8 +4,8 @@
 #include <random>
 #include <vector>
 
-#include "model/dense_ops.h"
 #include "gtest/gtest.h"
+#include "model/dense_ops.h"
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::model {

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "model/model_io.h"
 #include "gtest/gtest.h"
+#include "model/model_io.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::model {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "jobspec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "jobspec/job_spec.h"
 #include "operator/reconcile.h"
 #include "tests/util/test_util.h"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "jobspec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "jobspec/job_spec.h"
 #include "operator/crd.h"
 #include "tests/util/test_util.h"
 

@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "model/embedding_table.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
+#include "model/embedding_table.h"
 #include "ps/client/ps_client.h"
 #include "tests/util/test_util.h"
 

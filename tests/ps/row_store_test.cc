@@ -23,11 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/hash.h"
-#include "model/embedding_table.h"
-#include "model/optimizer.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/embedding_table.h"
+#include "model/optimizer.h"
 #include "rocksdb/db.h"
 #include "tests/util/test_util.h"
 
