@@ -16,7 +16,7 @@
 #include "common/status_macros.h"
 #include "model/dense_ops.h"
 #include "worker/background_call.h"
-#include "worker/sync_strategy.h"
+#include "worker/sync/strategy.h"
 
 namespace shadowsync::worker {
 namespace {

@@ -29,7 +29,7 @@
 
 namespace shadowsync::worker {
 
-class SyncStrategy;  // worker/sync_strategy.h
+class SyncStrategy;  // worker/sync/strategy.h
 
 struct Progress {
   int64_t examples = 0;            // Trained so far.
@@ -62,7 +62,7 @@ struct TrainerOptions {
   // Looks the next batch's rows up while the current batch is computed (one
   // extra in-flight lookup per thread; worth it when the store is remote).
   bool prefetch = false;
-  // Dense synchronization with other trainers (sync_strategy.h); null = none.
+  // Dense synchronization with other trainers (worker/sync/strategy.h); null = none.
   // Must outlive Train; Train calls its Start and Finish.
   SyncStrategy* sync = nullptr;
   // Straggler injection (tests, benchmarks): each step, after its updates

@@ -17,7 +17,8 @@
 #include "ps/client/ps_client.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
-#include "worker/sync_switch.h"
+#include "worker/sync/factory.h"
+#include "worker/sync/sync_switch.h"
 
 namespace shadowsync::worker {
 namespace {

@@ -27,7 +27,7 @@
 #include "common/grpc_security.h"
 #include "jobspec/job_spec.h"
 #include "nlohmann/json.hpp"
-#include "worker/sync_strategy.h"
+#include "worker/sync/strategy.h"
 #include "worker/trainer.h"
 
 namespace prometheus {

@@ -1,7 +1,7 @@
 // DS-Sync (sync-algorithms.md §4): the schedule's properties, the butterfly's
 // exact-mean property as a product of mixing matrices, and the strategy with
 // several in-process trainers against a real syncer on loopback.
-#include "worker/ds_sync.h"
+#include "worker/sync/ds_sync.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +17,7 @@
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "worker/sync/factory.h"
 
 namespace shadowsync::worker {
 namespace {

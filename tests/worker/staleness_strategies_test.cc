@@ -1,8 +1,6 @@
-// ssp and ps-plus (worker/staleness_strategies.h): the staleness learning
+// ssp and ps-plus (worker/sync/ssp.h, worker/sync/ps_plus.h): the staleness learning
 // rates by hand, and both strategies with 2-3 trainer replicas against a
 // real syncer on loopback.
-#include "worker/staleness_strategies.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +16,9 @@
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
 #include "tests/worker/strategy_test_util.h"
+#include "worker/sync/factory.h"
+#include "worker/sync/ps_plus.h"
+#include "worker/sync/ssp.h"
 
 namespace shadowsync::worker {
 namespace {

@@ -12,7 +12,8 @@
 #include "gtest/gtest.h"
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
-#include "worker/sync_strategy.h"
+#include "worker/sync/factory.h"
+#include "worker/sync/strategy.h"
 
 namespace shadowsync::worker::strategy_test {
 

@@ -1,8 +1,6 @@
 // The dense-sync update rules against hand-computed vectors (the formulas of
-// worker/sync_math.h), and each strategy against a
+// worker/sync/sync_math.h), and each strategy against a
 // real syncer on loopback.
-#include "worker/sync_strategy.h"
-
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,7 +14,9 @@
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
 #include "tests/worker/strategy_test_util.h"
-#include "worker/sync_math.h"
+#include "worker/sync/factory.h"
+#include "worker/sync/strategy.h"
+#include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -536,12 +536,17 @@ TEST_F(SyncStrategyTest, FinalAverageLeavesEveryReplicaAtTheMean) {
   }
 }
 
-TEST(MakeSyncStrategyTest, RejectsMissingSyncerAndUnimplementedAlgorithms) {
+TEST(MakeSyncStrategyTest, RejectsMissingSyncerAndUnknownAlgorithms) {
   SyncConfig c = Config(SyncAlgorithm::kShadowMa);
   EXPECT_THAT(MakeSyncStrategy(c, nullptr, nullptr).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "needs a syncer"));
   c.algorithm = SyncAlgorithm::kNone;
   EXPECT_TRUE(MakeSyncStrategy(c, nullptr, nullptr).ok());
+  auto client = syncer::SyncerClient::Connect({.addresses = {"127.0.0.1:1"}, .member = "a"}, 1);
+  ASSERT_TRUE(client.ok()) << client.status();
+  c.algorithm = static_cast<SyncAlgorithm>(99);
+  EXPECT_THAT(MakeSyncStrategy(c, client->get(), nullptr).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "unknown value 99"));
 }
 
 }  // namespace

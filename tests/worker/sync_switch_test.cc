@@ -1,6 +1,6 @@
 // sync-switch: the online policy's straggler rule on its own, and the
 // strategy with several in-process trainers against a real syncer.
-#include "worker/sync_switch.h"
+#include "worker/sync/sync_switch.h"
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "worker/sync/factory.h"
 
 namespace shadowsync::worker {
 namespace {

@@ -6,7 +6,7 @@
 #include "data/synthetic.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
-#include "worker/sync_strategy.h"
+#include "worker/sync/strategy.h"
 
 namespace shadowsync::worker {
 namespace {

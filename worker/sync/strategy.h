@@ -1,28 +1,17 @@
-// Dense synchronization strategies (DESIGN.md §5): one interface the
-// trainer calls from its Hogwild threads, one implementation per algorithm.
+// The interface between a trainer's Hogwild threads and a dense-sync
+// algorithm (docs/sync.md describes the algorithms): the trainer calls the
+// hooks below from its threads; each algorithm lives in its own file of
+// worker/sync/ and is built by MakeSyncStrategy (factory.h).
 //
-//   none              independent replicas
-//   shadow-easgd/ma/bmuf  a background (shadow) thread loops over sync rounds
-//                     and applies each result as a delta on the snapshot it
-//                     sent, so Hogwild progress made meanwhile is kept
-//   fg-easgd/ma/bmuf  the same round bodies in the foreground: every k steps
-//                     of each thread, all of the trainer's threads stop and
-//                     the last to arrive runs one round
-//   bsp               every step: the trainer's threads pool their gradients,
-//                     the pooled mean is all-reduced over the trainers, and
-//                     one optimizer update is applied (batch N * T * b)
-//   asp               every step of every thread: the optimizer update goes
-//                     to the syncer's global weights, which come back and
-//                     replace the replica (no waiting for other trainers)
-//
-// Round bodies (sync_math.h has the formulas): EASGD pulls the syncer's
-// centre c, moves the replica by -alpha (s - c) and adds alpha (s - c) to
-// the centre; MA all-reduces the replicas' mean; BMUF filters that mean
-// through block momentum.
+// Thread-safety: a strategy's hooks are called concurrently by the trainer's
+// threads, each passing its own `thread` index; Start and Finish are called
+// once, by one thread, before and after every other hook. stats(),
+// Details() and BatchSize() may be called from any thread.
 #ifndef SHADOWSYNC_WORKER_SYNC_STRATEGY_H_
 #define SHADOWSYNC_WORKER_SYNC_STRATEGY_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -35,8 +24,9 @@
 #include "jobspec/job_spec.h"
 #include "model/optimizer.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/histogram.h"
 #include "worker/replica_gate.h"
-#include "worker/sync_math.h"
+#include "worker/sync/sync_math.h"
 
 namespace prometheus {
 class Registry;
@@ -47,7 +37,9 @@ class SyncerClient;
 
 namespace shadowsync::worker {
 
-class Rendezvous;
+// How long a strategy whose rounds need every trainer waits at its start
+// for the others (they may still be loading their data).
+inline constexpr absl::Duration kStartBarrierTimeout = absl::Minutes(10);
 
 // Resolved settings of a strategy (the job spec's sync block with its
 // defaults filled in for the job's trainer count).
@@ -84,9 +76,6 @@ struct SyncConfig {
   SyncSwitchSpec sync_switch;
   PsPlusSpec ps_plus;
 };
-
-// SyncConfig from a job, for a job of spec.trainer.replicas trainers.
-SyncConfig SyncConfigFromJob(const JobSpec& spec);
 
 // Totals since the strategy started.
 struct SyncStats {
@@ -145,6 +134,11 @@ class SyncStrategy {
   const SyncConfig& config() const { return config_; }
 
  protected:
+  using Clock = std::chrono::steady_clock;
+  static absl::Duration Since(Clock::time_point start) {
+    return absl::FromChrono(Clock::now() - start);
+  }
+
   SyncStrategy(SyncConfig config, prometheus::Registry* registry);
   // Bookkeeping shared by every strategy.
   void RecordRound(absl::Duration latency, int64_t bytes_sent, int64_t bytes_received);
@@ -154,6 +148,10 @@ class SyncStrategy {
   // Returns the time spent waiting for that.
   absl::Duration AccessReplica(absl::FunctionRef<void()> fn);
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+  // A histogram labelled with the algorithm, in `registry` (null: none).
+  prometheus::Histogram* AddHistogram(prometheus::Registry* registry, const std::string& name,
+                                      const std::string& help,
+                                      prometheus::Histogram::BucketBoundaries buckets) const;
 
   const SyncConfig config_;
   DenseReplica replica_;
@@ -170,40 +168,6 @@ class SyncStrategy {
   std::atomic<int64_t> gap_steps_{0};
   std::atomic<int64_t> last_round_steps_{0};
 };
-
-// A strategy whose training threads meet every `interval` local steps (per
-// thread) for one synchronous round: the last to arrive runs Round() while
-// the others wait, so the replica is the round's alone. fg-easgd/ma/bmuf and
-// ds-sync are built on it. Start() joins nothing: subclasses that need
-// groups join them in their own Start(), after calling this one.
-class IntervalRoundStrategy : public SyncStrategy {
- public:
-  ~IntervalRoundStrategy() override;
-  absl::Status Start(const DenseReplica& replica) override;
-  absl::Status AfterStep(int thread) override;
-  void ThreadDone(int thread) override;
-  absl::Status Finish() override;
-
- protected:
-  IntervalRoundStrategy(SyncConfig config, syncer::SyncerClient* client,
-                        prometheus::Registry* registry);
-  // One round; only ever one at a time, with every other thread waiting.
-  virtual absl::Status Round() = 0;
-
-  syncer::SyncerClient* const client_;
-
- private:
-  std::unique_ptr<Rendezvous> rendezvous_;
-  std::vector<int64_t> thread_steps_;  // Each entry written by its own thread only.
-};
-
-// The strategy of `config`. `client` reaches the syncer and must outlive the
-// strategy; it may be null only for `none`. `registry` (may be null) gets the
-// shadowsync_trainer_sync_* metrics. Unimplemented algorithms are
-// Unimplemented errors naming them.
-absl::StatusOr<std::unique_ptr<SyncStrategy>> MakeSyncStrategy(const SyncConfig& config,
-                                                               syncer::SyncerClient* client,
-                                                               prometheus::Registry* registry);
 
 }  // namespace shadowsync::worker
 

@@ -6,8 +6,8 @@
 // the delta (target - s) to the live replica, keeping the Hogwild progress
 // made while the round ran, or overwrite the replica with the target
 // (sync.applyMode: overwrite, an ablation).
-#ifndef SHADOWSYNC_WORKER_SYNC_MATH_H_
-#define SHADOWSYNC_WORKER_SYNC_MATH_H_
+#ifndef SHADOWSYNC_WORKER_SYNC_SYNC_MATH_H_
+#define SHADOWSYNC_WORKER_SYNC_SYNC_MATH_H_
 
 #include <span>
 #include <vector>
@@ -60,4 +60,4 @@ void OptimizerDelta(const model::OptimizerConfig& config, std::span<float> state
 
 }  // namespace shadowsync::worker
 
-#endif  // SHADOWSYNC_WORKER_SYNC_MATH_H_
+#endif  // SHADOWSYNC_WORKER_SYNC_SYNC_MATH_H_

@@ -2,8 +2,8 @@
 // run out of data: the last thread to arrive runs the round while the
 // others wait, and every thread returns the round's status. Used by the
 // foreground strategies (fg-*, bsp), ds-sync and sync-switch.
-#ifndef SHADOWSYNC_WORKER_RENDEZVOUS_H_
-#define SHADOWSYNC_WORKER_RENDEZVOUS_H_
+#ifndef SHADOWSYNC_WORKER_SYNC_RENDEZVOUS_H_
+#define SHADOWSYNC_WORKER_SYNC_RENDEZVOUS_H_
 
 #include <cstdint>
 #include <functional>
@@ -60,4 +60,4 @@ class Rendezvous {
 
 }  // namespace shadowsync::worker
 
-#endif  // SHADOWSYNC_WORKER_RENDEZVOUS_H_
+#endif  // SHADOWSYNC_WORKER_SYNC_RENDEZVOUS_H_

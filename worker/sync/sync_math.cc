@@ -1,4 +1,4 @@
-#include "worker/sync_math.h"
+#include "worker/sync/sync_math.h"
 
 #include <atomic>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/ds_sync.h"
+#include "worker/sync/ds_sync.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,13 +16,10 @@
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
 #include "syncer/client/syncer_client.h"
+#include "worker/sync/interval_round.h"
 
 namespace shadowsync::worker {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
 
 // SplitMix64: a fixed generator, so every trainer (whatever its standard
 // library) derives the same permutation from the same seed.

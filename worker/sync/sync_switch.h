@@ -1,48 +1,12 @@
-// sync-switch (Sync-Switch, sync-algorithms.md §5): BSP first, ASP after.
-//
-// The strategy composes the bsp and asp strategies of sync_strategy.cc and
-// moves every trainer from one to the other at the same point:
-//
-//   offline  BSP for the first `switch round` BSP rounds (switchStep, or
-//            switchFraction of the run's steps given by SetTotalSteps), then
-//            ASP until the end.
-//   online   the same, and additionally: every windowSteps steps the trainers
-//            all-reduce their step times (group "sync-switch"); while one of
-//            them is a straggler (its window's median step time > factor x the
-//            median of the trainers') everyone trains under ASP, and returns
-//            to BSP to finish the BSP share once it has recovered.
-//
-// Switches happen at a *checkpoint*: every live Hogwild thread of the
-// trainer waits there, and the last to arrive acts for the trainer. Every
-// trainer decides from values all of them share (BSP round numbers, which are
-// identical on every trainer, and the all-reduced step times), so all take
-// the same decision at the same checkpoint; BSP needs everyone. Under BSP the
-// step-time exchange runs at a checkpoint every windowSteps rounds; under
-// ASP it runs on a background thread, so fast trainers never wait for a
-// straggler's window, and only a decision to return to BSP stops them. An
-// exchange is a full-length all-reduce (the syncer client all-reduces only
-// the whole dense vector), so under BSP it adds 1 / windowSteps to the sync
-// traffic.
-//
-// At a switch to ASP the syncer's global weights are set to the trainers'
-// mean replica, and ASP updates use the learning rate times
-// aspLearningRateScale (default 1 / trainers: BSP applied the mean of N
-// trainers' gradients, ASP applies each). At a switch back to BSP every
-// trainer adopts the global weights. Under ASP each step takes aspBatchSize
-// examples (BatchSize), as the paper's runs changed the batch at the switch.
-//
-// A trainer restarted into a running job (the syncer has rounds of its
-// groups) cannot rejoin the lockstep: the others' round count, mode and
-// window are in no one place it could read consistently while they move. It
-// leaves both groups, so the rounds its dead incarnation held complete at
-// once, and trains under ASP until the end; the others carry on in lockstep
-// without it, and its updates land on the global weights as every ASP
-// update does (status().restarted).
+// sync-switch (Sync-Switch, sync-algorithms.md §5): BSP first, ASP after,
+// switched offline at a set round or online while a trainer straggles, by
+// every trainer at the same checkpoint. docs/sync.md defines the policy,
+// the switch and what a restarted trainer does.
 //
 // Thread-safety: the SyncStrategy hooks as documented there; status(),
 // asp_batch_size() and SetTotalSteps() may be called from any thread.
-#ifndef SHADOWSYNC_WORKER_SYNC_SWITCH_H_
-#define SHADOWSYNC_WORKER_SYNC_SWITCH_H_
+#ifndef SHADOWSYNC_WORKER_SYNC_SYNC_SWITCH_H_
+#define SHADOWSYNC_WORKER_SYNC_SYNC_SWITCH_H_
 
 #include <atomic>
 #include <chrono>
@@ -59,8 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
-#include "worker/rendezvous.h"
-#include "worker/sync_strategy.h"
+#include "worker/sync/rendezvous.h"
+#include "worker/sync/strategy.h"
 
 namespace shadowsync::worker {
 
@@ -212,4 +176,4 @@ class SyncSwitchStrategy final : public SyncStrategy {
 
 }  // namespace shadowsync::worker
 
-#endif  // SHADOWSYNC_WORKER_SYNC_SWITCH_H_
+#endif  // SHADOWSYNC_WORKER_SYNC_SYNC_SWITCH_H_

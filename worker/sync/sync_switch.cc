@@ -1,4 +1,4 @@
-#include "worker/sync_switch.h"
+#include "worker/sync/sync_switch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,14 +14,12 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "syncer/client/syncer_client.h"
-#include "worker/sync_math.h"
+#include "worker/sync/asp.h"
+#include "worker/sync/bsp.h"
+#include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
 
 const char* ModeName(SyncSwitchMode mode) { return mode == SyncSwitchMode::kBsp ? "BSP" : "ASP"; }
 
@@ -103,9 +101,9 @@ absl::StatusOr<std::unique_ptr<SyncSwitchStrategy>> SyncSwitchStrategy::Create(
   SyncConfig phase = config;
   phase.lr_scale = 1.0;  // Start() gives the ASP phases aspLearningRateScale instead.
   phase.algorithm = SyncAlgorithm::kBsp;
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<SyncStrategy> bsp, MakeSyncStrategy(phase, client, nullptr));
+  std::unique_ptr<SyncStrategy> bsp = NewBspStrategy(phase, client, nullptr);
   phase.algorithm = SyncAlgorithm::kAsp;
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<SyncStrategy> asp, MakeSyncStrategy(phase, client, nullptr));
+  std::unique_ptr<SyncStrategy> asp = NewAspStrategy(phase, client, nullptr);
   return std::unique_ptr<SyncSwitchStrategy>(
       new SyncSwitchStrategy(config, client, registry, std::move(bsp), std::move(asp)));
 }
