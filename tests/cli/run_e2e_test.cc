@@ -279,9 +279,13 @@ std::string RunKillingTrainerOne(const std::string& bin, const std::string& job,
                                  const std::string& run) {
   const pid_t launcher = StartLauncher(bin, job, run);
   EXPECT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
-  for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
+  // Trainer 1 has trained (its first progress report) before it is killed;
+  // a loaded machine may take many seconds to get there.
+  for (int i = 0; i < 3000 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  EXPECT_TRUE(std::filesystem::exists(run + "/trainer-1.progress.json"))
+      << "trainer 1 reported no progress in 60 s";
   const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
   EXPECT_EQ(trainer.size(), 2u);
   if (trainer.size() == 2) EXPECT_EQ(kill(trainer[1], SIGKILL), 0);
@@ -473,9 +477,13 @@ TEST_F(RunTest, KillsOfEveryRoleKeepTheRowsAndTheQuality) {
   const std::string run = dir_.File("run");
   const pid_t launcher = StartLauncher(Bin(), job, run);
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
-  for (int i = 0; i < 200 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
+  // Trainer 1 has trained (its first progress report) before it is killed;
+  // a loaded machine may take many seconds to get there.
+  for (int i = 0; i < 3000 && !std::filesystem::exists(run + "/trainer-1.progress.json"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.progress.json"))
+      << "trainer 1 reported no progress in 60 s";
   const std::vector<pid_t> trainers = ProcessesMentioning(" worker --config " + run);
   ASSERT_EQ(trainers.size(), 2u);
   for (pid_t t : trainers) ASSERT_EQ(kill(t, SIGSTOP), 0);
