@@ -9,12 +9,12 @@
 //
 // Single source of truth: a field's default is its member initializer below
 // (nowhere else), and its wire name, doc, bounds and enum values are in one
-// field table in job_spec.cc. The decoder, the range checks of ValidateJob,
+// field table in job_spec_fields.h. The decoder, the range checks of ValidateJob,
 // the JSON encoder, the OpenAPI schema and the Markdown reference are all
 // driven from that table, so they cannot drift apart.
 //
 // To add a field: 1) the member (with its default) here, 2) one line in the
-// struct's Fields() table in job_spec.cc, 3) cross-field checks, if any, in
+// struct's Fields() table in job_spec_fields.h, 3) cross-field checks, if any, in
 // ValidateJob, 4) regenerate docs/job-spec.md (SHADOWSYNC_UPDATE_DOCS=1
 // job_spec_test), 5) regenerate the CRD from JobSpecOpenApiSchema().
 #ifndef SHADOWSYNC_JOBSPEC_JOB_SPEC_H_
