@@ -51,7 +51,7 @@
 
 namespace shadowsync::ps {
 
-// The RPCs, for per-RPC metrics. Keep kRpcNames (ps_service.cc) in step.
+// The RPCs, for per-RPC metrics. Keep kRpcNames (ps_metrics.cc) in step.
 enum class Rpc {
   kLookup,
   kPushGradients,
@@ -71,7 +71,7 @@ const char* RpcName(Rpc rpc);
 // cached here; the row store's own counters and gauges (rows stored, cache
 // hit ratio, lookup/push rows, admissions, evictions, slots owned, epoch) are
 // read from RowStore::stats() at scrape time by StoreCollectable(). Every
-// name is declared once, in the table in ps_service.cc. Thread-safe.
+// name is declared once, in the table in ps_metrics.cc. Thread-safe.
 class PsMetrics {
  public:
   // Registers the service-side families on `registry`, which must outlive this.

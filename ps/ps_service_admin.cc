@@ -1,0 +1,144 @@
+// PsService (ps/ps_service.h), the admin RPCs: SetShardMap, DropSlots,
+// Checkpoint and Stats, whose store work runs on the service's executor.
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
+#include "common/mutex.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "ps/ps_service.h"
+#include "ps/row_store.h"
+
+namespace shadowsync::ps {
+
+grpc::ServerUnaryReactor* PsService::SetShardMap(grpc::CallbackServerContext* context,
+                                                 const v1::SetShardMapRequest* request,
+                                                 v1::SetShardMapResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kSetShardMap, start, auth, 0, 0);
+    return reactor;
+  }
+  // Persisting the map fsyncs: off the gRPC thread.
+  executor_.Schedule([this, context, reactor, request, start] {
+    absl::Status status;
+    if (!request->has_map()) {
+      status = absl::InvalidArgumentError("map: missing");
+    } else if (auto map = ShardMap::FromProto(request->map()); !map.ok()) {
+      status = map.status();
+    } else {
+      status = InstallShardMap(*map, request->self_index());
+    }
+    Finish(context, reactor, Rpc::kSetShardMap, start, status,
+           static_cast<int64_t>(request->ByteSizeLong()), 0);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::DropSlots(grpc::CallbackServerContext* context,
+                                               const v1::DropSlotsRequest* request,
+                                               v1::DropSlotsResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kDropSlots, start, auth, 0, 0);
+    return reactor;
+  }
+  executor_.Schedule([this, context, reactor, request, response, start] {
+    const absl::Status status = [&]() -> absl::Status {
+      if (request->slots().empty()) return absl::InvalidArgumentError("slots: empty");
+      const std::shared_ptr<const ShardMap> map = shard_map();
+      uint32_t self = 0;
+      {
+        ReaderMutexLock lock(&map_mu_);
+        self = self_index_;
+      }
+      std::vector<uint32_t> slots;
+      for (int i = 0; i < request->slots_size(); ++i) {
+        const uint32_t slot = request->slots(i);
+        if (slot >= num_slots_) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "slots[", i, "] = ", slot, " but this server has ", num_slots_, " slots"));
+        }
+        if (map != nullptr && map->owner_of_slot(slot) == self) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("slots[", i, "] = ", slot, " is owned by this server at epoch ",
+                           map->epoch(), "; move it away before dropping it"));
+        }
+        slots.push_back(slot);
+      }
+      SS_ASSIGN_OR_RETURN(const int64_t dropped, store_->DropSlots(slots));
+      response->set_rows_dropped(static_cast<uint64_t>(dropped));
+      return absl::OkStatus();
+    }();
+    Finish(context, reactor, Rpc::kDropSlots, start, status,
+           static_cast<int64_t>(request->ByteSizeLong()), 0);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* context,
+                                                const v1::CheckpointRequest* request,
+                                                v1::CheckpointResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kCheckpoint, start, auth, 0, 0);
+    return reactor;
+  }
+  executor_.Schedule([this, context, reactor, request, response, start] {
+    const absl::Status status = [&]() -> absl::Status {
+      if (request->path().empty()) return absl::InvalidArgumentError("path: empty");
+      SS_ASSIGN_OR_RETURN(const int64_t rows, store_->Checkpoint(request->path()));
+      response->set_rows(static_cast<uint64_t>(rows));
+      std::cerr << absl::StrFormat("ps checkpoint path=%s rows=%d\n", request->path(), rows);
+      return absl::OkStatus();
+    }();
+    Finish(context, reactor, Rpc::kCheckpoint, start, status, 0, 0);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
+                                           const v1::StatsRequest* request,
+                                           v1::StatsResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
+    Finish(context, reactor, Rpc::kStats, start, auth, 0, 0);
+    return reactor;
+  }
+  // The checksums scan every row: off the gRPC thread.
+  executor_.Schedule([this, context, reactor, response, start] {
+    const absl::Status status = [&]() -> absl::Status {
+      SS_ASSIGN_OR_RETURN(const RowStore::Checksums sums, store_->ComputeChecksums());
+      const RowStoreStats stats = store_->stats();
+      const int64_t reads = stats.cache_hits + stats.cache_misses;
+      response->set_rows_stored(static_cast<uint64_t>(sums.rows));
+      response->set_cached_rows(static_cast<uint64_t>(stats.cached_rows));
+      response->set_cache_hit_ratio(
+          reads == 0 ? 0.0 : static_cast<double>(stats.cache_hits) / static_cast<double>(reads));
+      response->set_slots_owned(stats.slots_owned);
+      response->set_epoch(stats.epoch);
+      response->set_lookup_rows_total(static_cast<uint64_t>(stats.lookup_rows));
+      response->set_push_rows_total(static_cast<uint64_t>(stats.push_rows));
+      response->set_admissions_total(static_cast<uint64_t>(stats.admissions));
+      response->set_evictions_total(static_cast<uint64_t>(stats.evictions));
+      response->set_key_checksum(sums.keys);
+      response->set_value_checksum(sums.values);
+      return absl::OkStatus();
+    }();
+    Finish(context, reactor, Rpc::kStats, start, status, 0,
+           status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+  });
+  return reactor;
+}
+
+}  // namespace shadowsync::ps
