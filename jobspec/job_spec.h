@@ -551,7 +551,7 @@ std::string JobSpecReferenceMarkdown();
 // "spec.model.tables[].hashBuckets", in table order.
 std::vector<std::string> JobFieldPaths();
 
-// DS-Sync's butterfly shape rule (worker/ds_sync.h), shared with job
+// DS-Sync's butterfly shape rule (worker/sync/ds_sync.h), shared with job
 // validation.
 
 // The smallest m with g^m >= n. REQUIRES: g >= 2, n >= 1.
