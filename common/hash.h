@@ -11,13 +11,25 @@
 
 namespace shadowsync {
 
+// SplitMix64's increment, the golden ratio in 64 bits.
+inline constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
+
 // SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection on 64 bits
 // with full avalanche. Pure function, safe everywhere.
 constexpr uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
+  x += kGoldenGamma;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// SplitMix64 as a generator: the next value of the sequence `state` seeds,
+// the same on every platform (unlike the standard library's engines and
+// distributions). Advances `state`.
+constexpr uint64_t SplitMix64Next(uint64_t& state) {
+  const uint64_t x = state;
+  state += kGoldenGamma;
+  return Mix64(x);
 }
 
 // Hash of an id within a table: distinct tables map the same raw id to

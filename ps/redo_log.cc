@@ -41,7 +41,7 @@ std::optional<uint64_t> ParseLogFileName(const std::string& name) {
 }  // namespace
 
 uint64_t RecordChecksum(uint32_t type, const char* data, size_t n) {
-  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  constexpr uint64_t kMul = kGoldenGamma;
   uint64_t lane[4] = {Mix64(type), Mix64(n), Mix64(type + 1), Mix64(n + 1)};
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {

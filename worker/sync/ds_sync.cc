@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "prometheus/counter.h"
@@ -21,26 +22,20 @@
 namespace shadowsync::worker {
 namespace {
 
-// SplitMix64: a fixed generator, so every trainer (whatever its standard
-// library) derives the same permutation from the same seed.
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [0, bound) by multiply-shift (Lemire; the bias is < 2^-32 for
-// any trainer count).
+// any trainer count) over SplitMix64, a fixed generator: every trainer,
+// whatever its standard library, derives the same permutation from the same
+// seed.
 uint64_t Below(uint64_t& state, uint64_t bound) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(SplitMix64(state)) * bound) >> 64);
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(SplitMix64Next(state)) * bound) >>
+                               64);
 }
 
 DsSyncPartition RandomPartition(int n, int g, uint64_t seed, int phase) {
   std::vector<int> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   uint64_t state = seed;
-  state = SplitMix64(state) ^ static_cast<uint64_t>(phase);
+  state = SplitMix64Next(state) ^ static_cast<uint64_t>(phase);
   for (int i = n - 1; i > 0; --i) {
     std::swap(perm[i], perm[Below(state, static_cast<uint64_t>(i) + 1)]);
   }
