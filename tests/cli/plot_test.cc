@@ -1,9 +1,11 @@
 #include "cli/plot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -275,6 +277,38 @@ TEST(RenderSvgChartTest, LevelAndMarkersWidenTheRange) {
   EXPECT_THAT(svg, HasSubstr(">1.4</text>"));
   EXPECT_THAT(svg, HasSubstr(">teacher 0.5</text>"));
   EXPECT_THAT(svg, HasSubstr(">eval 1.3</text>"));
+}
+
+// The value of attribute `name` in the first `<tag` at or after `from`.
+double Attribute(const std::string& svg, const std::string& tag, const std::string& name,
+                 size_t from = 0) {
+  const size_t at = svg.find("<" + tag + " ", from);
+  const size_t value = svg.find(" " + name + "=\"", at);
+  if (at == std::string::npos || value == std::string::npos) return std::nan("");
+  return std::stod(svg.substr(value + name.size() + 3));
+}
+
+TEST(RenderSvgChartTest, LinesDoNotSitOnTheFrame) {
+  PlotPanel panel{.y_unit = "u"};
+  panel.series.push_back({.label = "s", .points = {{0, 0}, {5, 10}, {10, 0}}});
+  const std::string svg = RenderSvgChart({}, {panel});
+  // The plot frame is the first rect with a position; the background has none.
+  const double top = Attribute(svg, "rect", "y", svg.find("<rect x="));
+  const double height = Attribute(svg, "rect", "height", svg.find("<rect x="));
+  ASSERT_GT(height, 0);
+  const size_t points = svg.find("points=\"");
+  ASSERT_NE(points, std::string::npos);
+  std::string list = svg.substr(points + 8, svg.find('"', points + 8) - points - 8);
+  std::replace(list.begin(), list.end(), ',', ' ');
+  std::istringstream in(list);
+  double x, y;
+  int n = 0;
+  while (in >> x >> y) {
+    ++n;
+    EXPECT_GT(y, top + 2) << list;
+    EXPECT_LT(y, top + height - 2) << list;
+  }
+  EXPECT_EQ(n, 3);
 }
 
 TEST(RenderSvgChartTest, EscapesEveryText) {
