@@ -69,7 +69,8 @@ std::string RenderSvgChart(const PlotOptions& options, const std::vector<PlotPan
 // front() <= min(lo, hi) and back() >= max(lo, hi), about `target` of them
 // (clamped to [2, 50]). lo == hi (or a range too small to tell apart from its
 // magnitude) is widened around its centre first, so there are always at
-// least two ticks, strictly increasing. Non-finite input gives {}.
+// least two ticks, strictly increasing. Non-finite input gives {}; a span
+// that overflows a double gives just {lo, hi}.
 std::vector<double> NiceTicks(double lo, double hi, int target);
 
 // A short label for a tick value, with k/M/G/T suffixes and trailing zeros
