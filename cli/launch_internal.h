@@ -106,7 +106,8 @@ class Launch {
   void WriteLaunchState() const;
   void ShowProgress(bool final);
   nlohmann::json Report(double seconds);
-  void WritePlot(const std::string& path) const;
+  // The report's chart (report.svg), with the eval and teacher NE of `report`.
+  void WritePlot(const std::string& path, const nlohmann::json& report) const;
 
   const LaunchOptions& options_;
   ShadowSyncJob job_;

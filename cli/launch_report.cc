@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "cli/plot.h"
 
 namespace shadowsync::cli::internal {
 
@@ -165,53 +165,34 @@ nlohmann::json Launch::Report(double seconds) {
   return out;
 }
 
-// Two stacked line charts over time: throughput and running train NE.
-void Launch::WritePlot(const std::string& path) const {
-  const int w = 720, panel = 200, ml = 80, mr = 20, mt = 30, gap = 40;
-  const double t1 = samples_.empty() ? 1 : std::max(samples_.back().seconds, 1e-9);
-  std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\""
-      << mt + 2 * panel + gap + 40 << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">"
-      << job_.metadata.name << ": " << EnumName(job_.spec.sync.algorithm) << ", "
-      << job_.spec.trainer.replicas << " trainers</text>\n";
-  auto chart = [&](int top, const char* label, auto value, const char* color) {
-    double lo = 1e300, hi = -1e300;
-    for (const Sample& s : samples_) {
-      if (s.examples == 0) continue;
-      lo = std::min(lo, value(s));
-      hi = std::max(hi, value(s));
-    }
-    if (lo > hi) lo = 0, hi = 1;
-    if (hi - lo < 1e-9) hi = lo + 1e-9;
-    auto sx = [&](double t) { return ml + t / t1 * (w - ml - mr); };
-    auto sy = [&](double v) { return top + (hi - v) / (hi - lo) * panel; };
-    svg << "<line x1=\"" << ml << "\" y1=\"" << top + panel << "\" x2=\"" << w - mr << "\" y2=\""
-        << top + panel << "\" stroke=\"black\"/>\n"
-        << "<line x1=\"" << ml << "\" y1=\"" << top << "\" x2=\"" << ml << "\" y2=\"" << top + panel
-        << "\" stroke=\"black\"/>\n"
-        << "<text x=\"" << ml + 6 << "\" y=\"" << top + 12 << "\">" << label << "</text>\n"
-        << absl::StrFormat("<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", ml - 4,
-                           sy(hi) + 4, hi)
-        << absl::StrFormat("<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", ml - 4,
-                           sy(lo) + 4, lo)
-        << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
-    for (const Sample& s : samples_) {
-      if (s.examples == 0) continue;
-      svg << absl::StrFormat("%.1f,%.1f ", sx(s.seconds), sy(value(s)));
-    }
-    svg << "\"/>\n";
-  };
-  chart(
-      mt, "examples/s", [](const Sample& s) { return s.examples_per_second; }, "#1f77b4");
-  chart(
-      mt + panel + gap, "train NE (running)", [](const Sample& s) { return s.train_ne; },
-      "#d62728");
-  svg << "<text x=\"" << (ml + w - mr) / 2 << "\" y=\"" << mt + 2 * panel + gap + 30
-      << "\" text-anchor=\"middle\">seconds (0 - " << absl::StrFormat("%.0f", t1)
-      << ")</text>\n</svg>\n";
-  std::ofstream(path) << svg.str();
+// Two panels over the run's time: throughput, and the running train NE with
+// the final eval NE and, on synthetic data, the teacher's NE (the floor).
+void Launch::WritePlot(const std::string& path, const nlohmann::json& report) const {
+  PlotSeries throughput{.label = "examples/s", .color = "#1f77b4"};
+  PlotSeries train_ne{.label = "train NE (running)", .color = "#d62728"};
+  double end = 0;
+  for (const Sample& s : samples_) {
+    end = std::max(end, s.seconds);
+    if (s.examples == 0) continue;
+    throughput.points.emplace_back(s.seconds, s.examples_per_second);
+    train_ne.points.emplace_back(s.seconds, s.train_ne);
+  }
+  PlotPanel quality{.title = "normalized entropy", .y_unit = "NE", .series = {train_ne}};
+  if (report.contains("eval_ne") && report["eval_ne"].is_number()) {
+    quality.markers.push_back(
+        {.label = "eval NE", .color = "#2ca02c", .x = end, .y = report["eval_ne"].get<double>()});
+  }
+  if (report.contains("teacher") && report["teacher"].is_object()) {
+    const double floor = Num(report["teacher"], "ne");
+    if (floor > 0) quality.levels.push_back({.label = "teacher", .color = "#7f7f7f", .y = floor});
+  }
+  const std::vector<PlotPanel> panels = {
+      {.title = "throughput", .y_unit = "examples/s", .series = {throughput}}, quality};
+  const PlotOptions options{.title = absl::StrCat(job_.metadata.name, ": ",
+                                                  std::string(EnumName(job_.spec.sync.algorithm)),
+                                                  ", ", job_.spec.trainer.replicas, " trainers"),
+                            .x_label = "seconds"};
+  std::ofstream(path) << RenderSvgChart(options, panels);
 }
 
 }  // namespace shadowsync::cli::internal

@@ -246,7 +246,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
                                                                exported.status().message()));
   }
   std::ofstream(run_dir_ + "/report.json") << report.dump(2) << "\n";
-  WritePlot(run_dir_ + "/report.svg");
+  WritePlot(run_dir_ + "/report.svg", report);
   return report;
 }
 

@@ -90,7 +90,14 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
   for (const char* child : {"ps-0", "ps-1", "syncer-0", "trainer-0", "trainer-1"}) {
     EXPECT_GT(r["peak_rss_bytes"][child].get<int64_t>(), 0) << child;
   }
-  EXPECT_TRUE(std::filesystem::exists(dir_.File("run/report.svg")));
+  // The chart: throughput and NE over seconds, with the eval NE and the
+  // synthetic data's teacher NE (the floor) drawn in.
+  const std::string svg = testing::ReadFile(dir_.File("run/report.svg"));
+  ASSERT_TRUE(r.contains("teacher")) << r.dump();
+  for (const char* text : {"examples/s", "train NE (running)", ">seconds<", "eval NE", "teacher"}) {
+    EXPECT_NE(svg.find(text), std::string::npos) << text << " not in the chart:\n" << svg;
+  }
+  EXPECT_NE(svg.find("stroke-dasharray=\"6 4\""), std::string::npos) << svg;  // a level line
 
   // Running again into the same directory starts fresh (the servers' old
   // state would carry the old run's ports) and reuses the generated data.
