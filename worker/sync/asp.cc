@@ -1,9 +1,8 @@
-#include "worker/sync/asp.h"
-
 #include <vector>
 
 #include "common/status_macros.h"
 #include "syncer/client/syncer_client.h"
+#include "worker/sync/strategies.h"
 #include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {

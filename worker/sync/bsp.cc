@@ -1,5 +1,3 @@
-#include "worker/sync/bsp.h"
-
 #include <algorithm>
 #include <vector>
 
@@ -8,6 +6,7 @@
 #include "common/status_macros.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/sync/rendezvous.h"
+#include "worker/sync/strategies.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -50,8 +49,7 @@ class BspStrategy final : public SyncStrategy {
 
  private:
   absl::Status Round() {
-    const Clock::time_point start = Clock::now();
-    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    const RoundStart start = BeginRound(*client_);
     MutexLock l(&mu_);
     const float scale = 1.0f / static_cast<float>(std::max(pooled_, 1));
     for (float& g : sum_) g *= scale;
@@ -60,7 +58,7 @@ class BspStrategy final : public SyncStrategy {
                               mean_.data(), static_cast<long>(mean_.size()));
     std::fill(sum_.begin(), sum_.end(), 0.0f);
     pooled_ = 0;
-    RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+    EndRound(start, *client_);
     return absl::OkStatus();
   }
 

@@ -116,8 +116,7 @@ class DsSyncStrategy final : public IntervalRoundStrategy {
  private:
   // The delta goes onto the snapshot (as in every strategy).
   absl::Status Round() override {
-    const Clock::time_point start = Clock::now();
-    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    const RoundStart start = BeginRound(*client_);
     const Phase& phase = phases_[round_ % static_cast<int64_t>(phases_.size())];
     const size_t n = snapshot_.size();
     model::CopyRelaxed(replica_.params.data(), snapshot_.data(), static_cast<long>(n));
@@ -141,7 +140,7 @@ class DsSyncStrategy final : public IntervalRoundStrategy {
     } else if (partial_rounds_ != nullptr) {
       partial_rounds_->Increment();
     }
-    RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+    EndRound(start, *client_);
     return absl::OkStatus();
   }
 

@@ -3,13 +3,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "worker/sync/asp.h"
-#include "worker/sync/bsp.h"
 #include "worker/sync/ds_sync.h"
-#include "worker/sync/foreground.h"
 #include "worker/sync/ps_plus.h"
-#include "worker/sync/shadow.h"
 #include "worker/sync/ssp.h"
+#include "worker/sync/strategies.h"
 #include "worker/sync/sync_switch.h"
 
 namespace shadowsync::worker {

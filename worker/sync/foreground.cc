@@ -1,11 +1,10 @@
-#include "worker/sync/foreground.h"
-
 #include <vector>
 
 #include "common/status_macros.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/sync/interval_round.h"
 #include "worker/sync/round_body.h"
+#include "worker/sync/strategies.h"
 #include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {
@@ -30,13 +29,12 @@ class ForegroundStrategy final : public IntervalRoundStrategy {
 
  private:
   absl::Status Round() override {
-    const Clock::time_point start = Clock::now();
-    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    const RoundStart start = BeginRound(*client_);
     model::CopyRelaxed(replica_.params.data(), snapshot_.data(),
                        static_cast<long>(snapshot_.size()));
     SS_RETURN_IF_ERROR(body_.Run(snapshot_, target_));
     StoreRelaxed(replica_.params, target_);
-    RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+    EndRound(start, *client_);
     return absl::OkStatus();
   }
 

@@ -1,5 +1,3 @@
-#include "worker/sync/shadow.h"
-
 #include <algorithm>
 #include <atomic>
 #include <iostream>
@@ -16,6 +14,7 @@
 #include "syncer/client/syncer_client.h"
 #include "worker/sync/rendezvous.h"
 #include "worker/sync/round_body.h"
+#include "worker/sync/strategies.h"
 #include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {
@@ -94,8 +93,7 @@ class ShadowStrategy final : public SyncStrategy {
         MutexLock l(&mu_);
         if (stop_) return;
       }
-      const Clock::time_point start = Clock::now();
-      const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+      const RoundStart start = BeginRound(*client_);
       absl::Duration idle = AccessReplica([&] {
         model::CopyRelaxed(replica_.params.data(), snapshot.data(), static_cast<long>(n));
       });
@@ -124,8 +122,7 @@ class ShadowStrategy final : public SyncStrategy {
       } else {
         idle += AccessReplica([&] { StoreRelaxed(replica_.params, target); });
       }
-      const absl::Duration latency = Since(start);
-      RecordRound(latency, client_->bytes_sent() - sent, client_->bytes_received() - received);
+      const absl::Duration latency = EndRound(start, *client_);
       // Rounds cost CPU here, on the syncer and on the other trainers: on a
       // machine without spare cores, back-to-back rounds would slow training.
       // An all-reduce's latency also counts the wait for the last member, and
@@ -234,11 +231,10 @@ class ShadowStrategy final : public SyncStrategy {
   // Run by the last of the trainer's threads to arrive, the others waiting:
   // the replica becomes the mean over the trainers.
   absl::Status WarmupRound() {
-    const Clock::time_point start = Clock::now();
-    const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+    const RoundStart start = BeginRound(*client_);
     absl::Status s = AverageReplica(WarmupGroup()).status();
     if (s.ok()) {
-      RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+      EndRound(start, *client_);
       if (++warmup_rounds_ < config_.warmup_steps) return absl::OkStatus();
     } else if (!Transient(s)) {
       return s;

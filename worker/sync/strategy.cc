@@ -8,6 +8,7 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "syncer/client/syncer_client.h"
 
 namespace shadowsync::worker {
 
@@ -83,6 +84,17 @@ absl::Status SyncStrategy::AfterStep(int thread) {
   steps_.fetch_add(1, std::memory_order_relaxed);
   if (metrics_->steps != nullptr) metrics_->steps->Increment();
   return absl::OkStatus();
+}
+
+SyncStrategy::RoundStart SyncStrategy::BeginRound(const syncer::SyncerClient& client) {
+  return {Clock::now(), client.bytes_sent(), client.bytes_received()};
+}
+
+absl::Duration SyncStrategy::EndRound(const RoundStart& start, const syncer::SyncerClient& client) {
+  const absl::Duration latency = Since(start.time);
+  RecordRound(latency, client.bytes_sent() - start.bytes_sent,
+              client.bytes_received() - start.bytes_received);
+  return latency;
 }
 
 void SyncStrategy::RecordRound(absl::Duration latency, int64_t bytes_sent, int64_t bytes_received) {

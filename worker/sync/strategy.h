@@ -140,7 +140,16 @@ class SyncStrategy {
   }
 
   SyncStrategy(SyncConfig config, prometheus::Registry* registry);
-  // Bookkeeping shared by every strategy.
+  // Bookkeeping shared by every strategy: a round is measured from
+  // BeginRound (its start and the client's byte counters then) to EndRound,
+  // which records it and returns its latency.
+  struct RoundStart {
+    Clock::time_point time;
+    int64_t bytes_sent = 0;
+    int64_t bytes_received = 0;
+  };
+  static RoundStart BeginRound(const syncer::SyncerClient& client);
+  absl::Duration EndRound(const RoundStart& start, const syncer::SyncerClient& client);
   void RecordRound(absl::Duration latency, int64_t bytes_sent, int64_t bytes_received);
   void RecordBlocked(absl::Duration blocked);
   // Runs `fn`, an access to the replica from a thread of the strategy's own,

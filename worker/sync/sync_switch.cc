@@ -14,8 +14,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "syncer/client/syncer_client.h"
-#include "worker/sync/asp.h"
-#include "worker/sync/bsp.h"
+#include "worker/sync/strategies.h"
 #include "worker/sync/sync_math.h"
 
 namespace shadowsync::worker {
@@ -396,8 +395,7 @@ absl::StatusOr<int> SyncSwitchStrategy::Barrier() {
 }
 
 absl::Status SyncSwitchStrategy::SwitchToAsp() {
-  const Clock::time_point start = Clock::now();
-  const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+  const RoundStart start = BeginRound(*client_);
   // Every trainer is here and nobody has written the global weights since
   // the last ASP phase. Move them to the mean replica: each trainer reads
   // the same centre c (the first barrier keeps writes out until all have),
@@ -415,13 +413,12 @@ absl::Status SyncSwitchStrategy::SwitchToAsp() {
   // Adopts the global weights; ASP updates use the rescaled learning rate.
   SS_RETURN_IF_ERROR(asp_->Start(asp_replica_));
   mode_.store(SyncSwitchMode::kAsp, std::memory_order_release);
-  RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+  EndRound(start, *client_);
   return absl::OkStatus();
 }
 
 absl::Status SyncSwitchStrategy::SwitchToBsp() {
-  const Clock::time_point start = Clock::now();
-  const int64_t sent = client_->bytes_sent(), received = client_->bytes_received();
+  const RoundStart start = BeginRound(*client_);
   // Every trainer got the same verdict and comes here once all its threads
   // stopped pushing; after the barrier the global weights are final and
   // everyone adopts the same ones.
@@ -429,7 +426,7 @@ absl::Status SyncSwitchStrategy::SwitchToBsp() {
   SS_RETURN_IF_ERROR(client_->PullCentre(scratch_));
   StoreRelaxed(replica_.params, scratch_);
   mode_.store(SyncSwitchMode::kBsp, std::memory_order_release);
-  RecordRound(Since(start), client_->bytes_sent() - sent, client_->bytes_received() - received);
+  EndRound(start, *client_);
   return absl::OkStatus();
 }
 
