@@ -4,9 +4,9 @@
 //                         sampling rows, logits, calibration, description
 //   synthetic.cc          GenerateSynthetic: blocks of examples in order,
 //                         formatted (and gzipped), the teacher's report
-// Teacher is immutable once calibrated: SampleRow, Logit and IdValue are
-// const and run on the worker threads at once. Rng is not thread-safe; one
-// per block.
+// Teacher (and its AliasTables) are immutable once calibrated: SampleRow,
+// Logit and IdValue are const and run on the worker threads at once. Rng is
+// not thread-safe; one per block.
 #ifndef SHADOWSYNC_DATA_SYNTHETIC_INTERNAL_H_
 #define SHADOWSYNC_DATA_SYNTHETIC_INTERNAL_H_
 
