@@ -1,4 +1,6 @@
 // Helpers the benchmark programs share: server child processes and /proc.
+// A ChildProcess is not thread-safe (one owner: Exited and Stop reap it); the
+// /proc readers are thread-safe.
 #ifndef SHADOWSYNC_BENCH_BENCH_UTIL_H_
 #define SHADOWSYNC_BENCH_BENCH_UTIL_H_
 

@@ -1,5 +1,5 @@
-// The `shadowsync` command: subcommands train, eval, gen-data, bench and ps.
-// main.cc only calls RunCli; each subcommand lives in its own file.
+// The `shadowsync` command: main.cc only calls RunCli; each subcommand lives
+// in its own file (cli/commands.h lists them). Called once, from main.
 #ifndef SHADOWSYNC_CLI_CLI_H_
 #define SHADOWSYNC_CLI_CLI_H_
 

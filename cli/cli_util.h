@@ -1,4 +1,7 @@
-// Small helpers shared by the `shadowsync` subcommands.
+// Small helpers shared by the `shadowsync` subcommands. The stop signals are
+// process-wide: install them once, from the main thread; WakeStopWatcher may
+// be called from any thread. The other functions are thread-safe
+// (PrepareJobData: one caller per directory); the structs are plain values.
 #ifndef SHADOWSYNC_CLI_CLI_UTIL_H_
 #define SHADOWSYNC_CLI_CLI_UTIL_H_
 

@@ -1,22 +1,18 @@
-// Exports of a job the operator runs (docs/export.md, "On Kubernetes").
-// The trainer pods mount the export claim; trainer 0 takes the exports:
-//  - every trainer writes its dense checkpoint under
-//    <export-dir>/.trainers/<job-uid>/ (TrainerCheckpoint) and, once its
-//    share is done, a marker beside it (MarkTrainerDone);
-//  - while it trains, trainer 0 exports every spec.export.intervalSeconds
-//    and once per new value of the ConfigMap's export-request file (the
-//    job's shadowsync.io/export-request annotation), from the checkpoints
-//    the trainers have written so far;
-//  - after its own share, once every trainer's marker is there, it takes
-//    the final export, scored on the eval data, and the trainers' files go.
-// The newest export is on trainer 0's /metrics (shadowsync_export_*), which
-// the operator reads into status.export.
+// Exports of a job the operator runs: trainer 0 takes them, on an interval,
+// on request and a final one, from the dense checkpoints every trainer
+// writes to the export claim, and publishes the newest on its /metrics
+// (docs/export.md, "On Kubernetes", has the protocol).
 //
 //   ClusterExporter exporter(job, options);
 //   worker_options.extra_metrics = exporter.registry();
 //   exporter.Start();
 //   ... train ...
 //   SS_ASSIGN_OR_RETURN(nlohmann::json summary, exporter.FinalExport());
+//
+// A ClusterExporter has one owner thread (Start, Stop, FinalExport) and
+// exports on a thread of its own. ExportMetrics is not thread-safe: one of
+// them publishes at a time (the export thread, then FinalExport after
+// joining it). The free functions are thread-safe.
 #ifndef SHADOWSYNC_CLI_CLUSTER_EXPORT_H_
 #define SHADOWSYNC_CLI_CLUSTER_EXPORT_H_
 

@@ -1,4 +1,5 @@
-// Subcommand registration, shared by cli.cc and the per-command files.
+// Subcommand registration, shared by cli.cc and the per-command files. Called
+// on the main thread while RunCli builds the command line.
 #ifndef SHADOWSYNC_CLI_COMMANDS_H_
 #define SHADOWSYNC_CLI_COMMANDS_H_
 

@@ -1,19 +1,15 @@
 // The local launcher behind `shadowsync run job.yaml`: the whole job as child
-// processes on loopback (DESIGN.md §1). It validates the job with the same
-// code the operator uses, prepares the data, starts the parameter servers
-// and syncers (each on a port chosen up front, so a restarted server comes
-// back at the same address), waits until each is ready, starts the trainers,
-// shows one progress display, restarts a crashed child up to
-// runPolicy.backoffLimit times, and finally writes report.json and
-// report.svg into the run directory.
-//
-// While it runs, `shadowsync scale RUN_DIR --ps N` (RequestScale) asks it to
-// reshard the parameter servers live (ps/client/resharder.h): it starts the new
-// servers or, after draining, stops the removed ones; and `shadowsync export
-// RUN_DIR` (RequestExport) to export the model. It exports the model at
-// completion too, and every spec.export.intervalSeconds. A launcher that was
-// killed resumes with LaunchOptions::resume: the servers reopen their
-// RocksDB directories, the trainers their dense checkpoints.
+// processes on loopback (DESIGN.md §1). It validates the job with the
+// operator's code, prepares the data, starts the parameter servers and
+// syncers on ports chosen up front (a restarted server comes back at the same
+// address), then the trainers; it shows progress, restarts a crashed child up
+// to runPolicy.backoffLimit times, reshards and exports on request (below),
+// exports every spec.export.intervalSeconds and at completion, and writes
+// report.json and report.svg into the run directory. A killed launcher
+// resumes with LaunchOptions::resume (docs/resharding.md).
+// Thread-safe: RunJob blocks its calling thread for the whole job; the
+// Request* functions talk to it through files in its run directory, from
+// any thread or process.
 #ifndef SHADOWSYNC_CLI_LAUNCHER_H_
 #define SHADOWSYNC_CLI_LAUNCHER_H_
 

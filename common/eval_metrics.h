@@ -1,6 +1,7 @@
 // Quality metrics of a CTR model: logloss, normalized entropy (NE; the
-// ShadowSync paper's metric) and AUC. Plain functions and a streaming
-// accumulator; not synchronised.
+// ShadowSync paper's metric) and AUC. The functions are pure and thread-safe;
+// RunningEntropy is thread-compatible (not synchronised: one writer, or a
+// per-thread accumulator Merge()d at the end).
 #ifndef SHADOWSYNC_COMMON_EVAL_METRICS_H_
 #define SHADOWSYNC_COMMON_EVAL_METRICS_H_
 

@@ -1,6 +1,6 @@
 // Parsed training examples in the Criteo layout, stored column-wise so the
-// trainer can hand dense features straight to GEMM. Plain value types; not
-// synchronised.
+// trainer can hand dense features straight to GEMM. Plain value types;
+// thread-compatible (not synchronised).
 #ifndef SHADOWSYNC_COMMON_EXAMPLE_H_
 #define SHADOWSYNC_COMMON_EXAMPLE_H_
 

@@ -14,11 +14,9 @@
 //   // in a handler:
 //   if (absl::Status s = CheckBearerToken(*context, token); !s.ok()) ... finish with s
 //
-// Name checks: a client verifies the server's certificate against
-// `tls_server_name` (grpc.ssl_target_name_override), not against the
-// address it dials, so one certificate with the SAN "shadowsync" (the
-// default) serves pods reached by headless-service names and local jobs on
-// 127.x alike. An empty tls_server_name checks the dialled host instead.
+// A client checks the server's certificate for `tls_server_name`, not for
+// the address it dials (docs/security.md, "Names"). Thread-safe: the
+// structs are plain values and the functions keep no state.
 #ifndef SHADOWSYNC_COMMON_GRPC_SECURITY_H_
 #define SHADOWSYNC_COMMON_GRPC_SECURITY_H_
 

@@ -2,6 +2,8 @@
 // conversion per direction between absl::Status and grpc::Status (the codes
 // are numerically identical, and typed error details travel along),
 // deadlines from absl durations, and the bounds every server applies.
+// Thread-safe: no shared state (DisableMutexDeadlockDetection is called once,
+// first thing in main).
 #ifndef SHADOWSYNC_COMMON_GRPC_UTIL_H_
 #define SHADOWSYNC_COMMON_GRPC_UTIL_H_
 

@@ -1,7 +1,8 @@
 // The one stable 64-bit hash every component uses to place embedding rows:
 // bucketing raw categorical values, slot assignment (DESIGN.md §4) and
 // deterministic row initialisation. Changing any constant here invalidates
-// stored data and shard maps, so it never changes.
+// stored data and shard maps, so it never changes. Pure constexpr functions;
+// thread-safe.
 #ifndef SHADOWSYNC_COMMON_HASH_H_
 #define SHADOWSYNC_COMMON_HASH_H_
 

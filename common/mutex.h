@@ -1,6 +1,8 @@
 // The project's mutex: absl::Mutex's interface subset we use (exclusive and
 // shared locks, Await on a predicate), annotated for clang's thread-safety
-// analysis, built on the standard library.
+// analysis, built on the standard library. Mutex and Latch are thread-safe
+// (they are the synchronisation); a MutexLock or ReaderMutexLock belongs to
+// the scope, and thread, that made it.
 //
 // Why not absl::Mutex directly: Debian's libabsl is not built with
 // ThreadSanitizer, so TSAN cannot see its happens-before edges and reports
@@ -98,7 +100,7 @@ class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
 };
 
 // Counts down to zero; Wait() blocks until then. A CountDown() may still be
-// inside Mutex::Unlock (which notifies after releasing the lock) when Wait()
+// inside Mutex::Unlock (which releases the lock after notifying) when Wait()
 // returns, so a latch counted down from other threads' callbacks is shared
 // through a shared_ptr, which the last of them releases.
 class Latch {

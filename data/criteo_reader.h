@@ -1,7 +1,8 @@
 // Streaming reader for Criteo-layout TSV files (plain or gzip), parsing in
 // parallel while preserving file order. Malformed lines are counted, the first
-// few reported with file:line and reason, and skipped. A CriteoReader is used
-// by one consumer thread; its parse threads are internal.
+// few reported with file:line and reason, and skipped. A CriteoReader is not
+// thread-safe: it has one consumer thread (Next, stats); its parse threads are
+// internal. ParseCriteoLine is thread-safe.
 //
 //   SS_ASSIGN_OR_RETURN(auto reader, CriteoReader::Open({"day0.tsv.gz"}, {}));
 //   ExampleBlock block;

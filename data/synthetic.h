@@ -1,6 +1,8 @@
 // Synthetic CTR data in the Criteo TSV layout, with labels drawn from a
 // planted teacher model so the best achievable loss is known. Deterministic
 // for a seed: the same options always produce the same bytes.
+// GenerateSynthetic is thread-safe (no shared state; it runs its own worker
+// threads); the structs are plain values.
 #ifndef SHADOWSYNC_DATA_SYNTHETIC_H_
 #define SHADOWSYNC_DATA_SYNTHETIC_H_
 

@@ -8,12 +8,10 @@
 //   SS_ASSIGN_OR_RETURN(RowStreamStats rows, ExportServerRows("ps-0:7000", {}, writer.get()));
 //   SS_RETURN_IF_ERROR(writer->Commit());
 //
-// Consistency: each parameter server streams its rows from one snapshot,
-// taken as its stream starts, and a row's weights and optimizer state are
-// always the same version. While training runs, servers are snapshotted a
-// few milliseconds apart and the dense parameters come from the trainers'
-// latest checkpoints; once training has stopped, the export is one point in
-// time across every server and the dense parameters.
+// Each server's rows come from one snapshot of it; docs/export.md,
+// "Consistency", says what an export taken while training runs holds.
+// Thread-safe: the functions keep no state, but two ExportJob calls must not
+// share an exports_dir at once (both would number their export alike).
 #ifndef SHADOWSYNC_EXPORTER_JOB_EXPORT_H_
 #define SHADOWSYNC_EXPORTER_JOB_EXPORT_H_
 

@@ -64,7 +64,8 @@ struct LocalStoreOptions {
 
 // Embedding rows in this process's memory, created on first touch. Rows are
 // read and written with relaxed atomics (Hogwild); the row index of each table
-// is sharded behind Mutexes.
+// is sharded behind Mutexes. Thread-safe as EmbeddingStore promises;
+// ForEachRow alone needs the pushes to have stopped.
 class LocalEmbeddingStore final : public EmbeddingStore {
  public:
   explicit LocalEmbeddingStore(LocalStoreOptions options);

@@ -1,21 +1,13 @@
 // The model export: the one format a trained model leaves a job in, whether
 // `shadowsync train --save-model` wrote it from one process or a distributed
-// job from its parameter servers (docs/export.md).
-//
-// An export is a directory:
-//   manifest.json         format version, model and embedding config, the
-//                         examples trained, eval metrics, the job spec, and
-//                         every file with its size, CRC-32 and row count;
-//   dense.bin             the dense parameters (f32), then their optimizer
-//                         state (f32) when the export carries it;
-//   embeddings/part-NNNNN.bin
-//                         the rows whose hash slot lies in the part's slot
-//                         range, as {u32 table, u64 id, f32[dim] values,
-//                         f32[state] optimizer state when carried}.
-// Parts cover the slot space in fixed ranges, so an export does not depend on
-// how many parameter servers held the rows. The writer streams rows into one
-// part at a time, and builds the export under a temporary name that it
-// renames into place: a reader sees the previous export or the whole new one.
+// job from its parameter servers. A directory of a manifest, the dense
+// parameters and the rows in parts by hash-slot range, so it does not depend
+// on how many servers held them (docs/export.md, "Layout"). The writer builds
+// it under a temporary name and renames it into place: a reader sees the
+// previous export or the whole new one.
+// An ExportWriter is not thread-safe (one owner). An ExportReader is
+// immutable once opened: its const readers may run on several threads at
+// once. The free functions are thread-safe.
 #ifndef SHADOWSYNC_MODEL_EXPORT_H_
 #define SHADOWSYNC_MODEL_EXPORT_H_
 

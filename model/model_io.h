@@ -7,6 +7,8 @@
 // dense params (f32), dense optimizer state (f32), rows as
 // {u32 table, u64 id, f32[dim] values, f32[state] optimizer state} in
 // (table, id) order, then u32 CRC-32 of everything before it.
+// Thread-safe, but SaveModel reads the store while no other thread pushes to
+// it (LocalEmbeddingStore::ForEachRow).
 #ifndef SHADOWSYNC_MODEL_MODEL_IO_H_
 #define SHADOWSYNC_MODEL_MODEL_IO_H_
 

@@ -2,6 +2,8 @@
 // in-process embedding store and the parameter server (sparse rows), so every
 // engine applies identical updates. Adagrad follows torch.optim.Adagrad:
 // element-wise accumulator starting at 0, eps added after the square root.
+// Thread-safety is per function: ApplyUpdateExclusive needs its values to
+// itself, the Relaxed ones share them with other Hogwild threads.
 #ifndef SHADOWSYNC_MODEL_OPTIMIZER_H_
 #define SHADOWSYNC_MODEL_OPTIMIZER_H_
 

@@ -11,9 +11,10 @@
 //   SS_RETURN_IF_ERROR(controller->Start());
 //   ... controller->Stop();  // releases the Lease, joins every thread
 //
-// Resharding survives an operator restart: the job's status and the
-// servers' shard maps say where it stood, RepairShardMaps undoes a step cut
-// in half, and the next Reconcile asks for the rest.
+// A reshard cut by an operator restart is repaired and finished by the next
+// leader (docs/operator.md, "Controller"). Thread-safe: ready(), leading()
+// and stats() may be called from any thread (the /readyz and /metrics
+// handlers); Start() and Stop() by the owner, Stop() idempotent.
 #ifndef SHADOWSYNC_OPERATOR_CONTROLLER_H_
 #define SHADOWSYNC_OPERATOR_CONTROLLER_H_
 

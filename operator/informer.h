@@ -1,19 +1,9 @@
 // An informer: a local, eventually consistent cache of one resource
 // collection, kept current by list-then-watch on its own thread, with change
 // callbacks — client-go's reflector + store + shared informer in one class.
-//
-//  - Start(): LIST (the cache's first contents; HasSynced() turns true), then
-//    WATCH from the list's resourceVersion with allowWatchBookmarks and a
-//    timeoutSeconds drawn uniformly from [min, max] (default 300..600 s).
-//  - Every event, BOOKMARKs included, advances the last seen resourceVersion;
-//    when a stream ends or breaks, the informer watches again from it, with no
-//    new LIST.
-//  - A watch answered with 410 Gone/Expired (history compacted) makes it
-//    relist and deliver the difference as callbacks: new objects as adds,
-//    changed ones as updates, and cached objects missing from the new list
-//    (deleted while we were not watching) as deletes of their last known state.
-//  - Errors back off exponentially (initial_backoff doubling to max_backoff,
-//    jittered), reset after a successful list or watch.
+// It watches again from the last resourceVersion seen, relists on 410 Gone
+// and delivers the difference, and backs off on errors (docs/operator.md,
+// "The Kubernetes client layer").
 //
 // Callbacks run on the informer's thread after the cache has been updated,
 // one at a time, in event order; they should be quick (enqueue a key).

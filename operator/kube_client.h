@@ -8,22 +8,16 @@
 // safe for concurrent use.
 //
 //   SS_ASSIGN_OR_RETURN(auto client, KubeClient::FromConfig(config));
-//   const std::string pods = ResourcePath{.version = "v1", .plural = "pods", .ns =
-//   "ml"}.Collection(); SS_ASSIGN_OR_RETURN(ListResult list, client->List(pods, {.label_selector =
-//   "app=x"})); absl::Status s = client->Watch(pods, {.resource_version = list.resource_version},
+//   const std::string pods =
+//       ResourcePath{.version = "v1", .plural = "pods", .ns = "ml"}.Collection();
+//   SS_ASSIGN_OR_RETURN(ListResult list, client->List(pods, {.label_selector = "app=x"}));
+//   absl::Status s = client->Watch(pods, {.resource_version = list.resource_version},
 //                                  [&](const WatchEvent& e) { ...; return true; });
 //
-// Errors: the HTTP status maps to an absl code (StatusFromHttp below) so that
-// callers act on the code: NotFound, AlreadyExists, Aborted (409 Conflict:
-// re-read and retry, see RetryOnConflict), OutOfRange (410: relist),
-// InvalidArgument (400/422: do not retry), Unavailable (5xx or no connection:
-// retry with backoff), ResourceExhausted (429).
-//
-// A call that fails with Unavailable may still have been applied: the server
-// may have processed it before the connection broke, and cpprestsdk itself
-// resends a request once when a pooled connection fails before the status
-// line (seen with timeouts in kube_client_integration_test). So a retried
-// Create can meet AlreadyExists for its own object; compare and carry on.
+// Errors are absl codes mapped from the HTTP status (StatusFromHttp). A call
+// that fails with Unavailable may still have been applied, so a retried
+// Create can meet AlreadyExists for its own object (docs/operator.md, "The
+// Kubernetes client layer").
 #ifndef SHADOWSYNC_OPERATOR_KUBE_CLIENT_H_
 #define SHADOWSYNC_OPERATOR_KUBE_CLIENT_H_
 
@@ -130,7 +124,8 @@ class Cancellation {
 
 // Splits a watch stream into lines: feed it bytes as they arrive, in chunks
 // that may cut lines anywhere, and take the complete lines; the partial tail
-// is kept for the next Feed. "\r\n" and blank lines are tolerated.
+// is kept for the next Feed. "\r\n" and blank lines are tolerated. Not
+// thread-safe: one per stream.
 class LineSplitter {
  public:
   // Appends `bytes` and returns the lines completed by them, without "\n".

@@ -1,17 +1,9 @@
 // Leader election over a coordination.k8s.io/v1 Lease, as client-go's
 // leaderelection + LeaseLock, so that of several operator replicas exactly
-// one reconciles at a time.
-//
-// A candidate takes the Lease when it is absent, released (holderIdentity
-// ""), or expired; the holder renews it every retry_period. Expiry is judged
-// by the local clock: a lease is expired when leaseDurationSeconds have passed
-// since *we* last saw its record change, so clock skew between replicas does
-// not matter. Writes carry the resourceVersion that was read, so of two
-// candidates racing for one record the second gets 409 and stays a follower.
-// A leader that cannot renew for renew_deadline stops leading
-// (on_stopped_leading) before anyone else can take over (lease_duration >
-// renew_deadline), then competes again. Stop() releases a held lease so a
-// standby takes over at its next retry instead of after lease_duration.
+// one reconciles at a time. Expiry is judged by the local clock (clock skew
+// does not matter), and a leader that cannot renew for renew_deadline stops
+// leading before anyone else can take over (docs/operator.md, "The
+// Kubernetes client layer", has the protocol).
 //
 //   LeaderElector elector(client, {.ns = "shadowsync", .lease_name = "shadowsync-operator",
 //                                  .identity = pod_name},

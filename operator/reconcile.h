@@ -11,10 +11,8 @@
 //   if (a.reshard) StartReshard(a.reshard->from_servers, a.reshard->to_servers);
 //   WriteStatusIfChanged(a.status);
 //
-// Children (docs/operator.md): per role R in {trainer, ps, syncer} one
-// StatefulSet and one headless Service named "<job>-R", and a ConfigMap
-// "<job>-config" with job.json (JobToJson of the spec in effect) and
-// shard-map.json. Every child has a controller ownerReference to the job.
+// The children, named "<job>-trainer|ps|syncer" and "<job>-config", are
+// listed in docs/operator.md, "Children".
 #ifndef SHADOWSYNC_OPERATOR_RECONCILE_H_
 #define SHADOWSYNC_OPERATOR_RECONCILE_H_
 

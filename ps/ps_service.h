@@ -2,12 +2,9 @@
 // proto/shadowsync/v1/ps.proto to a RowStore, and records the shadowsync_ps_*
 // metrics. Thread-safe; gRPC calls it from any number of threads.
 //
-// Threading. Lookup, PushGradients and GetShardMap run inline in the gRPC
-// callback (one in-memory or RocksDB store call, no other waiting). The admin
-// RPCs (SetShardMap, DropSlots, Checkpoint, Stats) and the slot streams do
-// their store work on a small executor owned by the service, so a checkpoint
-// or a checksum scan never occupies a gRPC thread; ExportSlots streams read
-// and send on a second one at low priority (export_nice).
+// The data-path RPCs run inline in the gRPC callback; the admin RPCs and the
+// slot streams on executors of the service's own (docs/ps-storage.md,
+// "Concurrency").
 //
 // Errors (beyond the proto's contract, which every RPC follows):
 //   - An empty batch (no ids in any table) is INVALID_ARGUMENT: a client never
@@ -152,7 +149,7 @@ struct PersistedShardMap {
 absl::StatusOr<std::optional<PersistedShardMap>> LoadShardMapFile(const std::string& path);
 
 // A fixed pool of threads running queued closures in FIFO order, at the
-// given nice value (0: the process's).
+// given nice value (0: the process's). Schedule is thread-safe.
 class Executor {
  public:
   explicit Executor(int threads, int nice = 0);

@@ -1,26 +1,14 @@
 // The parameter server's embedding storage (DESIGN.md §4): one RocksDB with a
 // byte-bounded, sharded RAM cache of hot rows in front, the sparse optimizer
 // applied in place, admission and eviction, and slot ownership. Knows nothing
-// of gRPC: ps_service.h adapts RPCs to it. Thread-safe: any number of threads
-// may call any method concurrently.
-//
-// RocksDB key = big-endian slot (u32) | table (u32) | id (u64), so one slot
-// is one contiguous key range (export = range scan, drop = DeleteRange).
-// Value = dim embedding floats, then the row's optimizer state floats, as
-// native (little-endian) IEEE-754 binary32. Store metadata (format,
-// ownership, row count) lives under keys starting 0xFFFFFFFF, a slot no
-// store can have, and is never exported, dropped or checksummed.
-// docs/ps-storage.md explains the tuning, docs/durability.md the promise.
-//
-// Write-back with a redo log (cache_bytes > 0): a push updates the cached
-// rows and appends their new values (after-images) to a redo log under
-// db_path/redo before returning; cached rows reach RocksDB when evicted and
-// at checkpoints (rows still changing are re-logged instead), which then
-// delete the old logs; Open replays what a crash left. Without a cache every push is written
-// through to RocksDB. Either way every acknowledged push survives a kill of the process
-// (docs/durability.md). Rows that are not cached are always current in
-// RocksDB. Writers (Push, ImportRows, DropSlots, EvictNow, checkpoints) run
-// one at a time; lookups run concurrently with each other and with a writer.
+// of gRPC: ps_service.h adapts RPCs to it. A slot is one contiguous key range
+// (export = range scan, drop = DeleteRange). With a cache, pushes are written
+// back through a redo log; either way every acknowledged push survives a kill
+// of the process. docs/ps-storage.md has the layout and the tuning,
+// docs/durability.md the promise.
+// Thread-safe: any number of threads may call any method concurrently.
+// Writers (Push, ImportRows, DropSlots, EvictNow, checkpoints) run one at a
+// time; lookups run concurrently with each other and with a writer.
 #ifndef SHADOWSYNC_PS_ROW_STORE_H_
 #define SHADOWSYNC_PS_ROW_STORE_H_
 
@@ -198,7 +186,8 @@ class RowStore {
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) = 0;
   // The same consistent snapshot, read a slot at a time: a long stream (a
   // model export) sees one moment of the store however long it reads, while
-  // pushes go on. Must not outlive the store.
+  // pushes go on. Must not outlive the store. Not thread-safe: one reader
+  // (ExportSlot reuses one row).
   class Snapshot {
    public:
     virtual ~Snapshot() = default;

@@ -84,7 +84,7 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what);
 
 // Finds repeated (table, id) pairs within one request without allocating:
 // open addressing over a table that only grows, with a generation stamp so
-// Reset() is O(1).
+// Reset() is O(1). Not thread-safe: per-request scratch.
 class DedupIndex {
  public:
   void Reset(size_t max_entries) {
@@ -124,7 +124,7 @@ class DedupIndex {
 };
 
 // Batched RocksDB point reads; buffers persist across calls so the hot path
-// does not allocate.
+// does not allocate. Not thread-safe: per-thread or per-writer scratch.
 struct MultiGetBuffers {
   std::vector<char> key_bytes;
   std::vector<rocksdb::Slice> keys;

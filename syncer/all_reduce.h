@@ -1,23 +1,9 @@
 // All-reduce rounds with explicit membership, per named group: the mean of
-// the members' vectors, without any gRPC. Thread-safe; contributions complete
+// the members' vectors, without any gRPC. A round completes when every live
+// member has contributed; a member silent for `member_timeout` is dropped;
+// the mean does not depend on the order of arrival (docs/sync.md, "All-reduce
+// membership, exactly", has the rules). Thread-safe; contributions complete
 // through callbacks, so a waiting contribution holds no thread.
-//
-// Membership. A round of a group completes when every live member has
-// contributed. Live members are those of the group's previous completed
-// round plus those that joined or contributed since, minus members that left
-// or were dropped. A member joins by contributing, or explicitly with Join(),
-// which makes the open (or next) round wait for it without a contribution.
-// Without Join() a fresh group's first round completes with its first
-// contributor alone; Join() every member first to make it wait for all of
-// them. A live member that has not contributed within `member_timeout` of
-// the open round's first contribution is dropped and the round completes
-// without it (it rejoins by contributing or joining again). Leave() removes a
-// member from one group or from all. A second contribution of a member to the
-// same open round replaces the first, whose callback gets ABORTED.
-//
-// The mean is deterministic: each element is summed in double over the
-// contributions in member-name order, divided by their count and rounded to
-// float, whatever the arrival order.
 //
 //   AllReduceRounds rounds(AllReduceOptions{.member_timeout = absl::Seconds(10)});
 //   rounds.Contribute("", "trainer-0", values, [](absl::StatusOr<RoundOutcome> r) {
@@ -52,8 +38,8 @@ struct RoundOutcome {
 };
 using RoundCallback = std::function<void(absl::StatusOr<RoundOutcome>)>;
 
-// Hooks for logs and metrics. Called with the rounds' lock held: they must be
-// quick and must not call back into AllReduceRounds.
+// Hooks for logs and metrics. Called with the rounds' lock held, so one at a
+// time: they must be quick and must not call back into AllReduceRounds.
 class AllReduceObserver {
  public:
   virtual ~AllReduceObserver() = default;

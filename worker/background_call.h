@@ -8,6 +8,9 @@
 //   prefetch.Start([&] { return store->Lookup(rows); });
 //   ... compute ...
 //   absl::Status looked_up = prefetch.Wait();
+//
+// Not thread-safe: one owner thread calls Start and Wait; the call runs on
+// the object's own thread.
 #ifndef SHADOWSYNC_WORKER_BACKGROUND_CALL_H_
 #define SHADOWSYNC_WORKER_BACKGROUND_CALL_H_
 

@@ -9,6 +9,9 @@
 //
 //   SS_RETURN_IF_ERROR(SaveDenseCheckpoint(path, {examples, params, state}));
 //   SS_ASSIGN_OR_RETURN(DenseCheckpoint c, LoadDenseCheckpoint(path));
+//
+// Thread-safe, but a path has one writer at a time (each write goes through
+// `<path>.tmp`). The structs are plain values.
 #ifndef SHADOWSYNC_WORKER_CHECKPOINT_H_
 #define SHADOWSYNC_WORKER_CHECKPOINT_H_
 

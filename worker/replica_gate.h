@@ -11,6 +11,9 @@
 //   ReplicaGate gate(/*serialised=*/threads == 1);
 //   training thread:  gate.Open(); while (...) { Step(); gate.Serve(); } gate.Close();
 //   outside thread:   gate.Run([&] { CopyRelaxed(params, snapshot, n); });
+//
+// Thread-safe: Open, Serve and Close from the training thread, Run from any
+// number of other threads.
 #ifndef SHADOWSYNC_WORKER_REPLICA_GATE_H_
 #define SHADOWSYNC_WORKER_REPLICA_GATE_H_
 

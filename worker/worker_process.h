@@ -10,6 +10,9 @@
 //   o.spec = job.spec;  o.index = 1;  o.ps_address = "ps-0:7000";
 //   o.syncer_addresses = {"syncer-0:7100"};  o.data = {"train.tsv"};
 //   SS_ASSIGN_OR_RETURN(WorkerReport report, RunWorker(o));
+//
+// RunWorker blocks its calling thread for the trainer's whole run and calls
+// on_ready and on_progress from that thread; the structs are plain values.
 #ifndef SHADOWSYNC_WORKER_WORKER_PROCESS_H_
 #define SHADOWSYNC_WORKER_WORKER_PROCESS_H_
 

@@ -5,33 +5,11 @@
 // request order. Thread-safe: any number of trainer threads may call Lookup
 // and Push concurrently; they share one gRPC channel per server.
 //
-// Routing and retries. A server answers ids of a slot it does not own with
-// WRONG_OWNER (FAILED_PRECONDITION with the server's epoch, wrong_owner.h). The
-// client then fetches the shard map from every server it knows, adopts the
-// newest epoch, and resends only the failed part. Every RPC carries a
-// deadline of rpc_deadline; a call gives up after max_retries retries (not
-// counting redirects while slots move, up to reshard_wait), with
-// exponential backoff between them (backoff_base doubling up to backoff_max,
-// jittered), except that the first retry after a map refresh is immediate.
-//
-// Retry semantics, exactly:
-//   Lookup: a part failing with WRONG_OWNER, UNAVAILABLE, DEADLINE_EXCEEDED,
-//     ABORTED or RESOURCE_EXHAUSTED is retried (lookups are idempotent).
-//   Push: each server applies its part all-or-nothing. A part is retried only
-//     if it certainly was not applied: WRONG_OWNER (the server rejects before
-//     applying anything), or the server's channel did not become connected
-//     within the deadline, or gRPC failed the call with "failed to connect to
-//     all addresses", in which cases the request was never sent. Any
-//     other failure after the request was sent (UNAVAILABLE, DEADLINE_EXCEEDED,
-//     CANCELLED, ...) is returned without retry because the server may have
-//     applied it; the client never applies a push twice. Parts sent to other
-//     servers in the same call may have been applied when Push returns an
-//     error (there is no cross-server atomicity).
-//   Any other error (INVALID_ARGUMENT, ...) is returned at once, prefixed with
-//     the server's index and address.
-//   A server that cannot be reached (a lookup's UNAVAILABLE, a push's
-//     unconnected channel) also makes the client refresh its map: the server
-//     may have been drained and stopped while this client was idle.
+// WRONG_OWNER makes it adopt the servers' newest shard map and resend the
+// failed part. Lookups are retried; a push part only when it certainly was
+// not applied, so no push is applied twice; a failed Push's parts on other
+// servers may have been applied (docs/reliability.md, "The parameter-server
+// client", has the exact rules).
 //
 //   SS_ASSIGN_OR_RETURN(auto store, PsClient::Connect("ps-0:7000", 16, 26));
 //   std::vector<model::TableRows> rows(26);
@@ -101,8 +79,8 @@ class PsClient final : public model::EmbeddingStore {
   // rows[t].values with ids.size() * dim floats.
   absl::Status Lookup(std::span<model::TableRows> rows) override;
   // grads.size() == num_tables() and grads[t].values.size() ==
-  // grads[t].ids.size() * dim, else InvalidArgument. See the retry semantics
-  // above for what an error means.
+  // grads[t].ids.size() * dim, else InvalidArgument. See the retry rules
+  // (top) for what an error means.
   absl::Status Push(std::span<const model::TableRows> grads) override;
 
   // The map requests are routed by.

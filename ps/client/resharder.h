@@ -1,25 +1,17 @@
 // Live resharding of the parameter servers (DESIGN.md §4): the one code path
 // both `shadowsync scale` (through the local launcher) and the operator drive.
-//
-// Scale-out appends servers that were started empty (`shadowsync ps --join`);
-// scale-in drains the highest-index servers, which the caller stops
-// afterwards. The slots to move come from ShardMap::PlanRebalance and move in
-// steps, each one shard-map epoch:
-//   1. the new map is installed on the step's sources, which from then on
-//      answer WRONG_OWNER for the moving slots (clients back off and retry:
-//      the slots are frozen, so no update can be lost);
-//   2. each target's leftovers of those slots are dropped, the source's rows
-//      are streamed to it (ExportSlots -> ImportSlots, relayed here, which
-//      checksums what passes) and read back from the target;
-//   3. the new map is installed on every other server: the targets serve;
-//   4. the sources drop the moved rows.
-// A checksum mismatch in step 2 rolls the step back (a newer map returning
-// the slots to their sources, which still hold every row) and fails.
+// Scale-out appends servers started empty (`shadowsync ps --join`); scale-in
+// drains the highest-index servers, which the caller stops afterwards. Slots
+// move in steps of one shard-map epoch each (freeze, copy and read back,
+// switch, drop: docs/resharding.md); a checksum mismatch rolls its step back.
 // Training continues throughout; a slot is frozen only during its own step.
 //
 //   SS_ASSIGN_OR_RETURN(ReshardReport r,
 //                       Reshard({"ps-0:7000", "ps-1:7000"},
 //                               {"ps-0:7000", "ps-1:7000", "ps-2:7000"}, {}));
+//
+// Thread-safe: the functions keep no state, but a cluster takes one Reshard
+// or RepairShardMaps at a time (the launcher and the controller run one).
 #ifndef SHADOWSYNC_PS_CLIENT_RESHARDER_H_
 #define SHADOWSYNC_PS_CLIENT_RESHARDER_H_
 

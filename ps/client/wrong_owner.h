@@ -4,7 +4,7 @@
 // that a client learns how far behind its map is without parsing text. The
 // detail rides in an absl::Status payload inside a process and in
 // grpc::Status::error_details on the wire (ToGrpcStatus / FromGrpcStatus in
-// common/grpc_util.h carry it across).
+// common/grpc_util.h carry it across). Pure functions; thread-safe.
 #ifndef SHADOWSYNC_PS_CLIENT_WRONG_OWNER_H_
 #define SHADOWSYNC_PS_CLIENT_WRONG_OWNER_H_
 

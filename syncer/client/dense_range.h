@@ -2,7 +2,8 @@
 // the syncer's contract, shared by its client and its service.
 //
 // Replica i of S holds [i*n/S, (i+1)*n/S) of the n floats (integer division
-// on int64), so ranges differ in length by at most one.
+// on int64), so ranges differ in length by at most one. A plain value and a
+// pure function; thread-safe.
 #ifndef SHADOWSYNC_SYNCER_CLIENT_DENSE_RANGE_H_
 #define SHADOWSYNC_SYNCER_CLIENT_DENSE_RANGE_H_
 

@@ -4,18 +4,8 @@
 // each with the slice of its range. Thread-safe: calls from several threads
 // (a shadow thread and a foreground thread) are independent.
 //
-// Errors name the replica ("syncer replica 1 (10.0.0.2:7100): ...") and keep
-// the server's code; when several replicas fail, the lowest-numbered one's
-// error is returned. Nothing is retried: a failed all-reduce may be retried
-// by calling again (the new contribution replaces the old one), a failed add
-// may or may not have been applied on each replica.
-//
-// Membership of all-reduce groups (see proto/shadowsync/v1/syncer.proto): a
-// member joins a group by contributing to it (AllReduceMean) or explicitly by
-// Join(), which makes the group's open or next round wait for it; Join()
-// every member of a fresh group before its first round so that the round
-// does not complete with whoever contributes first. LeaveGroup() leaves one
-// group, Leave() every group.
+// Nothing is retried; errors name the replica and keep the server's code
+// (docs/sync.md, "The trainers' client", has the errors and group membership).
 //
 //   SyncerClientOptions options{.addresses = {"syncer-0:7100", "syncer-1:7100"},
 //                               .member = "trainer-0"};

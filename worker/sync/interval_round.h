@@ -1,5 +1,6 @@
 // The base of the strategies whose training threads meet every `interval`
-// local steps for one synchronous round (fg-*, ds-sync).
+// local steps for one synchronous round (fg-*, ds-sync). Thread-safe as the
+// SyncStrategy contract requires; Round() runs on one thread at a time.
 #ifndef SHADOWSYNC_WORKER_SYNC_INTERVAL_ROUND_H_
 #define SHADOWSYNC_WORKER_SYNC_INTERVAL_ROUND_H_
 

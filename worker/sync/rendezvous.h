@@ -1,7 +1,8 @@
 // A barrier for a trainer's Hogwild threads whose party shrinks as threads
 // run out of data: the last thread to arrive runs the round while the
 // others wait, and every thread returns the round's status. Used by the
-// foreground strategies (fg-*, bsp), ds-sync and sync-switch.
+// foreground strategies (fg-*, bsp), ds-sync and sync-switch. Thread-safe:
+// it is what the training threads meet at.
 #ifndef SHADOWSYNC_WORKER_SYNC_RENDEZVOUS_H_
 #define SHADOWSYNC_WORKER_SYNC_RENDEZVOUS_H_
 

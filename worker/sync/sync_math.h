@@ -5,7 +5,9 @@
 // the snapshot s the round started from. The strategies then apply either
 // the delta (target - s) to the live replica, keeping the Hogwild progress
 // made while the round ran, or overwrite the replica with the target
-// (sync.applyMode: overwrite, an ablation).
+// (sync.applyMode: overwrite, an ablation). Thread-safe: pure functions of
+// their spans; the *Relaxed ones and OptimizerDelta's state share their
+// vector with concurrent Hogwild writers.
 #ifndef SHADOWSYNC_WORKER_SYNC_SYNC_MATH_H_
 #define SHADOWSYNC_WORKER_SYNC_SYNC_MATH_H_
 

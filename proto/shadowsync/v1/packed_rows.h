@@ -2,7 +2,7 @@
 // table (uint32), the id (uint64), then the row's floats, all little-endian
 // and unpadded, checked by SlotChunk.packed_crc32. Beside the contract so
 // that the server that writes them and the clients that read them share one
-// definition.
+// definition. Pure functions over caller-owned buffers; thread-safe.
 #ifndef SHADOWSYNC_PROTO_V1_PACKED_ROWS_H_
 #define SHADOWSYNC_PROTO_V1_PACKED_ROWS_H_
 

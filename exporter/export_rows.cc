@@ -1,0 +1,229 @@
+// ExportServerRows (exporter/job_export.h): every parameter server's rows
+// into an export, one ExportSlots stream per server merged by slot.
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+#include "common/mutex.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "exporter/job_export.h"
+#include "exporter/job_export_internal.h"
+#include "grpcpp/grpcpp.h"
+#include "shadowsync/v1/packed_rows.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
+
+namespace shadowsync::exporter {
+namespace {
+
+using internal::Clock;
+using internal::Connect;
+using internal::GetMap;
+using internal::Since;
+using internal::Stub;
+
+// One server's ExportSlots stream, read ahead on a thread of its own: every
+// server sends while the merge writes another server's rows, instead of
+// stalling on its flow-control window until the merge comes back to it.
+class ServerStream {
+ public:
+  ServerStream(std::string address, const RowStreamOptions& options,
+               const std::vector<uint32_t>& slots, bool weights_only)
+      : address_(std::move(address)), stub_(Connect(address_, options.security)) {
+    context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
+    v1::ExportSlotsRequest request;
+    request.mutable_slots()->Add(slots.begin(), slots.end());
+    request.set_weights_only(weights_only);
+    request.set_packed_rows(true);
+    reader_ = stub_->ExportSlots(&context_, request);
+    thread_ = std::thread([this] { ReadAhead(); });
+  }
+  ~ServerStream() { (void)Finish(/*abandon=*/true); }
+
+  // The chunk at the head, or nullptr once the stream ended (check Finish).
+  const v1::SlotChunk* head() {
+    if (head_ == nullptr) {
+      MutexLock lock(&mu_);
+      mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !ready_.empty() || ended_; });
+      if (!ready_.empty()) {
+        head_ = std::move(ready_.front());
+        ready_.pop_front();
+      }
+    }
+    return head_.get();
+  }
+  void Pop() {
+    MutexLock lock(&mu_);
+    free_.push_back(std::move(head_));
+  }
+  const std::string& address() const { return address_; }
+
+  // What the end marker must match: rows, and the sum of chunk CRCs.
+  void Count(int64_t rows, uint32_t crc) {
+    rows_ += rows;
+    checksum_ += crc;
+  }
+
+  // `abandon`: the merge failed; the stream is cancelled, not drained.
+  absl::Status Finish(bool abandon) {
+    if (!thread_.joinable()) return absl::OkStatus();  // finished before
+    if (abandon) {
+      context_.TryCancel();
+      {
+        MutexLock lock(&mu_);
+        stop_ = true;
+      }
+      thread_.join();
+      (void)reader_->Finish();
+      return absl::OkStatus();
+    }
+    if (head() != nullptr) {  // more rows than the merge took: a slot out of range
+      const uint32_t slot = head()->slot();
+      (void)Finish(/*abandon=*/true);
+      return absl::DataLossError(absl::StrCat("ExportSlots on ", address_, ": rows of slot ", slot,
+                                              " after every slot of the export"));
+    }
+    thread_.join();
+    SS_RETURN_IF_ERROR(FromGrpcStatus(reader_->Finish(), "ExportSlots", address_));
+    if (!done_.done() || done_.total_rows() != static_cast<uint64_t>(rows_) ||
+        done_.checksum() != checksum_) {
+      return absl::DataLossError(absl::StrFormat(
+          "ExportSlots on %s: the rows received (%d, checksum %#x) disagree with the stream's "
+          "end marker (%d, checksum %#x)",
+          address_, rows_, checksum_, done_.total_rows(), done_.checksum()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Chunks read ahead of the merge per server: a few MB.
+  static constexpr size_t kReadAhead = 16;
+
+  void ReadAhead() {
+    while (true) {
+      std::unique_ptr<v1::SlotChunk> chunk;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || ready_.size() < kReadAhead;
+        });
+        if (stop_) break;
+        if (!free_.empty()) {
+          chunk = std::move(free_.back());
+          free_.pop_back();
+        }
+      }
+      if (chunk == nullptr) chunk = std::make_unique<v1::SlotChunk>();
+      if (!reader_->Read(chunk.get())) break;
+      if (chunk->done()) {
+        done_ = *chunk;  // read by Finish after the join
+        break;
+      }
+      MutexLock lock(&mu_);
+      ready_.push_back(std::move(chunk));
+    }
+    MutexLock lock(&mu_);
+    ended_ = true;
+  }
+
+  const std::string address_;
+  std::unique_ptr<Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader_;
+  std::thread thread_;
+  Mutex mu_;
+  std::deque<std::unique_ptr<v1::SlotChunk>> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<v1::SlotChunk>> free_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  v1::SlotChunk done_;  // written by the read-ahead thread before it ends
+  // The merge's: the chunk it is on, and what it counted.
+  std::unique_ptr<v1::SlotChunk> head_;
+  int64_t rows_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
+                                                const RowStreamOptions& options,
+                                                model::ExportWriter* writer) {
+  const Clock::time_point start = Clock::now();
+  SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
+  const model::ExportInfo& info = writer->info();
+  if (map.num_slots() != info.num_slots) {
+    return absl::FailedPreconditionError(absl::StrCat("export: the servers have ", map.num_slots(),
+                                                      " slots, the export ", info.num_slots));
+  }
+  const int dim = info.embeddings.dim;
+  // Without optimizer state in the export, the servers send none.
+  const size_t state_floats =
+      info.with_optimizer_state
+          ? static_cast<size_t>(dim * model::StateFloatsPerParam(info.embeddings.optimizer.kind))
+          : 0;
+  std::vector<std::unique_ptr<ServerStream>> streams;
+  for (int s = 0; s < map.num_servers(); ++s) {
+    std::vector<uint32_t> slots = map.SlotsOwnedBy(static_cast<uint32_t>(s));
+    if (slots.empty()) continue;
+    std::sort(slots.begin(), slots.end());
+    streams.push_back(std::make_unique<ServerStream>(map.addresses()[s], options, slots,
+                                                     !info.with_optimizer_state));
+  }
+  RowStreamStats stats;
+  stats.servers = map.num_servers();
+  // The servers send rows laid out as the part file's records.
+  const size_t record_bytes = writer->RecordBytes();
+  absl::Status status;
+  for (int part = 0; part < info.num_parts && status.ok(); ++part) {
+    status = writer->BeginPart(part);
+    const uint32_t end = writer->PartBegin(part + 1);
+    for (auto& stream : streams) {
+      for (const v1::SlotChunk* chunk = stream->head();
+           status.ok() && chunk != nullptr && chunk->slot() < end; chunk = stream->head()) {
+        const std::string& packed = chunk->packed_rows();
+        if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0) {
+          status = absl::DataLossError(
+              absl::StrCat("export: ExportSlots on ", stream->address(), " sent slot ",
+                           chunk->slot(), " as ", chunk->rows_size(), " unpacked rows and ",
+                           packed.size(), " bytes of packed rows; want records of ", record_bytes,
+                           " bytes (", dim, " + ", state_floats, " optimizer state floats)"));
+          break;
+        }
+        const uint32_t crc = v1::PackedRowsCrc(packed);
+        if (crc != chunk->packed_crc32()) {
+          status = absl::DataLossError(absl::StrFormat(
+              "export: ExportSlots on %s sent slot %d with CRC %#x over rows whose CRC is %#x",
+              stream->address(), chunk->slot(), chunk->packed_crc32(), crc));
+          break;
+        }
+        const int64_t rows = static_cast<int64_t>(packed.size() / record_bytes);
+        stream->Count(rows, crc);
+        status = writer->AddRecords(packed, crc);
+        stats.rows += rows;
+        stats.bytes += static_cast<int64_t>(packed.size());
+        stream->Pop();
+      }
+    }
+    if (status.ok()) status = writer->EndPart();
+  }
+  for (auto& stream : streams) {
+    // A stream that ended early explains the merge's failure; one that was
+    // cut off says nothing more.
+    const absl::Status finished =
+        stream->Finish(/*abandon=*/!status.ok() && stream->head() != nullptr);
+    SS_RETURN_IF_ERROR(finished);
+  }
+  SS_RETURN_IF_ERROR(status);
+  stats.seconds = Since(start);
+  return stats;
+}
+
+}  // namespace shadowsync::exporter
