@@ -26,7 +26,6 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (options.service.shard_map_path.empty()) {
     options.service.shard_map_path = options.store.db_path + "/SHADOWSYNC_SHARD_MAP";
   }
-  options.service.auth_token = options.security.auth_token;
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 

@@ -68,8 +68,9 @@ struct PsServerOptions {
   // <store.db_path>/SHADOWSYNC_SHARD_MAP.
   PsServiceOptions service;
 
-  // Mutual TLS and the bearer token every call must carry (service.auth_token
-  // is set from it). Default: plaintext, no token.
+  // Mutual TLS, and the bearer token every call must carry: a call without it
+  // is answered UNAUTHENTICATED before any handler runs (ServerCredentials).
+  // Default: plaintext, no token.
   GrpcSecurity security;
 
   // Message size, streams per connection, handler threads and gRPC memory.

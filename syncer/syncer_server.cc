@@ -20,7 +20,6 @@ void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
 absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOptions options) {
   std::unique_ptr<SyncerServer> server(new SyncerServer());
   SyncerServer& s = *server;
-  options.service.auth_token = options.security.auth_token;
   s.options_ = std::move(options);
   const SyncerServerOptions& opts = s.options_;
 

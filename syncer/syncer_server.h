@@ -40,8 +40,9 @@ struct SyncerServerOptions {
   // free port (metrics_port()); empty = no HTTP server. Default: 127.0.0.1:0.
   std::string metrics_address = "127.0.0.1:0";
   SyncerServiceOptions service;
-  // Mutual TLS and the bearer token every call must carry (service.auth_token
-  // is set from it). Default: plaintext, no token.
+  // Mutual TLS, and the bearer token every call must carry: a call without it
+  // is answered UNAUTHENTICATED before any handler runs (ServerCredentials).
+  // Default: plaintext, no token.
   GrpcSecurity security;
   // Message size, streams per connection, handler threads and gRPC memory.
   GrpcServerLimits limits;
