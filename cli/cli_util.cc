@@ -137,16 +137,37 @@ void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files) {
                  "every gRPC call");
 }
 
-void AddServerLimitFlags(CLI::App& cmd, GrpcServerLimits& limits) {
-  cmd.add_option("--max-message-bytes", limits.max_message_bytes,
+void AddServerFlags(CLI::App& cmd, ServerFlags& flags) {
+  cmd.add_option("--listen", flags.listen, "gRPC host:port (port 0: any free port)")
+      ->capture_default_str();
+  cmd.add_option("--metrics-listen", flags.metrics_listen,
+                 "HTTP host:port for /metrics and /healthz (port 0: any; empty: off)")
+      ->capture_default_str();
+  cmd.add_option("--max-message-bytes", flags.limits.max_message_bytes,
                  "largest gRPC message received or sent; larger is RESOURCE_EXHAUSTED")
       ->capture_default_str();
-  cmd.add_option("--max-concurrent-streams", limits.max_concurrent_streams,
+  cmd.add_option("--max-concurrent-streams", flags.limits.max_concurrent_streams,
                  "calls one client connection may have open at once; clients queue the rest")
       ->capture_default_str();
-  cmd.add_option("--grpc-memory-bytes", limits.memory_bytes,
+  cmd.add_option("--grpc-memory-bytes", flags.limits.memory_bytes,
                  "gRPC's memory quota for connection buffers and call state")
       ->capture_default_str();
+  cmd.add_option("--shutdown-grace-seconds", flags.shutdown_grace_seconds,
+                 "time in-flight RPCs get at shutdown")
+      ->capture_default_str();
+  cmd.add_option("--ready-file", flags.ready_file,
+                 "write \"GRPC_PORT METRICS_PORT\" here once serving");
+  AddSecurityFlags(cmd, flags.security);
+}
+
+absl::StatusOr<GrpcServerProcessOptions> ServerProcessOptions(const ServerFlags& flags) {
+  GrpcServerProcessOptions options;
+  options.grpc_address = flags.listen;
+  options.metrics_address = flags.metrics_listen;
+  options.limits = flags.limits;
+  options.shutdown_grace = absl::Seconds(flags.shutdown_grace_seconds);
+  SS_ASSIGN_OR_RETURN(options.security, LoadGrpcSecurity(flags.security));
+  return options;
 }
 
 GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security) {

@@ -10,10 +10,13 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/grpc_security.h"
+#include "common/grpc_server_process.h"
 #include "common/grpc_util.h"
 #include "jobspec/job_spec.h"
 
@@ -36,23 +39,52 @@ bool InstallStopSignals();
 int AwaitStopSignal();
 void WakeStopWatcher();
 
-// Runs a server process: installs the stop signals, starts the server with
-// `start` (returning absl::StatusOr<std::unique_ptr<S>>, where S has
-// grpc_port(), metrics_port(), Shutdown() and Wait()), writes `ready_file`
-// if given, and shuts the server down on SIGTERM/SIGINT. Returns the exit
-// code: 2 for invalid arguments, 1 for other failures, 0 after a clean stop.
-template <typename StartFn>
-int ServeUntilSignal(const std::string& name, const std::string& ready_file, StartFn start) {
+// The flags every server command (`shadowsync ps`, `syncer`) shares: what
+// GrpcServerProcessOptions holds, as files and seconds, and the ready file.
+struct ServerFlags {
+  std::string listen;
+  std::string metrics_listen;
+  double shutdown_grace_seconds = 5;
+  GrpcServerLimits limits;
+  std::string ready_file;
+  GrpcSecurityFiles security;
+};
+// Registers --listen and --metrics-listen (defaulting to what `flags` holds),
+// --max-message-bytes, --max-concurrent-streams and --grpc-memory-bytes
+// (docs/reliability.md, "Limits"), --shutdown-grace-seconds, --ready-file and
+// the security flags on `cmd`, filling `flags`.
+void AddServerFlags(CLI::App& cmd, ServerFlags& flags);
+// The process options `flags` describe, with the security files loaded:
+// InvalidArgument naming the flag and path of a bad file.
+absl::StatusOr<GrpcServerProcessOptions> ServerProcessOptions(const ServerFlags& flags);
+
+// Runs a server process: completes `options` (a GrpcServerProcessOptions) from
+// `flags`, installs the stop signals, starts the server with
+// `start(std::move(options))` (returning absl::StatusOr<std::unique_ptr<S>>,
+// where S has grpc_port(), metrics_port(), Shutdown() and Wait()), writes
+// flags.ready_file if given, and shuts the server down on SIGTERM/SIGINT.
+// Returns the exit code: 2 for invalid arguments, 1 for other failures, 0
+// after a clean stop.
+template <typename Options, typename StartFn>
+int ServeUntilSignal(const std::string& name, const ServerFlags& flags, Options options,
+                     StartFn start) {
+  absl::StatusOr<GrpcServerProcessOptions> process = ServerProcessOptions(flags);
+  if (!process.ok()) {
+    std::cerr << "shadowsync " << name << ": " << process.status().message() << "\n";
+    return 2;
+  }
+  static_cast<GrpcServerProcessOptions&>(options) = *std::move(process);
   if (!InstallStopSignals()) {
     std::cerr << "shadowsync " << name << ": cannot create the signal pipe\n";
     return 1;
   }
-  auto server = start();
+  auto server = start(std::move(options));
   if (!server.ok()) {
     std::cerr << "shadowsync " << name << ": " << server.status().ToString() << "\n";
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   auto* s = server->get();
+  const std::string& ready_file = flags.ready_file;
   if (!ready_file.empty() && !WriteReadyFile(ready_file, s->grpc_port(), s->metrics_port())) {
     std::cerr << "shadowsync " << name << ": cannot write --ready-file " << ready_file << "\n";
     s->Shutdown();
@@ -73,10 +105,6 @@ int ServeUntilSignal(const std::string& name, const std::string& ready_file, Sta
 // Registers --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name
 // and --auth-token-file on `cmd`, filling `files`.
 void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files);
-// Registers --max-message-bytes, --max-concurrent-streams and
-// --grpc-memory-bytes on a server command, filling `limits`
-// (docs/reliability.md, "Limits").
-void AddServerLimitFlags(CLI::App& cmd, GrpcServerLimits& limits);
 // The file paths of a job's spec.security (empty where a section is absent).
 GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security);
 

@@ -1,16 +1,9 @@
 // `shadowsync ps`: one embedding parameter server process (ps/ps_server.h)
 // until SIGTERM or SIGINT, which shut it down cleanly (drain RPCs, close the
 // store).
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,8 +17,7 @@ namespace shadowsync::cli {
 namespace {
 
 struct PsFlags {
-  std::string listen = "0.0.0.0:7000";
-  std::string metrics_listen = "0.0.0.0:7001";
+  ServerFlags server{.listen = "0.0.0.0:7000", .metrics_listen = "0.0.0.0:7001"};
   std::string advertise;
   std::string peers;
   uint32_t self_index = 0;
@@ -45,12 +37,8 @@ struct PsFlags {
   int64_t max_rows = 0;
   int64_t max_request_rows = int64_t{1} << 20;
   int64_t max_import_bytes = ps::PsServiceOptions().max_import_bytes;
-  GrpcServerLimits limits;
   double eviction_interval_seconds = 10;
-  double shutdown_grace_seconds = 5;
   bool sync_writes = false;
-  std::string ready_file;
-  GrpcSecurityFiles security;
 };
 
 int RunPs(const PsFlags& f) {
@@ -60,8 +48,6 @@ int RunPs(const PsFlags& f) {
     return 2;
   }
   ps::PsServerOptions o;
-  o.grpc_address = f.listen;
-  o.metrics_address = f.metrics_listen;
   o.advertise_address = f.advertise;
   for (absl::string_view peer : absl::StrSplit(f.peers, ',', absl::SkipWhitespace())) {
     o.peers.emplace_back(peer);
@@ -85,17 +71,8 @@ int RunPs(const PsFlags& f) {
   o.store.sync_writes = f.sync_writes;
   o.service.max_request_rows = f.max_request_rows;
   o.service.max_import_bytes = f.max_import_bytes;
-  o.limits = f.limits;
   o.eviction_interval = absl::Seconds(f.eviction_interval_seconds);
-  o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
-  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
-  if (!security.ok()) {
-    std::cerr << "shadowsync ps: " << security.status().message() << "\n";
-    return 2;
-  }
-  o.security = *std::move(security);
-
-  return ServeUntilSignal("ps", f.ready_file, [&] { return ps::PsServer::Start(std::move(o)); });
+  return ServeUntilSignal("ps", f.server, std::move(o), ps::PsServer::Start);
 }
 
 }  // namespace
@@ -104,11 +81,7 @@ Action AddPsCommand(CLI::App& app) {
   auto f = std::make_shared<PsFlags>();
   CLI::App* cmd = app.add_subcommand(
       "ps", "Run an embedding parameter server until SIGTERM/SIGINT (drains, then exits 0).");
-  cmd->add_option("--listen", f->listen, "gRPC host:port (port 0: any free port)")
-      ->capture_default_str();
-  cmd->add_option("--metrics-listen", f->metrics_listen,
-                  "HTTP host:port for /metrics and /healthz (port 0: any; empty: off)")
-      ->capture_default_str();
+  AddServerFlags(*cmd, f->server);
   cmd->add_option("--advertise", f->advertise,
                   "this server's address in its initial shard map (default: --listen, bound port)");
   cmd->add_option("--peers", f->peers,
@@ -145,18 +118,11 @@ Action AddPsCommand(CLI::App& app) {
   cmd->add_option("--max-import-bytes", f->max_import_bytes,
                   "row bytes all open ImportSlots streams may stage together (> 0)")
       ->capture_default_str();
-  AddServerLimitFlags(*cmd, f->limits);
   cmd->add_option("--eviction-interval-seconds", f->eviction_interval_seconds,
                   "period of the eviction pass (0: off)")
       ->capture_default_str();
-  cmd->add_option("--shutdown-grace-seconds", f->shutdown_grace_seconds,
-                  "time in-flight RPCs get at shutdown")
-      ->capture_default_str();
   cmd->add_flag("--sync-writes", f->sync_writes,
                 "fsync the WAL before acknowledging a push (see docs/durability.md)");
-  cmd->add_option("--ready-file", f->ready_file,
-                  "write \"GRPC_PORT METRICS_PORT\" here once serving");
-  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunPs(*f); };
 }
 

@@ -2,16 +2,10 @@
 // parameter server for the dense parameters, until SIGTERM or SIGINT, which
 // shut it down cleanly.
 #include <malloc.h>
-#include <signal.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -21,15 +15,10 @@ namespace shadowsync::cli {
 namespace {
 
 struct SyncerFlags {
-  std::string listen = "0.0.0.0:7100";
-  std::string metrics_listen = "0.0.0.0:7101";
+  ServerFlags server{.listen = "0.0.0.0:7100", .metrics_listen = "0.0.0.0:7101"};
   double member_timeout_seconds = 10;
-  double shutdown_grace_seconds = 5;
   int64_t max_waiting_bytes = syncer::SyncerServiceOptions().max_waiting_bytes;
   double reply_delay_ms = 0;
-  GrpcServerLimits limits;
-  std::string ready_file;
-  GrpcSecurityFiles security;
 };
 
 int RunSyncer(const SyncerFlags& f) {
@@ -42,19 +31,9 @@ int RunSyncer(const SyncerFlags& f) {
     return 2;
   }
   syncer::SyncerServerOptions o;
-  o.grpc_address = f.listen;
-  o.metrics_address = f.metrics_listen;
   o.service.member_timeout = absl::Seconds(f.member_timeout_seconds);
-  o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
   o.service.max_waiting_bytes = f.max_waiting_bytes;
   o.service.reply_delay = absl::Milliseconds(f.reply_delay_ms);
-  o.limits = f.limits;
-  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
-  if (!security.ok()) {
-    std::cerr << "shadowsync syncer: " << security.status().message() << "\n";
-    return 2;
-  }
-  o.security = *std::move(security);
 
   // Every round allocates and frees a request and a reply the size of the
   // syncer's range (megabytes). By default glibc hands blocks that large
@@ -64,8 +43,7 @@ int RunSyncer(const SyncerFlags& f) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
-  return ServeUntilSignal("syncer", f.ready_file,
-                          [&] { return syncer::SyncerServer::Start(std::move(o)); });
+  return ServeUntilSignal("syncer", f.server, std::move(o), syncer::SyncerServer::Start);
 }
 
 }  // namespace
@@ -75,17 +53,10 @@ Action AddSyncerCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "syncer",
       "Run a syncer replica (dense centre variable and all-reduce rounds) until SIGTERM/SIGINT.");
-  cmd->add_option("--listen", f->listen, "gRPC host:port (port 0: any free port)")
-      ->capture_default_str();
-  cmd->add_option("--metrics-listen", f->metrics_listen,
-                  "HTTP host:port for /metrics and /healthz (port 0: any; empty: off)")
-      ->capture_default_str();
+  AddServerFlags(*cmd, f->server);
   cmd->add_option("--member-timeout-seconds", f->member_timeout_seconds,
                   "drop a live member that has not contributed this long after a round's first "
                   "contribution")
-      ->capture_default_str();
-  cmd->add_option("--shutdown-grace-seconds", f->shutdown_grace_seconds,
-                  "time in-flight RPCs get at shutdown")
       ->capture_default_str();
   cmd->add_option("--max-waiting-bytes", f->max_waiting_bytes,
                   "bytes the waiting all-reduce and clock calls may hold together (> 0)")
@@ -94,10 +65,6 @@ Action AddSyncerCommand(CLI::App& app) {
                   "for benchmarks: hold every reply this long, emulating the network time "
                   "loopback lacks")
       ->capture_default_str();
-  AddServerLimitFlags(*cmd, f->limits);
-  cmd->add_option("--ready-file", f->ready_file,
-                  "write \"GRPC_PORT METRICS_PORT\" here once serving");
-  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunSyncer(*f); };
 }
 

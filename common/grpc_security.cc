@@ -1,13 +1,17 @@
 #include "common/grpc_security.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc_security.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -72,6 +76,80 @@ class BearerTokenInterceptorFactory final
   const std::string header_;
 };
 
+std::string_view SliceView(const grpc_slice& slice) {
+  return {reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)), GRPC_SLICE_LENGTH(slice)};
+}
+
+// The bearer-token check, as gRPC core's auth-metadata processor
+// (grpc/grpc_security.h): gRPC calls it for every call once its initial
+// metadata has arrived, before the call is matched to a handler. It answers at
+// once (a constant-time compare), on gRPC's thread. `state` is the expected
+// "Bearer <token>" header value.
+void CheckBearerToken(void* state, grpc_auth_context* /*context*/, const grpc_metadata* metadata,
+                      size_t count, grpc_process_auth_metadata_done_cb done, void* user_data) {
+  const std::string& expected = *static_cast<const std::string*>(state);
+  bool ok = false;
+  for (size_t i = 0; i < count; ++i) {
+    if (SliceView(metadata[i].key) == kAuthorizationMetadataKey) {
+      ok |= ConstantTimeEquals(std::string(SliceView(metadata[i].value)), expected);
+    }
+  }
+  if (ok) {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
+  } else {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED, kUnauthenticatedMessage);
+  }
+}
+
+// grpc::ServerCredentials over gRPC core's credentials, which is how an
+// insecure server gets the token check too: in gRPC 1.51 the C++ API's
+// InsecureServerCredentials() aborts in SetAuthMetadataProcessor, and a server
+// interceptor cannot fail a call (it can only cancel it once a handler has
+// been chosen). Core's insecure and TLS credentials both take a processor.
+// It overrides ServerCredentials' private AddPortToServer as gRPC 1.51 declares
+// it; grpc_security_test calls every RPC of both servers without the token, so
+// a gRPC upgrade that changes this fails there.
+class CoreServerCredentials final : public grpc::ServerCredentials {
+ public:
+  // The base class has initialised gRPC by the time the members are built.
+  explicit CoreServerCredentials(const GrpcSecurity& security) : creds_(Create(security)) {}
+  ~CoreServerCredentials() override { grpc_server_credentials_release(creds_); }
+
+  // gRPC keeps one processor per credentials: another would replace the
+  // token check, so refuse loudly, as gRPC's own insecure credentials do.
+  void SetAuthMetadataProcessor(
+      const std::shared_ptr<grpc::AuthMetadataProcessor>& /*processor*/) override {
+    std::cerr << "shadowsync: SetAuthMetadataProcessor would replace the bearer-token check\n";
+    std::abort();
+  }
+
+ private:
+  static grpc_server_credentials* Create(const GrpcSecurity& security) {
+    grpc_server_credentials* creds;
+    if (security.tls()) {
+      grpc_ssl_pem_key_cert_pair pair = {security.key_pem.c_str(), security.cert_pem.c_str()};
+      creds = grpc_ssl_server_credentials_create_ex(
+          security.ca_pem.c_str(), &pair, 1,
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY, nullptr);
+    } else {
+      creds = grpc_insecure_server_credentials_create();
+    }
+    if (security.has_token()) {
+      grpc_server_credentials_set_auth_metadata_processor(
+          creds, {.process = CheckBearerToken,
+                  .destroy = [](void* state) { delete static_cast<std::string*>(state); },
+                  .state = new std::string(absl::StrCat(kBearerPrefix, security.auth_token))});
+    }
+    return creds;
+  }
+
+  int AddPortToServer(const std::string& address, grpc_server* server) override {
+    return grpc_server_add_http2_port(server, address.c_str(), creds_);
+  }
+
+  grpc_server_credentials* const creds_;
+};
+
 }  // namespace
 
 std::string GrpcSecurity::Describe() const {
@@ -133,12 +211,7 @@ absl::StatusOr<GrpcSecurity> LoadGrpcSecurity(const GrpcSecurityFiles& files,
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSecurity& security) {
-  if (!security.tls()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = security.ca_pem;
-  options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
-  return grpc::SslServerCredentials(options);
+  return std::make_shared<CoreServerCredentials>(security);
 }
 
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
@@ -174,19 +247,6 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned char>(x ^ y);
   }
   return diff == 0;
-}
-
-absl::Status CheckBearerToken(const grpc::ServerContextBase& context,
-                              const std::string& expected_token) {
-  if (expected_token.empty()) return absl::OkStatus();
-  const std::string expected = absl::StrCat(kBearerPrefix, expected_token);
-  bool ok = false;
-  const auto [begin, end] = context.client_metadata().equal_range(kAuthorizationMetadataKey);
-  for (auto it = begin; it != end; ++it) {
-    ok |= ConstantTimeEquals(std::string(it->second.data(), it->second.size()), expected);
-  }
-  if (!ok) return absl::UnauthenticatedError(kUnauthenticatedMessage);
-  return absl::OkStatus();
 }
 
 std::vector<std::string> GrpcSecurityArgs(const GrpcSecurityFiles& files) {

@@ -1,7 +1,7 @@
 // Optional transport security of every gRPC link (docs/security.md): mutual
 // TLS from PEM files, and a shared bearer token that clients attach to every
-// call ("authorization: Bearer <token>" metadata) and the parameter servers
-// and syncers check in each handler.
+// call ("authorization: Bearer <token>" metadata) and the server credentials
+// check once per call, before any handler runs.
 //
 // A process loads its files once at start; the loaded GrpcSecurity is then
 // copied into every server's and client's options. A default-constructed
@@ -11,8 +11,6 @@
 //   SS_ASSIGN_OR_RETURN(GrpcSecurity sec, LoadGrpcSecurity(files));
 //   builder.AddListeningPort(address, ServerCredentials(sec), &port);
 //   auto channel = CreateChannel("ps-0:7000", sec, args);
-//   // in a handler:
-//   if (absl::Status s = CheckBearerToken(*context, token); !s.ok()) ... finish with s
 //
 // A client checks the server's certificate for `tls_server_name`, not for
 // the address it dials (docs/security.md, "Names"). Thread-safe: the
@@ -22,7 +20,6 @@
 
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,7 +69,10 @@ absl::StatusOr<GrpcSecurity> LoadGrpcSecurity(const GrpcSecurityFiles& files,
                                               const std::string& flag_prefix = "--");
 
 // Mutual TLS (client certificate requested, required and verified against
-// ca_pem) when security.tls(), else insecure.
+// ca_pem) when security.tls(), else insecure. With security.has_token(), every
+// call must carry "authorization: Bearer <auth_token>" (compared in constant
+// time): gRPC answers any other call UNAUTHENTICATED(kUnauthenticatedMessage)
+// before it is matched to a handler, so no service code sees it.
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSecurity& security);
 
 // A channel to `address`: TLS with this process's certificate when
@@ -81,25 +81,6 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSecurity& s
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
                                              const GrpcSecurity& security,
                                              grpc::ChannelArguments args = {});
-
-// OK if `expected_token` is empty or the call carries "authorization:
-// Bearer <expected_token>" (compared in constant time); otherwise
-// Unauthenticated(kUnauthenticatedMessage).
-absl::Status CheckBearerToken(const grpc::ServerContextBase& context,
-                              const std::string& expected_token);
-
-// A streaming reactor (grpc::ServerReadReactor<T> or ServerWriteReactor<T>)
-// that only finishes with `status`: how a streaming handler refuses a call
-// before reading or writing anything. It deletes itself when done.
-template <typename Reactor>
-Reactor* RefuseStream(grpc::Status status) {
-  class Refused final : public Reactor {
-   public:
-    explicit Refused(grpc::Status s) { this->Finish(std::move(s)); }
-    void OnDone() override { delete this; }
-  };
-  return new Refused(std::move(status));
-}
 
 // Constant-time equality of two byte strings (time depends only on lengths).
 bool ConstantTimeEquals(const std::string& a, const std::string& b);

@@ -1,16 +1,12 @@
 #include "ps/ps_server.h"
 
-#include <chrono>
 #include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_security.h"
 #include "common/grpc_util.h"
-#include "common/metrics_http.h"
 #include "common/status_macros.h"
-#include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::ps {
@@ -26,13 +22,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (options.service.shard_map_path.empty()) {
     options.service.shard_map_path = options.store.db_path + "/SHADOWSYNC_SHARD_MAP";
   }
-  options.service.auth_token = options.security.auth_token;
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 
-  if (absl::Status limits = ValidateServerLimits(opts.limits); !limits.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("ps: limits.", limits.message()));
-  }
+  SS_RETURN_IF_ERROR(GrpcServerProcess::ValidateOptions("ps", opts));
   if (opts.service.max_import_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps: service.max_import_bytes: must be positive, got ", opts.service.max_import_bytes));
@@ -48,19 +41,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   s.store_collectable_ = PsMetrics::StoreCollectable(s.store_.get());
   s.service_ = std::make_unique<PsService>(s.store_.get(), s.metrics_.get(), opts.service);
 
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.grpc_address, ServerCredentials(opts.security), &s.grpc_port_);
-  builder.RegisterService(s.service_.get());
-  ApplyServerLimits(opts.limits, builder);
-  s.server_ = builder.BuildAndStart();
+  SS_ASSIGN_OR_RETURN(
+      s.process_,
+      GrpcServerProcess::Start(
+          "ps", opts, s.service_.get(), {s.registry_, s.store_collectable_},
+          {.before_drain = [&s] { s.StopEviction(); }, .after_stop = [&s] { s.Close(); }}));
   // On any error below, ~PsServer tears down whatever was started.
-  if (s.server_ == nullptr || s.grpc_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("ps: cannot bind the gRPC address ", opts.grpc_address));
-  }
-  s.advertise_address_ = opts.advertise_address.empty()
-                             ? DialableAddress(opts.grpc_address, s.grpc_port_)
-                             : opts.advertise_address;
+  s.advertise_address_ =
+      opts.advertise_address.empty() ? s.process_->local_address() : opts.advertise_address;
 
   // The shard map: the persisted one, else the initial one for a store that
   // has none or an older one. The persisted map's own address is refreshed,
@@ -95,30 +83,16 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   }
   SS_RETURN_IF_ERROR(installed);
 
-  if (!opts.metrics_address.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(opts.metrics_address);
-    if (!http.ok()) {
-      return absl::Status(http.status().code(), absl::StrCat("ps: ", http.status().message()));
-    }
-    s.http_ = *std::move(http);
-    s.metrics_port_ = s.http_->port();
-    s.http_->RegisterCollectable(s.registry_);
-    s.http_->RegisterCollectable(s.store_collectable_);
-  }
-
   if (opts.eviction_interval > absl::ZeroDuration()) {
     s.eviction_thread_ = std::thread([&s] { s.EvictionLoop(); });
   }
-  if (s.http_ != nullptr) s.http_->set_serving(true);
-  Log(absl::StrCat("ps listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
-                   opts.metrics_address.empty() ? std::string("off")
-                                                : WithPort(opts.metrics_address, s.metrics_port_),
-                   " advertise=", s.advertise_address_, " ", opts.security.Describe()));
+  s.process_->ReportServing(absl::StrCat("advertise=", s.advertise_address_));
   return server;
 }
 
-PsServer::~PsServer() { Shutdown(); }
+PsServer::~PsServer() {
+  if (process_ != nullptr) process_->Shutdown();
+}
 
 void PsServer::EvictionLoop() {
   while (true) {
@@ -137,45 +111,18 @@ void PsServer::EvictionLoop() {
   }
 }
 
-void PsServer::Shutdown() {
-  {
-    MutexLock lock(&mu_);
-    if (stopping_) {
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; });
-      return;
-    }
-    stopping_ = true;
-  }
-  Log("ps shutting down: draining RPCs");
-  if (http_ != nullptr) http_->set_serving(false);
-  // 1. Stop accepting, let in-flight RPCs finish, cancel stragglers at the
-  //    deadline. The service's executor keeps running meanwhile, so streams
-  //    and admin RPCs can complete.
-  if (server_ != nullptr) {
-    server_->Shutdown(DeadlineFromNow(options_.shutdown_grace));
-    server_->Wait();
-  }
-  // 2. Background work and the HTTP endpoint, which read the store.
-  if (eviction_thread_.joinable()) eviction_thread_.join();
-  if (http_ != nullptr) {
-    http_->RemoveCollectable(store_collectable_);
-    http_.reset();
-  }
-  // 3. The service (drains its executor), then the store.
-  server_.reset();
-  service_.reset();
-  const bool had_store = store_ != nullptr;
-  store_.reset();
-  if (had_store) Log("ps stopped: store closed");
-  {
-    MutexLock lock(&mu_);
-    stopped_ = true;
-  }
+void PsServer::StopEviction() {
+  MutexLock lock(&mu_);
+  stopping_ = true;
 }
 
-void PsServer::Wait() {
-  MutexLock lock(&mu_);
-  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; });
+void PsServer::Close() {
+  StopEviction();
+  if (eviction_thread_.joinable()) eviction_thread_.join();
+  // The service drains its executors, which use the store.
+  service_.reset();
+  store_.reset();
+  Log("ps stopped: store closed");
 }
 
 }  // namespace shadowsync::ps

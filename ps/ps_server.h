@@ -1,6 +1,7 @@
-// The parameter-server process around a RowStore: the gRPC server of
-// PsService, Prometheus metrics and /healthz on an HTTP port, the periodic
-// eviction loop, and an orderly shutdown. `shadowsync ps` is a thin wrapper.
+// The parameter-server process around a RowStore: PsService in a
+// GrpcServerProcess (common/grpc_server_process.h: gRPC, Prometheus metrics
+// and /healthz on an HTTP port, an orderly shutdown), the shard map it starts
+// with, and the periodic eviction loop. `shadowsync ps` is a thin wrapper.
 // Thread-safe: Shutdown() and Wait() may be called from any thread; destroy
 // the server only once no other thread can still be inside Shutdown() (join
 // the thread that called it).
@@ -13,7 +14,6 @@
 #ifndef SHADOWSYNC_PS_PS_SERVER_H_
 #define SHADOWSYNC_PS_PS_SERVER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,31 +23,20 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/grpc_security.h"
-#include "common/grpc_util.h"
+#include "common/grpc_server_process.h"
 #include "common/mutex.h"
 #include "ps/ps_service.h"
 #include "ps/row_store.h"
 
-namespace grpc {
-class Server;
-}  // namespace grpc
-namespace shadowsync {
-class MetricsHttpServer;
-}  // namespace shadowsync
 namespace prometheus {
 class Registry;
 }  // namespace prometheus
 
 namespace shadowsync::ps {
 
-struct PsServerOptions {
-  // host:port the gRPC server binds; port 0 picks a free port (grpc_port()).
-  // Default: 127.0.0.1:0.
-  std::string grpc_address = "127.0.0.1:0";
-  // host:port of the HTTP server for /metrics and /healthz; port 0 picks a
-  // free port (metrics_port()); empty = no HTTP server. Default: 127.0.0.1:0.
-  std::string metrics_address = "127.0.0.1:0";
+// GrpcServerProcessOptions: the gRPC and HTTP addresses, security, limits and
+// shutdown grace.
+struct PsServerOptions : GrpcServerProcessOptions {
   // This server's address in the shard map it starts with, and in a
   // persisted map it restarts with. Default (empty): the gRPC address with the
   // bound port; with a wildcard host (0.0.0.0, [::]), 127.0.0.1 for a new map
@@ -68,17 +57,8 @@ struct PsServerOptions {
   // <store.db_path>/SHADOWSYNC_SHARD_MAP.
   PsServiceOptions service;
 
-  // Mutual TLS and the bearer token every call must carry (service.auth_token
-  // is set from it). Default: plaintext, no token.
-  GrpcSecurity security;
-
-  // Message size, streams per connection, handler threads and gRPC memory.
-  GrpcServerLimits limits;
   // Period of RowStore::EvictNow(); 0 disables the loop. Default: 10s.
   absl::Duration eviction_interval = absl::Seconds(10);
-  // How long Shutdown() lets in-flight RPCs finish before cancelling them.
-  // Default: 5s.
-  absl::Duration shutdown_grace = absl::Seconds(5);
 };
 
 class PsServer {
@@ -94,41 +74,41 @@ class PsServer {
   PsServer(const PsServer&) = delete;
   PsServer& operator=(const PsServer&) = delete;
 
-  int grpc_port() const { return grpc_port_; }
+  int grpc_port() const { return process_->grpc_port(); }
   // 0 when there is no HTTP endpoint.
-  int metrics_port() const { return metrics_port_; }
+  int metrics_port() const { return process_->metrics_port(); }
   // host:port clients can dial (the advertised address).
   const std::string& address() const { return advertise_address_; }
 
   // Stops accepting RPCs, lets in-flight ones finish (cancelling them after
   // shutdown_grace), stops the eviction loop and the HTTP endpoint, then closes
   // the store. Idempotent; concurrent callers return once it is done.
-  void Shutdown();
+  void Shutdown() { process_->Shutdown(); }
   // Blocks until Shutdown() has completed.
-  void Wait();
+  void Wait() { process_->Wait(); }
 
  private:
   PsServer() = default;
   void EvictionLoop();
+  // The process's hooks: the eviction loop ends at the start of a shutdown;
+  // once no RPC is left, Close() joins it and closes the store.
+  void StopEviction();
+  void Close();
 
   PsServerOptions options_;
-  int grpc_port_ = 0;
-  int metrics_port_ = 0;
   std::string advertise_address_;
 
-  // Destroyed in Shutdown(), in reverse order of creation.
+  // Created in this order; Close() destroys them in reverse.
   std::unique_ptr<RowStore> store_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<PsMetrics> metrics_;
   std::shared_ptr<prometheus::Collectable> store_collectable_;
   std::unique_ptr<PsService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> http_;
+  std::unique_ptr<GrpcServerProcess> process_;
   std::thread eviction_thread_;
 
   Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Ends the eviction loop.
 };
 
 }  // namespace shadowsync::ps

@@ -18,7 +18,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -304,10 +303,6 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
                                             v1::LookupResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kLookup, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     std::vector<model::TableRows> rows;
     SS_RETURN_IF_ERROR(ParseTables(request->tables(), /*with_values=*/false, rows));
@@ -332,10 +327,6 @@ grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* 
                                                    v1::PushGradientsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kPushGradients, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     std::vector<model::TableRows> rows;
     SS_RETURN_IF_ERROR(ParseTables(request->tables(), /*with_values=*/true, rows));
@@ -354,10 +345,6 @@ grpc::ServerUnaryReactor* PsService::GetShardMap(grpc::CallbackServerContext* co
                                                  v1::ShardMap* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kGetShardMap, start, auth, 0, 0);
-    return reactor;
-  }
   absl::Status status;
   if (std::shared_ptr<const ShardMap> map = shard_map(); map != nullptr) {
     *response = map->ToProto();

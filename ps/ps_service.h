@@ -82,8 +82,8 @@ class PsMetrics {
   void SetImportStaged(int64_t bytes) { import_staged_->Set(static_cast<double>(bytes)); }
 
   // A collectable emitting the store's metrics from `store->stats()` when
-  // scraped. `store` must outlive every Collect() call (unregister it from the
-  // exposer before closing the store).
+  // scraped. `store` must outlive every Collect() call (stop the exposer, or
+  // unregister it, before closing the store).
   static std::shared_ptr<prometheus::Collectable> StoreCollectable(const RowStore* store);
 
   // Every metric name this server exports, for tests and docs.
@@ -134,9 +134,6 @@ struct PsServiceOptions {
   // with training at 0.97 of its speed; at 10, about 500 k at 0.84.
   int export_threads = 2;
   int export_nice = 10;
-  // The bearer token every call must carry (common/grpc_security.h); a call
-  // without it is refused UNAUTHENTICATED. Empty = none required.
-  std::string auth_token;
 };
 
 // A shard map as persisted at PsServiceOptions::shard_map_path.

@@ -8,7 +8,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_security.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -22,10 +21,6 @@ grpc::ServerUnaryReactor* PsService::SetShardMap(grpc::CallbackServerContext* co
                                                  v1::SetShardMapResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kSetShardMap, start, auth, 0, 0);
-    return reactor;
-  }
   // Persisting the map fsyncs: off the gRPC thread.
   executor_.Schedule([this, context, reactor, request, start] {
     absl::Status status;
@@ -47,10 +42,6 @@ grpc::ServerUnaryReactor* PsService::DropSlots(grpc::CallbackServerContext* cont
                                                v1::DropSlotsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kDropSlots, start, auth, 0, 0);
-    return reactor;
-  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       if (request->slots().empty()) return absl::InvalidArgumentError("slots: empty");
@@ -89,10 +80,6 @@ grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* con
                                                 v1::CheckpointResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kCheckpoint, start, auth, 0, 0);
-    return reactor;
-  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       if (request->path().empty()) return absl::InvalidArgumentError("path: empty");
@@ -111,10 +98,6 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* context,
                                            v1::StatsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(context, reactor, Rpc::kStats, start, auth, 0, 0);
-    return reactor;
-  }
   // The checksums scan every row: off the gRPC thread.
   executor_.Schedule([this, context, reactor, response, start] {
     const absl::Status status = [&]() -> absl::Status {

@@ -16,7 +16,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/mutex.h"
@@ -255,10 +254,7 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
 };
 
 grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
-    grpc::CallbackServerContext* context, const v1::ExportSlotsRequest* request) {
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    return RefuseStream<grpc::ServerWriteReactor<v1::SlotChunk>>(ToGrpcStatus(auth));
-  }
+    grpc::CallbackServerContext* /*context*/, const v1::ExportSlotsRequest* request) {
   absl::Status status;
   std::vector<uint32_t> slots;
   std::vector<int> first_at(num_slots_, -1);
@@ -496,11 +492,8 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-grpc::ServerReadReactor<v1::SlotChunk>* PsService::ImportSlots(grpc::CallbackServerContext* context,
-                                                               v1::ImportSlotsResponse* response) {
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    return RefuseStream<grpc::ServerReadReactor<v1::SlotChunk>>(ToGrpcStatus(auth));
-  }
+grpc::ServerReadReactor<v1::SlotChunk>* PsService::ImportSlots(
+    grpc::CallbackServerContext* /*context*/, v1::ImportSlotsResponse* response) {
   auto* reactor = new ImportReactor(this, response);
   reactor->Start();
   return reactor;

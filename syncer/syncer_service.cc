@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
 
@@ -266,10 +265,6 @@ grpc::ServerUnaryReactor* SyncerService::InitCentre(grpc::CallbackServerContext*
                                                     v1::CentreResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kInitCentre, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = request->values_size();
     SS_RETURN_IF_ERROR(range_.Check(RangeOf(request->offset(), n, request->total()), "values"));
@@ -289,10 +284,6 @@ grpc::ServerUnaryReactor* SyncerService::PullCentre(grpc::CallbackServerContext*
                                                     v1::CentreResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kPullCentre, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = static_cast<int64_t>(std::min<uint64_t>(request->length(), INT64_MAX));
     // A pull carries no data to vouch for its length: it never binds the range
@@ -316,10 +307,6 @@ grpc::ServerUnaryReactor* SyncerService::AddToCentre(grpc::CallbackServerContext
                                                      v1::CentreResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kAddToCentre, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     const int64_t n = request->delta_size();
     SS_RETURN_IF_ERROR(range_.Check(RangeOf(request->offset(), n, request->total()), "delta"));
@@ -361,10 +348,6 @@ grpc::ServerUnaryReactor* SyncerService::AllReduce(grpc::CallbackServerContext* 
                                                    v1::AllReduceResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kAllReduce, start, auth, 0, 0);
-    return reactor;
-  }
   const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
   const int64_t n = request->values_size();
   const int64_t held = bytes_in + kWaitingCallOverhead;
@@ -404,10 +387,6 @@ grpc::ServerUnaryReactor* SyncerService::Join(grpc::CallbackServerContext* conte
                                               v1::JoinResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kJoin, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
     SS_RETURN_IF_ERROR(CheckName("member", request->member()));
@@ -428,10 +407,6 @@ grpc::ServerUnaryReactor* SyncerService::Leave(grpc::CallbackServerContext* cont
                                                v1::LeaveResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kLeave, start, auth, 0, 0);
-    return reactor;
-  }
   const absl::Status status = [&]() -> absl::Status {
     if (request->member().empty()) return absl::InvalidArgumentError("member: empty");
     SS_RETURN_IF_ERROR(CheckName("member", request->member()));
@@ -460,10 +435,6 @@ grpc::ServerUnaryReactor* SyncerService::Clock(grpc::CallbackServerContext* cont
                                                v1::ClockResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kClock, start, auth, 0, 0);
-    return reactor;
-  }
   const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
   const int64_t held = bytes_in + kWaitingCallOverhead;
   const absl::Status status = [&]() -> absl::Status {
@@ -515,10 +486,6 @@ grpc::ServerUnaryReactor* SyncerService::Stats(grpc::CallbackServerContext* cont
                                                v1::SyncerStatsResponse* response) {
   const SteadyClock::time_point start = SteadyClock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = CheckBearerToken(*context, options_.auth_token); !auth.ok()) {
-    Finish(reactor, Method::kStats, start, auth, 0, 0);
-    return reactor;
-  }
   if (const std::optional<DenseRange> range = range_.range(); range.has_value()) {
     response->set_has_range(true);
     response->set_offset(static_cast<uint64_t>(range->offset));

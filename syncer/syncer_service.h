@@ -100,9 +100,6 @@ struct SyncerServiceOptions {
   // it is answered RESOURCE_EXHAUSTED at once and changes nothing. It must
   // hold one contribution per trainer. Default: 2 GiB.
   int64_t max_waiting_bytes = int64_t{2} << 30;
-  // The bearer token every call must carry (common/grpc_security.h); a call
-  // without it is refused UNAUTHENTICATED. Empty = none required.
-  std::string auth_token;
   // Added to every reply before it is sent, emulating the network time
   // (round trip plus transfer) that loopback lacks, for benchmarks of
   // latency hiding (bench/stragglers.sh). One timer thread holds the

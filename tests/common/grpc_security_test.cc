@@ -5,11 +5,14 @@
 
 #include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "ps/client/ps_client.h"
 #include "ps/client/resharder.h"
@@ -17,6 +20,7 @@
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/syncer_server.h"
+#include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -59,10 +63,11 @@ class GrpcSecurityTest : public ::testing::Test {
     return s.ok() ? *s : GrpcSecurity();
   }
 
-  std::unique_ptr<ps::PsServer> StartPs(const GrpcSecurity& security) {
+  // With `metrics`, the server exports /metrics on a free port.
+  std::unique_ptr<ps::PsServer> StartPs(const GrpcSecurity& security, bool metrics = false) {
     ps::PsServerOptions o;
     o.grpc_address = "127.0.0.1:0";
-    o.metrics_address = "";
+    o.metrics_address = metrics ? "127.0.0.1:0" : "";
     o.store.db_path = dir_.File("ps" + std::to_string(++servers_));
     o.store.dim = kDim;
     o.store.tables = {{.name = "t0", .hash_buckets = 1000}, {.name = "t1", .hash_buckets = 1000}};
@@ -76,10 +81,11 @@ class GrpcSecurityTest : public ::testing::Test {
     return server.ok() ? *std::move(server) : nullptr;
   }
 
-  std::unique_ptr<syncer::SyncerServer> StartSyncer(const GrpcSecurity& security) {
+  std::unique_ptr<syncer::SyncerServer> StartSyncer(const GrpcSecurity& security,
+                                                    bool metrics = false) {
     syncer::SyncerServerOptions o;
     o.grpc_address = "127.0.0.1:0";
-    o.metrics_address = "";
+    o.metrics_address = metrics ? "127.0.0.1:0" : "";
     o.shutdown_grace = absl::Milliseconds(200);
     o.security = security;
     auto server = syncer::SyncerServer::Start(std::move(o));
@@ -116,6 +122,91 @@ class GrpcSecurityTest : public ::testing::Test {
   static grpc::Status SyncerStats(v1::Syncer::Stub& stub) {
     v1::SyncerStatsResponse response;
     return stub.Stats(Context().get(), {}, &response);
+  }
+
+  // Calls `method` ("/package.Service/Method") with one request message of
+  // default values, reading every reply: as a generic stream, since on the
+  // wire unary and streaming calls differ only in how many messages they send.
+  static grpc::Status CallWithDefaultRequest(const std::shared_ptr<grpc::Channel>& channel,
+                                             const std::string& method) {
+    grpc::GenericStub stub(channel);
+    auto context = Context();
+    grpc::CompletionQueue cq;
+    auto next = [&cq] {
+      void* tag = nullptr;
+      bool ok = false;
+      EXPECT_TRUE(cq.Next(&tag, &ok));
+      return ok;
+    };
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        stub.PrepareCall(context.get(), method, &cq);
+    call->StartCall(nullptr);
+    next();
+    grpc::Slice empty(std::string{});  // Every field at its default.
+    grpc::ByteBuffer request(&empty, 1);
+    call->Write(request, nullptr);
+    next();
+    call->WritesDone(nullptr);
+    next();
+    grpc::ByteBuffer reply;
+    do {
+      call->Read(&reply, nullptr);
+    } while (next());
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    next();
+    return status;
+  }
+
+  // The calls of `method` the server has answered (its latency histogram's
+  // count): `metric` labelled `label`="method" on the /metrics endpoint.
+  static int64_t Served(int metrics_port, const std::string& metric, const std::string& label,
+                        const std::string& method) {
+    std::string body;
+    EXPECT_EQ(shadowsync::testing::HttpGet(metrics_port, "/metrics", &body), 200);
+    const std::string prefix = metric + "_count{" + label + "=\"" + method + "\"}";
+    std::istringstream lines(body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(line.rfind(' ') + 1));
+    }
+    ADD_FAILURE() << "no " << prefix << " in /metrics";
+    return -1;
+  }
+
+  // Every RPC method of `service`, called with no token and with a wrong one,
+  // is refused UNAUTHENTICATED without reaching its handler (which would count
+  // it in `metric`); called with `job`'s token it reaches the handler.
+  static void ExpectEveryMethodNeedsTheToken(const std::string& service_name,
+                                             const std::string& address, int metrics_port,
+                                             const std::string& metric, const std::string& label,
+                                             const GrpcSecurity& job) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service_name);
+    ASSERT_NE(service, nullptr) << service_name;
+    ASSERT_GT(service->method_count(), 0);
+    GrpcSecurity no_token = job;
+    no_token.auth_token.clear();
+    GrpcSecurity wrong_token = job;
+    wrong_token.auth_token = job.auth_token + "x";
+    const auto authorised = CreateChannel(address, job);
+    for (int i = 0; i < service->method_count(); ++i) {
+      const std::string name = service->method(i)->name();
+      const std::string method = "/" + service->full_name() + "/" + name;
+      const int64_t before = Served(metrics_port, metric, label, name);
+      for (const GrpcSecurity* bad : {&no_token, &wrong_token}) {
+        const grpc::Status refused = CallWithDefaultRequest(CreateChannel(address, *bad), method);
+        EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+        EXPECT_EQ(refused.error_message(), kUnauthenticatedMessage) << method;
+      }
+      EXPECT_EQ(Served(metrics_port, metric, label, name), before)
+          << method << ": a refused call reached the handler";
+      // Default values are not always a valid request: what matters is that
+      // the handler answered.
+      const grpc::Status served = CallWithDefaultRequest(authorised, method);
+      EXPECT_NE(served.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << method << ": " << served.error_message();
+      EXPECT_EQ(Served(metrics_port, metric, label, name), before + 1) << method;
+    }
   }
 
   static inline shadowsync::testing::ScratchDir* certs_ = nullptr;
@@ -410,6 +501,23 @@ TEST_F(GrpcSecurityTest, SyncerRefusesCallsWithoutTheTokenAndKeepsItsCentre) {
   ASSERT_TRUE(good->Stats(Context().get(), {}, &stats).ok());
   EXPECT_TRUE(stats.clocks().empty());  // The refused Clock left no member.
   EXPECT_TRUE(stats.groups().empty());  // Nor did the refused AllReduce and Join.
+}
+
+TEST_F(GrpcSecurityTest, EveryRpcOfBothServersNeedsTheTokenOverPlaintextAndTls) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    const GrpcSecurity job = Load(tls, /*token=*/true);
+    auto ps = StartPs(job, /*metrics=*/true);
+    auto syncer = StartSyncer(job, /*metrics=*/true);
+    ASSERT_NE(ps, nullptr);
+    ASSERT_NE(syncer, nullptr);
+    ExpectEveryMethodNeedsTheToken(v1::ParameterServer::service_full_name(), ps->address(),
+                                   ps->metrics_port(), "shadowsync_ps_request_duration_seconds",
+                                   "rpc", job);
+    ExpectEveryMethodNeedsTheToken(v1::Syncer::service_full_name(), syncer->address(),
+                                   syncer->metrics_port(), "shadowsync_syncer_request_seconds",
+                                   "method", job);
+  }
 }
 
 }  // namespace
