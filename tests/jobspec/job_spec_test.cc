@@ -20,6 +20,7 @@ namespace {
 
 using ::shadowsync::testing::ReadFile;
 using ::shadowsync::testing::ScratchDir;
+using ::shadowsync::testing::SourcePath;
 using ::shadowsync::testing::StatusIs;
 using ::shadowsync::testing::WriteFile;
 using ::testing::ElementsAre;
@@ -148,15 +149,6 @@ constexpr char kFullJson[] = R"({
 template <typename T>
 std::string Msg(const T& status_or) {
   return std::string(::shadowsync::testing::AsStatus(status_or).message());
-}
-
-// The repository root: SHADOWSYNC_SOURCE_DIR under ctest, else derived from
-// this file's path.
-std::filesystem::path SourceDir() {
-  if (const char* dir = std::getenv("SHADOWSYNC_SOURCE_DIR")) {
-    return dir;
-  }
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
 class JobSpecTest : public ::testing::Test {
@@ -470,8 +462,7 @@ TEST_F(JobSpecTest, LongValuesAreShortenedOnCharacterBoundaries) {
 // holding a byte that is not UTF-8, and quoting it in the validation message
 // threw.)
 TEST_F(JobSpecTest, FuzzRegressionsNeitherThrowNorCrash) {
-  const std::filesystem::path dir =
-      std::filesystem::path(testing::SourceDir()) / "tests/fuzz/regressions/fuzz_job_spec";
+  const std::filesystem::path dir = SourcePath("tests/fuzz/regressions/fuzz_job_spec");
   int inputs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     ++inputs;
@@ -1073,7 +1064,7 @@ TEST_F(JobSpecTest, FieldPathsCoverEveryWireField) {
 }
 
 TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
-  const std::string path = (SourceDir() / "docs" / "job-spec.md").string();
+  const std::string path = SourcePath("docs/job-spec.md");
   std::string doc = ReadFile(path);
   const std::string begin_marker = "<!-- BEGIN GENERATED";
   const std::string end_marker = "<!-- END GENERATED -->";
@@ -1093,7 +1084,7 @@ TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
 }
 
 TEST_F(JobSpecTest, DocsMentionEveryFieldPath) {
-  const std::string doc = ReadFile((SourceDir() / "docs" / "job-spec.md").string());
+  const std::string doc = ReadFile(SourcePath("docs/job-spec.md"));
   ASSERT_FALSE(doc.empty());
   for (const std::string& path : JobFieldPaths()) {
     EXPECT_THAT(doc, HasSubstr("`" + path + "`"));
@@ -1101,7 +1092,7 @@ TEST_F(JobSpecTest, DocsMentionEveryFieldPath) {
 }
 
 TEST_F(JobSpecTest, QuickstartParsesAndValidates) {
-  const std::string path = (SourceDir() / "deploy" / "examples" / "quickstart.yaml").string();
+  const std::string path = SourcePath("deploy/examples/quickstart.yaml");
   absl::StatusOr<ShadowSyncJob> job = LoadJobFile(path);
   SS_ASSERT_OK(job);
   const JobSpec& s = job->spec;

@@ -24,17 +24,13 @@ namespace {
 
 using json = nlohmann::json;
 using ::shadowsync::testing::ReadFile;
-using ::shadowsync::testing::SourceDir;
+using ::shadowsync::testing::SourcePath;
 using ::shadowsync::testing::WriteFile;
 using ::testing::Contains;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsSupersetOf;
 using ::testing::UnorderedElementsAreArray;
-
-std::string SourcePath(const std::string& relative) {
-  return (std::filesystem::path(SourceDir()) / relative).string();
-}
 
 // YAML -> JSON with the YAML 1.2 core schema for plain scalars; quoted
 // scalars are strings. A plain scalar that YAML 1.1 readers (kubectl's

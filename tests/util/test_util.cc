@@ -44,6 +44,10 @@ std::string SourceDir() {
   return src ? src : SHADOWSYNC_DEFAULT_SOURCE_DIR;
 }
 
+std::string SourcePath(const std::string& relative) {
+  return (std::filesystem::path(SourceDir()) / relative).string();
+}
+
 std::string BinDir() {
   const char* dir = std::getenv("SHADOWSYNC_BIN_DIR");
   return dir ? dir : SHADOWSYNC_DEFAULT_BIN_DIR;

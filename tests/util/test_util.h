@@ -54,6 +54,8 @@ std::string ReadFile(const std::string& path);
 std::string BinDir();
 // The source tree ($SHADOWSYNC_SOURCE_DIR, else the configured source dir).
 std::string SourceDir();
+// `relative` (e.g. "docs/job-spec.md") in the source tree.
+std::string SourcePath(const std::string& relative);
 // The real Criteo excerpt in ../shared/data/criteo, or "" when absent.
 std::string CriteoSamplePath();
 
