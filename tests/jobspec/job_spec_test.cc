@@ -1,7 +1,6 @@
 #include "jobspec/job_spec.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/json_schema.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -22,6 +22,7 @@ using ::shadowsync::testing::ReadFile;
 using ::shadowsync::testing::ScratchDir;
 using ::shadowsync::testing::SourcePath;
 using ::shadowsync::testing::StatusIs;
+using ::shadowsync::testing::WalkSchema;
 using ::shadowsync::testing::WriteFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -929,20 +930,6 @@ TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
 
 // --- Generated artefacts -----------------------------------------------------------------
 
-// Calls `visit(path, node)` for every schema node below `node`.
-void WalkSchema(const json& node, const std::string& path,
-                const std::function<void(const std::string&, const json&)>& visit) {
-  visit(path, node);
-  if (node.contains("properties")) {
-    for (const auto& [name, child] : node["properties"].items()) {
-      WalkSchema(child, path.empty() ? name : path + "." + name, visit);
-    }
-  }
-  if (node.contains("items")) {
-    WalkSchema(node["items"], path + "[]", visit);
-  }
-}
-
 TEST_F(JobSpecTest, OpenApiSchemaHasEnumsMinimumsAndDefaults) {
   const json schema = JobSpecOpenApiSchema();
   EXPECT_EQ(schema["type"], "object");
@@ -1065,7 +1052,7 @@ TEST_F(JobSpecTest, FieldPathsCoverEveryWireField) {
 
 TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
   const std::string path = SourcePath("docs/job-spec.md");
-  std::string doc = ReadFile(path);
+  const std::string doc = ReadFile(path);
   const std::string begin_marker = "<!-- BEGIN GENERATED";
   const std::string end_marker = "<!-- END GENERATED -->";
   size_t begin = doc.find(begin_marker);
@@ -1073,14 +1060,11 @@ TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
   ASSERT_NE(begin, std::string::npos) << path;
   ASSERT_NE(end, std::string::npos) << path;
   begin = doc.find('\n', begin) + 1;
-  const std::string generated = JobSpecReferenceMarkdown();
-  if (std::getenv("SHADOWSYNC_UPDATE_DOCS") != nullptr) {
-    doc.replace(begin, end - begin, generated);
-    WriteFile(path, doc);
+  if (testing::RewriteOrExpectGenerated(path, JobSpecReferenceMarkdown(),
+                                        "SHADOWSYNC_UPDATE_DOCS=1 job_spec_test", begin,
+                                        end - begin)) {
     GTEST_SKIP() << "rewrote " << path;
   }
-  EXPECT_EQ(doc.substr(begin, end - begin), generated)
-      << path << " is stale; regenerate with SHADOWSYNC_UPDATE_DOCS=1 job_spec_test";
 }
 
 TEST_F(JobSpecTest, DocsMentionEveryFieldPath) {
