@@ -19,6 +19,43 @@ die() {
 
 note() { echo "# $*" >&2; }
 
+# usage: prints the calling script's header comment (its help text). A script
+# whose header holds more than its help defines its own after sourcing this.
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
+# exit_if_help ARG...: prints the usage and exits when the first ARG asks for help.
+exit_if_help() {
+  if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    usage
+    exit 0
+  fi
+}
+
+# parse_flags FLAG... -- ARG...: each "--flag VALUE" among ARGs sets the
+# variable named after the flag in upper case with '-' as '_' (--batch-size
+# sets BATCH_SIZE); -h/--help prints the usage. Any other ARG is an error.
+parse_flags() {
+  local -A known=()
+  while [[ "$1" != -- ]]; do
+    known["$1"]=1
+    shift
+  done
+  shift
+  local var
+  while [[ $# -gt 0 ]]; do
+    exit_if_help "$1"
+    if [[ -z "${known[$1]:-}" ]]; then
+      usage >&2
+      die "unknown argument: $1"
+    fi
+    [[ $# -ge 2 ]] || die "$1 needs a value"
+    var="${1#--}"
+    var="${var^^}"
+    printf -v "${var//-/_}" '%s' "$2"
+    shift 2
+  done
+}
+
 need_file() {  # need_file PATH WHAT
   [[ -f "$1" ]] || die "$2 not found: $1"
 }
@@ -91,7 +128,6 @@ split_file() {
   echo "$keep $((n - keep))"
 }
 
-# Other processes on the machine distort timings; say so.
 # sync_data: the synthetic training file of the sync benchmarks (400k
 # examples, seed 7), generated once into $BENCH_TMP/sync; prints its path.
 sync_data() {
@@ -107,6 +143,18 @@ sync_data() {
   echo "$data"
 }
 
+# run_sync_script SCRIPT WORKDIR ARG...: runs bench/SCRIPT (a sync benchmark
+# driver) on sync_data with its runs in WORKDIR, passing ARGs on; replaces
+# this shell.
+run_sync_script() {
+  need_shadowsync
+  local data
+  data="$(sync_data)"
+  check_load
+  exec "$PY" "$ROOT/bench/$1" --bin "$SHADOWSYNC" --data "$data" --workdir "$2" "${@:3}"
+}
+
+# Other processes on the machine distort timings; say so.
 check_load() {
   local load cores
   load=$(cut -d' ' -f1 /proc/loadavg)

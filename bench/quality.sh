@@ -49,25 +49,8 @@ SYNTH_SEED="${SYNTH_SEED:-7}"
 SYNTH_THREADS="${SYNTH_THREADS:-2}"
 PRECISION="${PRECISION:-fp32}"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --batch-size) BATCH_SIZE="$2"; shift 2 ;;
-    --lr) LR="$2"; shift 2 ;;
-    --optimizer) OPTIMIZER="$2"; shift 2 ;;
-    --hash-buckets) HASH_BUCKETS="$2"; shift 2 ;;
-    --seed) SEED="$2"; shift 2 ;;
-    --threads) THREADS="$2"; shift 2 ;;
-    --train-fraction) TRAIN_FRACTION="$2"; shift 2 ;;
-    --data) DATA="$2"; shift 2 ;;
-    --synth-examples) SYNTH_EXAMPLES="$2"; shift 2 ;;
-    --synth-seed) SYNTH_SEED="$2"; shift 2 ;;
-    --synth-threads) SYNTH_THREADS="$2"; shift 2 ;;
-    --precision) PRECISION="$2"; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown argument: $1" ;;
-  esac
-done
+parse_flags --batch-size --lr --optimizer --hash-buckets --seed --threads --train-fraction \
+  --data --synth-examples --synth-seed --synth-threads --precision -- "$@"
 SYNTH_THREADS="${SYNTH_THREADS:-$THREADS}"
 
 [[ -f "$DATA" ]] || die "Criteo sample not found at $DATA (expected ../shared/data/criteo/criteo_sample.tsv next to the repository; pass --data FILE to use another)"

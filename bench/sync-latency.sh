@@ -17,11 +17,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
-
-need_shadowsync
-DATA="$(sync_data)"
-check_load
-exec "$PY" "$ROOT/bench/sync_latency.py" --bin "$SHADOWSYNC" --data "$DATA" \
-  --workdir "$BENCH_TMP/sync/latency-runs" "$@"
+exit_if_help "$@"
+run_sync_script sync_latency.py "$BENCH_TMP/sync/latency-runs" "$@"

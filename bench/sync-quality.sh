@@ -33,7 +33,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 SYNTH_EXAMPLES=1000000
 DATASETS=synthetic,criteo,criteo_global_batch,criteo_b256
 REPEATS=3

@@ -19,10 +19,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
-
-need_shadowsync
-DATA="$(sync_data)"
-check_load
-exec "$PY" "$ROOT/bench/sync.py" --bin "$SHADOWSYNC" --data "$DATA" --workdir "$BENCH_TMP/sync/runs" "$@"
+exit_if_help "$@"
+run_sync_script sync.py "$BENCH_TMP/sync/runs" "$@"

@@ -57,23 +57,8 @@ REPEATS="${REPEATS:-3}"
 DATA="${DATA:-}"
 EVAL_DATA="${EVAL_DATA:-}"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --batch-size) BATCH_SIZE="$2"; shift 2 ;;
-    --lr) LR="$2"; shift 2 ;;
-    --optimizer) OPTIMIZER="$2"; shift 2 ;;
-    --hash-buckets) HASH_BUCKETS="$2"; shift 2 ;;
-    --examples) EXAMPLES="$2"; shift 2 ;;
-    --eval-examples) EVAL_EXAMPLES="$2"; shift 2 ;;
-    --seed) SEED="$2"; shift 2 ;;
-    --repeats) REPEATS="$2"; shift 2 ;;
-    --data) DATA="$2"; shift 2 ;;
-    --eval-data) EVAL_DATA="$2"; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown argument: $1" ;;
-  esac
-done
+parse_flags --batch-size --lr --optimizer --hash-buckets --examples --eval-examples --seed \
+  --repeats --data --eval-data -- "$@"
 [[ "$REPEATS" -ge 1 ]] || die "--repeats must be at least 1"
 
 need_shadowsync

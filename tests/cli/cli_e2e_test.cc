@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/job_yaml.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -104,14 +105,11 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
 
 TEST_F(CliTest, TrainFromJobFileGeneratesDataAndHonoursFlagOverrides) {
   const std::string job = dir_.File("job.yaml");
-  testing::WriteFile(job, R"(apiVersion: shadowsync.io/v1alpha1
-kind: ShadowSyncJob
-metadata: {name: tiny}
-spec:
-  model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
-  data: {format: synthetic, synthetic: {examples: 6000, evalExamples: 1000, seed: 4}}
-  trainer: {threads: 2, batchSize: 64, learningRate: 0.02, densePrecision: fp32}
-)");
+  testing::WriteFile(
+      job,
+      testing::TinyJobYaml(
+          "tiny", 6000, 1000,
+          "  trainer: {threads: 2, batchSize: 64, learningRate: 0.02, densePrecision: fp32}\n"));
   std::string out;
   ASSERT_EQ(RunShell(Bin() + " train --config " + job + " --threads 1 --work-dir " +
                          dir_.File("work") + " --report-json " + dir_.File("r.json"),

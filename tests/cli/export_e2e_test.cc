@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/job_yaml.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -24,13 +25,8 @@ using nlohmann::json;
 using ::shadowsync::testing::ReadFile;
 using ::shadowsync::testing::RunShell;
 
-constexpr char kJob[] = R"(apiVersion: shadowsync.io/v1alpha1
-kind: ShadowSyncJob
-metadata: {name: NAME}
-spec:
-  model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
-  data: {format: synthetic, synthetic: {examples: EXAMPLES, evalExamples: 3000, seed: 4}}
-  trainer: {replicas: TRAINERS, threads: 1, batchSize: 64, learningRate: 0.02}
+constexpr char kCluster[] =
+    R"(  trainer: {replicas: TRAINERS, threads: 1, batchSize: 64, learningRate: 0.02}
   parameterServer: {replicas: SERVERS, cacheBytes: 16Mi, slots: 512}
   syncer: {replicas: 1}
   sync: {algorithm: shadow-easgd, dutyCycle: 1}
@@ -43,10 +39,10 @@ class ExportTest : public ::testing::Test {
   // replaces the synthetic data) and returns its path.
   std::string WriteJob(const std::string& name, int examples, int trainers, int servers,
                        std::string extra = "") {
-    std::string text = absl::StrReplaceAll(kJob, {{"NAME", name},
-                                                  {"EXAMPLES", std::to_string(examples)},
-                                                  {"TRAINERS", std::to_string(trainers)},
-                                                  {"SERVERS", std::to_string(servers)}});
+    std::string text =
+        testing::TinyJobYaml(name, examples, 3000,
+                             absl::StrReplaceAll(kCluster, {{"TRAINERS", std::to_string(trainers)},
+                                                            {"SERVERS", std::to_string(servers)}}));
     if (extra.starts_with("  data:")) {
       const size_t data = text.find("  data:");
       text.replace(data, text.find('\n', data) + 1 - data, extra.substr(0, extra.find('\n') + 1));

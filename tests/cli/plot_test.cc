@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -170,39 +172,59 @@ TEST(NiceTicksTest, NonFiniteGivesNothing) {
   EXPECT_TRUE(NiceTicks(0, std::numeric_limits<double>::infinity(), 5).empty());
 }
 
+struct LabelCase {
+  double value;
+  double step;
+  std::string want;
+};
+
+// Expects TickLabel(value, step) to be `want` in each case.
+void ExpectTickLabels(std::initializer_list<LabelCase> cases) {
+  for (const LabelCase& c : cases) {
+    EXPECT_EQ(TickLabel(c.value, c.step), c.want)
+        << std::setprecision(17) << "value " << c.value << ", step " << c.step;
+  }
+}
+
 TEST(TickLabelTest, Examples) {
-  EXPECT_EQ(TickLabel(28900, 100), "28.9k");
-  EXPECT_EQ(TickLabel(1.5e6, 5e5), "1.5M");
-  EXPECT_EQ(TickLabel(0.8123, 0.001), "0.812");
-  EXPECT_EQ(TickLabel(0, 0.001), "0");
-  EXPECT_EQ(TickLabel(0, 0), "0");
+  ExpectTickLabels({
+      {28900, 100, "28.9k"},
+      {1.5e6, 5e5, "1.5M"},
+      {0.8123, 0.001, "0.812"},
+      {0, 0.001, "0"},
+      {0, 0, "0"},
+  });
 }
 
 TEST(TickLabelTest, StepDecidesDecimalsAndSuffix) {
-  EXPECT_EQ(TickLabel(28000, 200), "28k");
-  EXPECT_EQ(TickLabel(28200, 200), "28.2k");
-  EXPECT_EQ(TickLabel(500, 500), "500");
-  EXPECT_EQ(TickLabel(1500, 500), "1.5k");
-  EXPECT_EQ(TickLabel(0.8, 0.02), "0.8");
-  EXPECT_EQ(TickLabel(0.82, 0.02), "0.82");
-  EXPECT_EQ(TickLabel(-0.5, 0.5), "-0.5");
-  EXPECT_EQ(TickLabel(-28900, 100), "-28.9k");
-  EXPECT_EQ(TickLabel(2.5e9, 5e8), "2.5G");
-  EXPECT_EQ(TickLabel(60, 10), "60");
-  // A fine step on a large value keeps the digits rather than "1.0001k".
-  EXPECT_EQ(TickLabel(1000.1, 0.1), "1000.1");
-  // Rounding noise in a tick is not shown.
-  EXPECT_EQ(TickLabel(0.30000000000000004, 0.1), "0.3");
-  EXPECT_EQ(TickLabel(1e-17, 0.1), "0");
-  EXPECT_EQ(TickLabel(3e-11, 1e-11), "3e-11");
+  ExpectTickLabels({
+      {28000, 200, "28k"},
+      {28200, 200, "28.2k"},
+      {500, 500, "500"},
+      {1500, 500, "1.5k"},
+      {0.8, 0.02, "0.8"},
+      {0.82, 0.02, "0.82"},
+      {-0.5, 0.5, "-0.5"},
+      {-28900, 100, "-28.9k"},
+      {2.5e9, 5e8, "2.5G"},
+      {60, 10, "60"},
+      // A fine step on a large value keeps the digits rather than "1.0001k".
+      {1000.1, 0.1, "1000.1"},
+      // Rounding noise in a tick is not shown.
+      {0.30000000000000004, 0.1, "0.3"},
+      {1e-17, 0.1, "0"},
+      {3e-11, 1e-11, "3e-11"},
+  });
 }
 
 TEST(TickLabelTest, WithoutStepThreeSignificantDigits) {
-  EXPECT_EQ(TickLabel(0.8123, 0), "0.812");
-  EXPECT_EQ(TickLabel(28912, 0), "28.9k");
-  EXPECT_EQ(TickLabel(999999, 0), "1M");
-  EXPECT_EQ(TickLabel(1.5, -1), "1.5");
-  EXPECT_EQ(TickLabel(std::nan(""), 0), "NaN");
+  ExpectTickLabels({
+      {0.8123, 0, "0.812"},
+      {28912, 0, "28.9k"},
+      {999999, 0, "1M"},
+      {1.5, -1, "1.5"},
+      {std::nan(""), 0, "NaN"},
+  });
 }
 
 PlotPanel ThroughputPanel() {

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ps/client/resharder.h"
+#include "tests/util/job_yaml.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -28,13 +29,9 @@ namespace {
 using ::shadowsync::testing::RunShell;
 using ::shadowsync::testing::StartLauncher;
 
-constexpr char kJob[] = R"(apiVersion: shadowsync.io/v1alpha1
-kind: ShadowSyncJob
-metadata: {name: tiny}
-spec:
-  model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
-  data: {format: synthetic, synthetic: {examples: EXAMPLES, evalExamples: 2000, seed: 4}}
-  trainer: {replicas: 2, threads: 1, batchSize: 64, learningRate: 0.02}
+// The job's spec after its model and data (testing::TinyJobYaml).
+constexpr char kCluster[] =
+    R"(  trainer: {replicas: 2, threads: 1, batchSize: 64, learningRate: 0.02}
   parameterServer: {replicas: 2, cacheBytes: 16Mi}
   syncer: {replicas: 1}
   sync: {algorithm: shadow-easgd, dutyCycle: 1}
@@ -46,9 +43,7 @@ class RunTest : public ::testing::Test {
  protected:
   std::string Bin() { return testing::BinDir() + "/shadowsync"; }
   static std::string WriteJobText(int examples) {
-    std::string text = kJob;
-    text.replace(text.find("EXAMPLES"), 8, std::to_string(examples));
-    return text;
+    return testing::TinyJobYaml("tiny", examples, 2000, kCluster);
   }
   // Test certificates and a token (tests/util/gen_test_certs.sh) in
   // <dir>/certs; returns the token's value.
@@ -117,8 +112,7 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
 // at the same round, the progress line shows the mode, and the report each
 // trainer's switches.
 TEST_F(RunTest, SyncSwitchShowsItsModeAndSwitchesInTheReport) {
-  std::string text = kJob;
-  text.replace(text.find("EXAMPLES"), 8, "40000");
+  std::string text = WriteJobText(40000);
   text.replace(text.find("algorithm: shadow-easgd, dutyCycle: 1"), 37,
                "algorithm: sync-switch, syncSwitch: {switchFraction: 0.5}");
   testing::WriteFile(dir_.File("switch.yaml"), text);

@@ -5,6 +5,7 @@
 #include "exporter/job_export.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -137,22 +138,30 @@ class Cluster {
   std::optional<ShardMap> map_;
 };
 
-// Sum of RowValueHash over the export's rows, as the servers would store
-// them (values, then the state the export carries).
-std::pair<int64_t, uint64_t> ExportTotals(const model::ExportReader& reader) {
+// How the servers store an exported row, given its values and the state the
+// export carries.
+using StoredRow =
+    std::function<std::vector<float>(std::span<const float> values, std::span<const float> state)>;
+
+std::vector<float> ValuesThenState(std::span<const float> values, std::span<const float> state) {
+  std::vector<float> row(values.begin(), values.end());
+  row.insert(row.end(), state.begin(), state.end());
+  return row;
+}
+
+// The row count and the sum of RowValueHash over the export's rows, each as
+// `stored` says the servers hold it.
+std::pair<int64_t, uint64_t> ExportTotals(const model::ExportReader& reader,
+                                          const StoredRow& stored = ValuesThenState) {
   int64_t rows = 0;
   uint64_t values = 0;
-  std::vector<float> row;
-  EXPECT_TRUE(reader
-                  .ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> v,
-                                  std::span<const float> state) {
-                    row.assign(v.begin(), v.end());
-                    row.insert(row.end(), state.begin(), state.end());
-                    ++rows;
-                    values += RowValueHash(table, id, row);
-                    return absl::OkStatus();
-                  })
-                  .ok());
+  const absl::Status read = reader.ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> v, std::span<const float> state) {
+        ++rows;
+        values += RowValueHash(table, id, stored(v, state));
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(read.ok()) << read;
   return {rows, values};
 }
 
@@ -233,18 +242,13 @@ TEST_F(JobExportTest, WithoutOptimizerStateRowsStartWithZeroState) {
   Cluster target(job, 1, dir_, "target");
   SS_ASSERT_OK(ImportServerRows(*reader, job, target.address(), {}).status());
   // What the servers hold: the exported values and 4 zeros of Adagrad state.
-  int64_t rows = 0;
-  uint64_t values = 0;
-  SS_ASSERT_OK(reader->ForEachRow(
-      [&](uint32_t table, uint64_t id, std::span<const float> v, std::span<const float> state) {
-        EXPECT_TRUE(state.empty());
-        std::vector<float> row(v.begin(), v.end());
-        row.resize(8, 0.0f);
-        ++rows;
-        values += RowValueHash(table, id, row);
-        return absl::OkStatus();
-      }));
-  EXPECT_EQ(target.Totals(), std::pair(rows, values));
+  EXPECT_EQ(target.Totals(),
+            ExportTotals(*reader, [](std::span<const float> v, std::span<const float> state) {
+              EXPECT_TRUE(state.empty());
+              std::vector<float> row(v.begin(), v.end());
+              row.resize(8, 0.0f);
+              return row;
+            }));
 }
 
 // The servers' optimizer is not the export's: its state is dropped and the
@@ -259,16 +263,12 @@ TEST_F(JobExportTest, AnotherOptimizersStateIsLeftBehind) {
   const ShadowSyncJob sgd = Job(64, 4, /*with_state=*/true, "sgd");
   Cluster target(sgd, 2, dir_, "target");
   SS_ASSERT_OK(ImportServerRows(*reader, sgd, target.address(), {}).status());
-  int64_t rows = 0;
-  uint64_t values = 0;
-  SS_ASSERT_OK(reader->ForEachRow(
-      [&](uint32_t table, uint64_t id, std::span<const float> v, std::span<const float> state) {
-        EXPECT_EQ(state.size(), 4u);
-        ++rows;
-        values += RowValueHash(table, id, v);
-        return absl::OkStatus();
-      }));
-  EXPECT_EQ(target.Totals(), std::pair(rows, values));
+  // What the servers hold: the exported values alone.
+  EXPECT_EQ(target.Totals(),
+            ExportTotals(*reader, [](std::span<const float> v, std::span<const float> state) {
+              EXPECT_EQ(state.size(), 4u);
+              return std::vector<float>(v.begin(), v.end());
+            }));
 }
 
 // A single-process model's parts hold their rows in no particular order

@@ -1,7 +1,6 @@
 #include "jobspec/job_spec.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/json_schema.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -20,7 +20,9 @@ namespace {
 
 using ::shadowsync::testing::ReadFile;
 using ::shadowsync::testing::ScratchDir;
+using ::shadowsync::testing::SourcePath;
 using ::shadowsync::testing::StatusIs;
+using ::shadowsync::testing::WalkSchema;
 using ::shadowsync::testing::WriteFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -148,15 +150,6 @@ constexpr char kFullJson[] = R"({
 template <typename T>
 std::string Msg(const T& status_or) {
   return std::string(::shadowsync::testing::AsStatus(status_or).message());
-}
-
-// The repository root: SHADOWSYNC_SOURCE_DIR under ctest, else derived from
-// this file's path.
-std::filesystem::path SourceDir() {
-  if (const char* dir = std::getenv("SHADOWSYNC_SOURCE_DIR")) {
-    return dir;
-  }
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
 class JobSpecTest : public ::testing::Test {
@@ -470,8 +463,7 @@ TEST_F(JobSpecTest, LongValuesAreShortenedOnCharacterBoundaries) {
 // holding a byte that is not UTF-8, and quoting it in the validation message
 // threw.)
 TEST_F(JobSpecTest, FuzzRegressionsNeitherThrowNorCrash) {
-  const std::filesystem::path dir =
-      std::filesystem::path(testing::SourceDir()) / "tests/fuzz/regressions/fuzz_job_spec";
+  const std::filesystem::path dir = SourcePath("tests/fuzz/regressions/fuzz_job_spec");
   int inputs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     ++inputs;
@@ -938,20 +930,6 @@ TEST_F(JobSpecTest, SummaryNamesTheSettingsThatMatter) {
 
 // --- Generated artefacts -----------------------------------------------------------------
 
-// Calls `visit(path, node)` for every schema node below `node`.
-void WalkSchema(const json& node, const std::string& path,
-                const std::function<void(const std::string&, const json&)>& visit) {
-  visit(path, node);
-  if (node.contains("properties")) {
-    for (const auto& [name, child] : node["properties"].items()) {
-      WalkSchema(child, path.empty() ? name : path + "." + name, visit);
-    }
-  }
-  if (node.contains("items")) {
-    WalkSchema(node["items"], path + "[]", visit);
-  }
-}
-
 TEST_F(JobSpecTest, OpenApiSchemaHasEnumsMinimumsAndDefaults) {
   const json schema = JobSpecOpenApiSchema();
   EXPECT_EQ(schema["type"], "object");
@@ -1073,8 +1051,8 @@ TEST_F(JobSpecTest, FieldPathsCoverEveryWireField) {
 }
 
 TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
-  const std::string path = (SourceDir() / "docs" / "job-spec.md").string();
-  std::string doc = ReadFile(path);
+  const std::string path = SourcePath("docs/job-spec.md");
+  const std::string doc = ReadFile(path);
   const std::string begin_marker = "<!-- BEGIN GENERATED";
   const std::string end_marker = "<!-- END GENERATED -->";
   size_t begin = doc.find(begin_marker);
@@ -1082,18 +1060,15 @@ TEST_F(JobSpecTest, DocsAreGeneratedFromTheFieldTable) {
   ASSERT_NE(begin, std::string::npos) << path;
   ASSERT_NE(end, std::string::npos) << path;
   begin = doc.find('\n', begin) + 1;
-  const std::string generated = JobSpecReferenceMarkdown();
-  if (std::getenv("SHADOWSYNC_UPDATE_DOCS") != nullptr) {
-    doc.replace(begin, end - begin, generated);
-    WriteFile(path, doc);
+  if (testing::RewriteOrExpectGenerated(path, JobSpecReferenceMarkdown(),
+                                        "SHADOWSYNC_UPDATE_DOCS=1 job_spec_test", begin,
+                                        end - begin)) {
     GTEST_SKIP() << "rewrote " << path;
   }
-  EXPECT_EQ(doc.substr(begin, end - begin), generated)
-      << path << " is stale; regenerate with SHADOWSYNC_UPDATE_DOCS=1 job_spec_test";
 }
 
 TEST_F(JobSpecTest, DocsMentionEveryFieldPath) {
-  const std::string doc = ReadFile((SourceDir() / "docs" / "job-spec.md").string());
+  const std::string doc = ReadFile(SourcePath("docs/job-spec.md"));
   ASSERT_FALSE(doc.empty());
   for (const std::string& path : JobFieldPaths()) {
     EXPECT_THAT(doc, HasSubstr("`" + path + "`"));
@@ -1101,7 +1076,7 @@ TEST_F(JobSpecTest, DocsMentionEveryFieldPath) {
 }
 
 TEST_F(JobSpecTest, QuickstartParsesAndValidates) {
-  const std::string path = (SourceDir() / "deploy" / "examples" / "quickstart.yaml").string();
+  const std::string path = SourcePath("deploy/examples/quickstart.yaml");
   absl::StatusOr<ShadowSyncJob> job = LoadJobFile(path);
   SS_ASSERT_OK(job);
   const JobSpec& s = job->spec;

@@ -186,12 +186,8 @@ TEST(ModelIoTest, SaveLoadSaveIsBitIdentical) {
   g[0].values = {0.1f, 0.2f, 0.3f, 0.4f};
   g[1].values = {-1.0f, 1.0f};
   SS_ASSERT_OK(store.Push(g));
-  DlrmConfig config;
-  config.num_dense = 3;
-  config.embedding_dim = 2;
-  config.bottom_mlp = {4};
-  config.top_mlp = {3};
-  config.num_tables = 2;
+  const DlrmConfig config{
+      .num_dense = 3, .embedding_dim = 2, .bottom_mlp = {4}, .top_mlp = {3}, .num_tables = 2};
   Dlrm model(config);
   std::vector<float> params(model.num_params()), state(model.num_params(), 0.25f);
   model.InitParams(1, params);

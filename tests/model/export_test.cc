@@ -25,13 +25,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 DlrmConfig Config() {
-  DlrmConfig c;
-  c.num_dense = 3;
-  c.embedding_dim = 4;
-  c.bottom_mlp = {8};
-  c.top_mlp = {6};
-  c.num_tables = 3;
-  return c;
+  return {.num_dense = 3, .embedding_dim = 4, .bottom_mlp = {8}, .top_mlp = {6}, .num_tables = 3};
 }
 
 LocalStoreOptions StoreOptions() {

@@ -5,7 +5,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -17,24 +16,20 @@
 #include "gtest/gtest.h"
 #include "jobspec/job_spec.h"
 #include "operator/reconcile.h"
+#include "tests/util/json_schema.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::op {
 namespace {
 
 using json = nlohmann::json;
-using ::shadowsync::testing::ReadFile;
-using ::shadowsync::testing::SourceDir;
-using ::shadowsync::testing::WriteFile;
+using ::shadowsync::testing::SourcePath;
+using ::shadowsync::testing::WalkSchema;
 using ::testing::Contains;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsSupersetOf;
 using ::testing::UnorderedElementsAreArray;
-
-std::string SourcePath(const std::string& relative) {
-  return (std::filesystem::path(SourceDir()) / relative).string();
-}
 
 // YAML -> JSON with the YAML 1.2 core schema for plain scalars; quoted
 // scalars are strings. A plain scalar that YAML 1.1 readers (kubectl's
@@ -79,18 +74,6 @@ std::vector<json> LoadYamlDocuments(const std::string& path) {
     docs.push_back(ToJson(doc));
   }
   return docs;
-}
-
-// Calls visit(path, node) for every schema node below `node`.
-void WalkSchema(const json& node, const std::string& path,
-                const std::function<void(const std::string&, const json&)>& visit) {
-  visit(path, node);
-  if (node.contains("properties")) {
-    for (const auto& [name, child] : node["properties"].items()) {
-      WalkSchema(child, path.empty() ? name : path + "." + name, visit);
-    }
-  }
-  if (node.contains("items")) WalkSchema(node["items"], path + "[]", visit);
 }
 
 // The schema node at a dot path such as ".status.replicaStatuses.trainer.active".
@@ -307,14 +290,11 @@ TEST_F(CrdTest, YamlParsesBackToTheCrd) { EXPECT_EQ(ToJson(YAML::Load(CrdYaml())
 
 TEST_F(CrdTest, CommittedCrdYamlIsGenerated) {
   const std::string path = SourcePath("deploy/crd.yaml");
-  const std::string generated = CrdYaml();
-  if (std::getenv("SHADOWSYNC_UPDATE_DOCS") != nullptr) {
-    WriteFile(path, generated);
+  if (testing::RewriteOrExpectGenerated(
+          path, CrdYaml(),
+          "`shadowsync crd > deploy/crd.yaml` (or SHADOWSYNC_UPDATE_DOCS=1 crd_test)")) {
     GTEST_SKIP() << "rewrote " << path;
   }
-  EXPECT_EQ(ReadFile(path), generated)
-      << path << " is stale; regenerate with `shadowsync crd > deploy/crd.yaml` "
-      << "(or SHADOWSYNC_UPDATE_DOCS=1 crd_test)";
 }
 
 // deploy/examples/ and deploy/examples/sync/ (one job per synchronization

@@ -21,25 +21,11 @@
 namespace shadowsync::kube {
 namespace {
 
-using ::shadowsync::testing::FakeKubeApiServer;
-using ::shadowsync::testing::FakeKubeApiServerOptions;
-using ::shadowsync::testing::FakeKubeFault;
-using ::shadowsync::testing::ScratchDir;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
-
-constexpr char kConfigMaps[] = "/api/v1/namespaces/default/configmaps";
-
-Json ConfigMap(const std::string& name, const std::string& value = "v",
-               const Json& labels = Json::object()) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", {{"name", name}, {"labels", labels}}},
-          {"data", {{"key", value}}}};
-}
 
 std::string CmPath(const std::string& name) { return std::string(kConfigMaps) + "/" + name; }
 
@@ -82,28 +68,9 @@ class EventLog {
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
 
-// Polls `pred` until it holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return pred();
-}
-
-class InformerTest : public ::testing::Test {
+class InformerTest : public FakeApiTest {
  protected:
-  void SetUp() override {
-    FakeKubeApiServerOptions server_options;
-    server_options.bookmark_interval = absl::Milliseconds(200);
-    auto api = FakeKubeApiServer::Start(server_options);
-    ASSERT_TRUE(api.ok()) << api.status();
-    api_ = *std::move(api);
-    auto client = ConnectToFake(*api_, dir_.File("kubeconfig"));
-    SS_ASSERT_OK(client);
-    client_ = *std::move(client);
-  }
+  InformerTest() : FakeApiTest({.bookmark_interval = absl::Milliseconds(200)}) {}
 
   // Fast settings: short backoff, long watches unless a test wants otherwise.
   static InformerOptions FastOptions() {
@@ -140,9 +107,6 @@ class InformerTest : public ::testing::Test {
     return n;
   }
 
-  ScratchDir dir_;
-  std::unique_ptr<FakeKubeApiServer> api_;
-  std::unique_ptr<KubeClient> client_;
   EventLog log_;
 };
 

@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "operator/kube_client.h"
 #include "operator/kube_config.h"
+#include "tests/operator/fake_api_client.h"
+#include "tests/operator/kubeconfig_yaml.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/test_util.h"
 
@@ -31,16 +33,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-constexpr char kConfigMaps[] = "/api/v1/namespaces/default/configmaps";
 constexpr char kStatefulSets[] = "/apis/apps/v1/namespaces/default/statefulsets";
-
-Json ConfigMap(const std::string& name, const std::string& value = "v",
-               const Json& labels = Json::object()) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", {{"name", name}, {"labels", labels}}},
-          {"data", {{"key", value}}}};
-}
 
 Json StatefulSet(const std::string& name, int replicas) {
   Json sts = Json::parse(R"({
@@ -443,13 +436,7 @@ TEST_F(KubeClientIntegrationTest, RotatedTokenFileIsPickedUp) {
   const std::string token = dir_.File("token");
   WriteFile(token, "token-1\n");
   const std::string kubeconfig = dir_.File("kubeconfig-tokenfile");
-  WriteFile(kubeconfig,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: '" +
-                api_->url() +
-                "'}}]\n"
-                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-                "users: [{name: u, user: {tokenFile: token}}]\n");
+  WriteFile(kubeconfig, OneContextKubeconfig("server: '" + api_->url() + "'", "tokenFile: token"));
   KubeConfigOptions config_options;
   config_options.token_reload_period = absl::Milliseconds(50);
   absl::StatusOr<KubeConfig> config = LoadKubeconfig(kubeconfig, "", config_options);

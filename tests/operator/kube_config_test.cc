@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/operator/kubeconfig_yaml.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::kube {
@@ -110,15 +111,10 @@ TEST_F(KubeConfigTest, ExplicitContextAndRelativePathsResolveAgainstTheFile) {
 TEST_F(KubeConfigTest, DataFieldsAreBase64Decoded) {
   const std::string path = dir_.File("config");
   WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'https://k:443', "
-            "certificate-authority-data: " +
-                absl::Base64Escape("CA PEM") +
-                "}}]\n"
-                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-                "users: [{name: u, user: {client-certificate-data: " +
-                absl::Base64Escape("CERT PEM") +
-                ", client-key-data: " + absl::Base64Escape("KEY PEM") + "}}]\n");
+            OneContextKubeconfig("server: 'https://k:443', certificate-authority-data: " +
+                                     absl::Base64Escape("CA PEM"),
+                                 "client-certificate-data: " + absl::Base64Escape("CERT PEM") +
+                                     ", client-key-data: " + absl::Base64Escape("KEY PEM")));
   absl::StatusOr<KubeConfig> c = LoadKubeconfig(path);
   SS_ASSERT_OK(c);
   EXPECT_EQ(c->ca_data, "CA PEM");
@@ -131,11 +127,7 @@ TEST_F(KubeConfigTest, TokenFileIsReadAndReloaded) {
   const std::string token_path = dir_.File("token");
   WriteFile(token_path, "first\n");
   const std::string path = dir_.File("config");
-  WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-            "users: [{name: u, user: {tokenFile: token}}]\n");
+  WriteFile(path, OneContextKubeconfig("server: 'http://127.0.0.1:1'", "tokenFile: token"));
   KubeConfigOptions options;
   options.token_reload_period = absl::ZeroDuration();  // Re-read on every use.
   absl::StatusOr<KubeConfig> c = LoadKubeconfig(path, "", options);
@@ -159,41 +151,23 @@ TEST_F(KubeConfigTest, ErrorsNameTheFileAndTheField) {
   EXPECT_THAT(LoadKubeconfig(path),
               StatusIs(absl::StatusCode::kInvalidArgument, "current-context"));
 
-  WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {certificate-authority: x}}]\n"
-            "contexts: [{name: c, context: {cluster: k}}]\n");
+  WriteFile(path, OneContextKubeconfig("certificate-authority: x"));
   EXPECT_THAT(LoadKubeconfig(path), StatusIs(absl::StatusCode::kInvalidArgument, "has no server"));
   EXPECT_THAT(LoadKubeconfig(path), StatusIs(absl::StatusCode::kInvalidArgument, path));
 
   WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'https://k', "
-            "certificate-authority-data: '!!notbase64'}}]\n"
-            "contexts: [{name: c, context: {cluster: k}}]\n");
+            OneContextKubeconfig("server: 'https://k', certificate-authority-data: '!!notbase64'"));
   EXPECT_THAT(LoadKubeconfig(path), StatusIs(absl::StatusCode::kInvalidArgument,
                                              "certificate-authority-data is not valid base64"));
 
-  WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'https://k'}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-            "users: [{name: u, user: {client-certificate: c.pem}}]\n");
+  WriteFile(path, OneContextKubeconfig("server: 'https://k'", "client-certificate: c.pem"));
   EXPECT_THAT(LoadKubeconfig(path), StatusIs(absl::StatusCode::kInvalidArgument, "no client-key"));
 
-  WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'https://k'}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-            "users: [{name: u, user: {tokenFile: /nonexistent/token}}]\n");
+  WriteFile(path, OneContextKubeconfig("server: 'https://k'", "tokenFile: /nonexistent/token"));
   EXPECT_THAT(LoadKubeconfig(path),
               StatusIs(absl::StatusCode::kInvalidArgument, "tokenFile: cannot open /nonexistent"));
 
-  WriteFile(path,
-            "current-context: c\n"
-            "clusters: [{name: k, cluster: {server: 'https://k'}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-            "users: [{name: u, user: {exec: {command: aws}}}]\n");
+  WriteFile(path, OneContextKubeconfig("server: 'https://k'", "exec: {command: aws}"));
   EXPECT_THAT(LoadKubeconfig(path), StatusIs(absl::StatusCode::kUnimplemented, "exec"));
 
   WriteFile(path, "current-context: [unclosed\n");

@@ -23,21 +23,9 @@
 namespace shadowsync::kube {
 namespace {
 
-using ::shadowsync::testing::FakeKubeApiServer;
-using ::shadowsync::testing::FakeKubeFault;
-using ::shadowsync::testing::ScratchDir;
 using ::shadowsync::testing::StatusIs;
 
 constexpr char kLeasePath[] = "/apis/coordination.k8s.io/v1/namespaces/default/leases/op";
-
-bool Eventually(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return pred();
-}
 
 TEST(MicroTimeTest, FormatsAndParses) {
   const absl::Time t = absl::FromUnixMicros(1136214245000001);  // 2006-01-02T15:04:05.000001Z
@@ -57,17 +45,8 @@ struct Replica {
   std::unique_ptr<LeaderElector> elector;
 };
 
-class LeaderElectionTest : public ::testing::Test {
+class LeaderElectionTest : public FakeApiTest {
  protected:
-  void SetUp() override {
-    auto api = FakeKubeApiServer::Start();
-    ASSERT_TRUE(api.ok()) << api.status();
-    api_ = *std::move(api);
-    auto client = ConnectToFake(*api_, dir_.File("kubeconfig"));
-    SS_ASSERT_OK(client);
-    client_ = *std::move(client);
-  }
-
   // Short but ordered durations: lease 2 s > renew deadline 1 s > retry 100 ms.
   static LeaderElectionConfig Config(const std::string& id) {
     LeaderElectionConfig c;
@@ -96,10 +75,6 @@ class LeaderElectionTest : public ::testing::Test {
     if (!lease.ok()) return "<none>";
     return lease->value("/spec/holderIdentity"_json_pointer, "");
   }
-
-  ScratchDir dir_;
-  std::unique_ptr<FakeKubeApiServer> api_;
-  std::unique_ptr<KubeClient> client_;
 };
 
 TEST_F(LeaderElectionTest, RejectsBadConfig) {

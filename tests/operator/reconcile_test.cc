@@ -221,10 +221,23 @@ std::vector<std::string> Reasons(const std::vector<EventSpec>& events) {
 }
 
 // A job whose pods are all ready, with the servers' shard map observed.
-Cluster RunningCluster(json job = BaseJob()) {
+// BaseJob with `n` parameter servers.
+json JobWithServers(int n) {
+  json job = BaseJob();
+  job["spec"]["parameterServer"]["replicas"] = n;
+  return job;
+}
+
+// `job` created and every pod ready; the servers not asked for their map yet.
+Cluster PodsReady(json job = BaseJob()) {
   Cluster c(std::move(job));
   c.Step();
   c.AllPodsReady();
+  return c;
+}
+
+Cluster RunningCluster(json job = BaseJob()) {
+  Cluster c = PodsReady(std::move(job));
   c.ps = Shards({2048, 2048});
   c.now += absl::Seconds(10);
   c.Step();
@@ -615,11 +628,7 @@ TEST(ReconcileTest, ScaleOutWaitsForTheNewServersThenReshards) {
 }
 
 TEST(ReconcileTest, ScaleInDrainsBeforeRemovingAServer) {
-  json job = BaseJob();
-  job["spec"]["parameterServer"]["replicas"] = 3;
-  Cluster c(job);
-  c.Step();
-  c.AllPodsReady();
+  Cluster c = PodsReady(JobWithServers(3));
   c.ps = Shards({1366, 1365, 1365});
   c.Step();
   ASSERT_EQ(c.status()["phase"], "Running");
@@ -658,11 +667,7 @@ TEST(ReconcileTest, ScaleInDrainsBeforeRemovingAServer) {
 // A reshard cut short by an operator restart: three servers own slots, as
 // the spec asks, but unevenly. The new operator finishes the move (3 -> 3).
 TEST(ReconcileTest, AnUnbalancedMapIsReshardedToTheEnd) {
-  json job = BaseJob();
-  job["spec"]["parameterServer"]["replicas"] = 3;
-  Cluster c(job);
-  c.Step();
-  c.AllPodsReady();
+  Cluster c = PodsReady(JobWithServers(3));
   c.ps = Shards({1900, 1900, 296}, 7);
   c.ps->unbalanced = true;
   Actions a = c.Step();
@@ -676,11 +681,7 @@ TEST(ReconcileTest, AnUnbalancedMapIsReshardedToTheEnd) {
 }
 
 TEST(ReconcileTest, WithoutTheShardMapNoServerIsRemoved) {
-  json job = BaseJob();
-  job["spec"]["parameterServer"]["replicas"] = 3;
-  Cluster c(job);
-  c.Step();
-  c.AllPodsReady();
+  Cluster c = PodsReady(JobWithServers(3));
   c.Step();  // The servers were never asked: c.ps is empty.
   c.EditSpec([](json& spec) { spec["parameterServer"]["replicas"] = 2; });
   const Actions a = c.Step();
@@ -1011,55 +1012,35 @@ TEST(ReconcileTest, FinishedIsFinal) {
 TEST(ReconcileTest, InvalidSpecCreatesNothingAndFails) {
   struct Case {
     std::string name;
-    std::function<void(json&)> edit;
+    std::string patch;  // A JSON merge patch (RFC 7386) of BaseJob's spec.
     std::string field;  // Named in the message.
   };
   const std::vector<Case> cases = {
       {"ds-sync group size does not divide the trainers",
-       [](json& spec) {
-         spec["trainer"]["replicas"] = 3;
-         spec["sync"] = {{"algorithm", "ds-sync"}, {"dsSync", {{"groupSize", 2}}}};
-       },
+       R"({"trainer": {"replicas": 3},)"
+       R"( "sync": {"algorithm": "ds-sync", "dsSync": {"groupSize": 2}}})",
        "spec.sync.dsSync.groupSize"},
-      {"more servers than slots",
-       [](json& spec) {
-         spec["parameterServer"]["replicas"] = 5;
-         spec["parameterServer"]["slots"] = 4;
-       },
+      {"more servers than slots", R"({"parameterServer": {"replicas": 5, "slots": 4}})",
        "spec.parameterServer.slots"},
-      {"syncer-less shadow-easgd", [](json& spec) { spec["syncer"]["replicas"] = 0; },
-       "spec.syncer.replicas"},
-      {"unknown field", [](json& spec) { spec["trainer"]["replica"] = 2; }, "spec.trainer.replica"},
-      {"a warm start without its claim",
-       [](json& spec) {
-         spec["init"] = {{"fromModel", "model-000001"}};
-       },
+      {"syncer-less shadow-easgd", R"({"syncer": {"replicas": 0}})", "spec.syncer.replicas"},
+      {"unknown field", R"({"trainer": {"replica": 2}})", "spec.trainer.replica"},
+      {"a warm start without its claim", R"({"init": {"fromModel": "model-000001"}})",
        "spec.init.volumeClaimName: required"},
       {"a warm start from outside its claim",
-       [](json& spec) {
-         spec["init"] = {{"fromModel", "../other/model-000001"}, {"volumeClaimName", "models"}};
-       },
+       R"({"init": {"fromModel": "../other/model-000001", "volumeClaimName": "models"}})",
        "spec.init.fromModel: on Kubernetes, a path inside"},
       {"a warm-start claim that is no name",
-       [](json& spec) {
-         spec["init"] = {{"fromModel", "model-000001"}, {"volumeClaimName", "Old Exports"}};
-       },
+       R"({"init": {"fromModel": "model-000001", "volumeClaimName": "Old Exports"}})",
        "spec.init.volumeClaimName"},
-      {"an export path that is no mount path",
-       [](json& spec) {
-         spec["export"] = {{"path", "exports"}};
-       },
+      {"an export path that is no mount path", R"({"export": {"path": "exports"}})",
        "spec.export.path: on Kubernetes, the absolute path"},
-      {"an export claim that is no name",
-       [](json& spec) {
-         spec["export"] = {{"volumeClaimName", "My_Claim"}};
-       },
+      {"an export claim that is no name", R"({"export": {"volumeClaimName": "My_Claim"}})",
        "spec.export.volumeClaimName"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
     json job = BaseJob();
-    k.edit(job["spec"]);
+    job["spec"].merge_patch(json::parse(k.patch));
     Cluster c(job);
     Actions a = c.Step();
     EXPECT_THAT(a.apply, IsEmpty());

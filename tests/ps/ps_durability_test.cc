@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "model/embedding_table.h"
 #include "ps/client/ps_client.h"
+#include "tests/util/embedding_tables.h"
 #include "tests/util/test_util.h"
 
 extern char** environ;
@@ -49,10 +50,7 @@ constexpr int kIdsPerTable = 32;
 constexpr int kAckedBeforeKill = 400;
 
 std::vector<model::EmbeddingTableConfig> Tables() {
-  std::vector<model::EmbeddingTableConfig> tables;
-  for (int t = 0; t < kTables; ++t)
-    tables.push_back({.name = "table" + std::to_string(t), .hash_buckets = kBuckets});
-  return tables;
+  return testing::NumberedTables(kTables, kBuckets, "table");
 }
 
 // One `shadowsync ps` child process.

@@ -38,6 +38,7 @@
 #include "ps/row_store.h"
 #include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
+#include "tests/util/embedding_tables.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
@@ -54,10 +55,7 @@ constexpr uint32_t kSlots = 64;
 constexpr uint64_t kBuckets = 1000;
 
 std::vector<model::EmbeddingTableConfig> Tables() {
-  std::vector<model::EmbeddingTableConfig> tables;
-  for (int t = 0; t < kTables; ++t)
-    tables.push_back({.name = "t" + std::to_string(t), .hash_buckets = kBuckets});
-  return tables;
+  return testing::NumberedTables(kTables, kBuckets);
 }
 
 class PsServiceTest : public ::testing::Test {
@@ -104,6 +102,13 @@ class PsServiceTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) ASSERT_TRUE(SetMap(i, *map_, i).ok());
   }
 
+  // Adds server `name` in join mode: it owns nothing until a map names it.
+  void AddJoiningServer(const std::string& name) {
+    ps::PsServerOptions o = Options(name);
+    o.join = true;
+    nodes_.push_back(Start(std::move(o)));
+  }
+
   grpc::Status SetMap(int node, const ShardMap& map, uint32_t self) {
     v1::SetShardMapRequest request;
     *request.mutable_map() = map.ToProto();
@@ -131,6 +136,7 @@ class PsServiceTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) out.push_back(nodes_[i].address);
     return out;
   }
+  // The rows server `node` holds, by value checksum.
   uint64_t ValueChecksumOf(int node) {
     auto stats = Stats(node);
     EXPECT_TRUE(stats.ok()) << stats.status();
@@ -208,14 +214,20 @@ class PsServiceTest : public ::testing::Test {
     ExpectMatchesOracle(*fresh, Touched());
   }
 
-  // Seeds every server with data through a client.
-  void Load(int pushes, int per_table) {
-    std::unique_ptr<ps::PsClient> client = Client();
+  // Seeds every server with data through `client`: `pushes` pushes of
+  // `per_table` random rows per table, remembered and mirrored in the oracle.
+  void Load(ps::PsClient& client, int pushes, int per_table) {
     for (int i = 0; i < pushes; ++i) {
       auto grads = RandomGrads(RandomIds(per_table, kBuckets));
       Remember(grads);
-      Push(*client, grads);
+      Push(client, grads);
     }
+  }
+  // The same through a fresh client.
+  void Load(int pushes, int per_table) {
+    std::unique_ptr<ps::PsClient> client = Client();
+    ASSERT_NE(client, nullptr);
+    Load(*client, pushes, per_table);
   }
 
   testing::ScratchDir dir_;
@@ -267,11 +279,7 @@ TEST_F(PsServiceTest, ClientValidatesShapes) {
 TEST_F(PsServiceTest, TwoServersEachStoreExactlyTheRowsTheyOwn) {
   StartCluster(2);
   std::unique_ptr<ps::PsClient> client = Client();
-  for (int i = 0; i < 10; ++i) {
-    auto grads = RandomGrads(RandomIds(100, kBuckets));
-    Remember(grads);
-    Push(*client, grads);
-  }
+  Load(*client, 10, 100);
   ExpectMatchesOracle(*client, Touched());
   std::vector<int64_t> expected(2, 0);
   for (const auto& [key, unused] : touched_) ++expected[map_->OwnerOf(key.first, key.second)];
@@ -614,11 +622,7 @@ TEST_F(PsServiceTest, WeightsOnlyPackedRowsAreStoredWithZeroOptimizerState) {
 TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
   StartCluster(2);
   std::unique_ptr<ps::PsClient> client = Client();
-  for (int i = 0; i < 8; ++i) {
-    auto grads = RandomGrads(RandomIds(100, kBuckets));
-    Remember(grads);
-    Push(*client, grads);
-  }
+  Load(*client, 8, 100);
   auto before0 = Stats(0);
   auto before1 = Stats(1);
   ASSERT_TRUE(before0.ok() && before1.ok());
@@ -686,9 +690,7 @@ TEST_F(PsServiceTest, ClientFollowsAMovedSlotThroughWrongOwner) {
 // --- Live resharding (ps/client/resharder.h) --------------------------------------------
 
 TEST_F(PsServiceTest, JoinedServerOwnsNothingUntilAMapArrives) {
-  ps::PsServerOptions o = Options("joined");
-  o.join = true;
-  nodes_.push_back(Start(std::move(o)));
+  AddJoiningServer("joined");
   grpc::ClientContext context;
   v1::LookupRequest request;
   v1::TableRows* t = request.add_tables();
@@ -707,9 +709,7 @@ TEST_F(PsServiceTest, JoinedServerOwnsNothingUntilAMapArrives) {
 TEST_F(PsServiceTest, ReshardWithTrainingPausedKeepsEveryRowAndValue) {
   StartCluster(2);
   Load(6, 60);
-  ps::PsServerOptions o = Options("ps2");
-  o.join = true;
-  nodes_.push_back(Start(std::move(o)));
+  AddJoiningServer("ps2");
   ps::ReshardOptions options{.slots_per_step = 8};
 
   auto out = ps::Reshard(Addresses(2), Addresses(3), options);
@@ -757,9 +757,7 @@ TEST_F(PsServiceTest, ReshardWithTrainingPausedKeepsEveryRowAndValue) {
 TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
   StartCluster(2);
   Load(3, 60);
-  ps::PsServerOptions o = Options("ps2");
-  o.join = true;
-  nodes_.push_back(Start(std::move(o)));
+  AddJoiningServer("ps2");
 
   std::unique_ptr<ps::PsClient> client = Client();
   std::atomic<bool> stop{false};
@@ -813,11 +811,7 @@ TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
   EXPECT_EQ(drained->rows_stored(), 0u);
   // The drained server goes away; the client keeps working without it.
   nodes_[2].server->Shutdown();
-  for (int i = 0; i < 3; ++i) {
-    auto grads = RandomGrads(RandomIds(20, kBuckets));
-    Remember(grads);
-    Push(*client, grads);
-  }
+  Load(*client, 3, 20);
   ExpectMatchesOracle(*client, Touched());
   map_ = ShardMap::Balanced(kSlots, Addresses(2), 1);  // Stale: a fresh client follows redirects.
   ExpectServingAndIntact();
@@ -831,9 +825,7 @@ TEST_F(PsServiceTest, ReshardWhileTrainingLosesNoUpdate) {
 TEST_F(PsServiceTest, ClientIdleThroughAScaleInFindsTheNewMap) {
   StartCluster(2);
   Load(3, 40);
-  ps::PsServerOptions o = Options("ps2");
-  o.join = true;
-  nodes_.push_back(Start(std::move(o)));
+  AddJoiningServer("ps2");
   ASSERT_TRUE(ps::Reshard(Addresses(2), Addresses(3), {}).ok());
   auto three = ps::FetchShardMap(nodes_[0].address);
   ASSERT_TRUE(three.ok());
@@ -914,9 +906,7 @@ TEST_F(PsServiceTest, ReshardRefusesWhatWouldLoseOrMixData) {
 TEST_F(PsServiceTest, RepairAfterAnInterruptedStepThenReshardKeepsEveryRowOnce) {
   StartCluster(2);
   Load(6, 60);
-  ps::PsServerOptions o = Options("ps2");
-  o.join = true;
-  nodes_.push_back(Start(std::move(o)));
+  AddJoiningServer("ps2");
   auto before = ps::ClusterChecksum(Addresses(3));
   ASSERT_TRUE(before.ok()) << before.status();
 
@@ -1099,31 +1089,29 @@ class PsServiceBadInputTest : public PsServiceTest {
     Load(4, 60);
   }
 
+  // `rpc` on server `node`, in `context` when given; the response is dropped.
+  template <typename Request, typename Response>
+  grpc::Status Unary(int node,
+                     grpc::Status (v1::ParameterServer::Stub::*rpc)(grpc::ClientContext*,
+                                                                    const Request&, Response*),
+                     const Request& request, grpc::ClientContext* context) {
+    grpc::ClientContext local;
+    Response response;
+    return (*nodes_[node].stub.*rpc)(context ? context : &local, request, &response);
+  }
   grpc::Status Lookup(int node, const v1::LookupRequest& request,
                       grpc::ClientContext* context = nullptr) {
-    grpc::ClientContext local;
-    if (context == nullptr) context = &local;
-    v1::LookupResponse response;
-    return nodes_[node].stub->Lookup(context, request, &response);
+    return Unary(node, &v1::ParameterServer::Stub::Lookup, request, context);
   }
   grpc::Status Push(int node, const v1::PushGradientsRequest& request,
                     grpc::ClientContext* context = nullptr) {
-    grpc::ClientContext local;
-    if (context == nullptr) context = &local;
-    v1::PushGradientsResponse response;
-    return nodes_[node].stub->PushGradients(context, request, &response);
+    return Unary(node, &v1::ParameterServer::Stub::PushGradients, request, context);
   }
   // An id of `table` owned by `server`.
   uint64_t IdOwnedBy(uint32_t table, uint32_t server) {
     for (uint64_t id = 0;; ++id) {
       if (map_->OwnerOf(table, id) == server) return id;
     }
-  }
-  // The rows server `node` holds, by value checksum.
-  uint64_t ValueChecksum(int node) {
-    auto stats = Stats(node);
-    EXPECT_TRUE(stats.ok()) << stats.status();
-    return stats.ok() ? stats->value_checksum() : 0;
   }
   // A valid push of `n` ids of table 0 owned by `server`.
   v1::PushGradientsRequest ValidPush(uint32_t server, int n) {
@@ -1146,7 +1134,7 @@ class PsServiceBadInputTest : public PsServiceTest {
   } while (0)
 
 TEST_F(PsServiceBadInputTest, UnknownTable) {
-  const uint64_t before = ValueChecksum(0);
+  const uint64_t before = ValueChecksumOf(0);
   v1::PushGradientsRequest request = ValidPush(0, 3);
   request.mutable_tables(0)->set_table(9);
   EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
@@ -1155,12 +1143,12 @@ TEST_F(PsServiceBadInputTest, UnknownTable) {
   lookup.add_tables()->set_table(kTables);
   lookup.mutable_tables(0)->add_ids(1);
   EXPECT_GRPC_ERROR(Lookup(0, lookup), INVALID_ARGUMENT, "tables[0].table: unknown table 3");
-  EXPECT_EQ(ValueChecksum(0), before);
+  EXPECT_EQ(ValueChecksumOf(0), before);
   ExpectServingAndIntact();
 }
 
 TEST_F(PsServiceBadInputTest, WrongDimension) {
-  const uint64_t before = ValueChecksum(0);
+  const uint64_t before = ValueChecksumOf(0);
   v1::PushGradientsRequest request = ValidPush(0, 2);
   request.mutable_tables(0)->mutable_values()->RemoveLast();
   EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
@@ -1170,17 +1158,17 @@ TEST_F(PsServiceBadInputTest, WrongDimension) {
   lookup.mutable_tables(0)->add_values(1.0f);
   EXPECT_GRPC_ERROR(Lookup(0, lookup), INVALID_ARGUMENT,
                     "tables[0].values: 1 floats in a lookup request");
-  EXPECT_EQ(ValueChecksum(0), before);
+  EXPECT_EQ(ValueChecksumOf(0), before);
   ExpectServingAndIntact();
 }
 
 TEST_F(PsServiceBadInputTest, RepeatedTable) {
-  const uint64_t before = ValueChecksum(0);
+  const uint64_t before = ValueChecksumOf(0);
   v1::PushGradientsRequest request = ValidPush(0, 2);
   *request.add_tables() = request.tables(0);
   EXPECT_GRPC_ERROR(Push(0, request), INVALID_ARGUMENT,
                     "tables[1].table: table 0 repeats tables[0]");
-  EXPECT_EQ(ValueChecksum(0), before);
+  EXPECT_EQ(ValueChecksumOf(0), before);
   ExpectServingAndIntact();
 }
 
@@ -1282,8 +1270,8 @@ TEST_F(PsServiceBadInputTest, UnworkableLimitsAreRefusedAtStart) {
 }
 
 TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {
-  const uint64_t before0 = ValueChecksum(0);
-  const uint64_t before1 = ValueChecksum(1);
+  const uint64_t before0 = ValueChecksumOf(0);
+  const uint64_t before1 = ValueChecksumOf(1);
   // A push of ids server 0 owns, plus one it does not: nothing is applied.
   v1::PushGradientsRequest request = ValidPush(0, 5);
   const uint64_t foreign = IdOwnedBy(0, 1);
@@ -1302,8 +1290,8 @@ TEST_F(PsServiceBadInputTest, UnownedSlotIsWrongOwnerAndStoresNothing) {
   const grpc::Status lookup_status = Lookup(0, lookup, &lookup_context);
   EXPECT_GRPC_ERROR(lookup_status, FAILED_PRECONDITION, "WRONG_OWNER");
   EXPECT_EQ(ps::GetWrongOwner(lookup_status), (ps::WrongOwner{slot, 2, 1}));
-  EXPECT_EQ(ValueChecksum(0), before0);
-  EXPECT_EQ(ValueChecksum(1), before1);
+  EXPECT_EQ(ValueChecksumOf(0), before0);
+  EXPECT_EQ(ValueChecksumOf(1), before1);
   ExpectServingAndIntact();
 }
 
@@ -1366,7 +1354,7 @@ class PsServiceImportTest : public PsServiceBadInputTest {
     ASSERT_GT(chunks_.size(), 2u);
     nodes_.push_back(Start(Options("fresh")));
     fresh_ = static_cast<int>(nodes_.size()) - 1;
-    empty_ = ValueChecksum(fresh_);
+    empty_ = ValueChecksumOf(fresh_);
     auto stats = Stats(fresh_);
     ASSERT_TRUE(stats.ok());
     ASSERT_EQ(stats->rows_stored(), 0u);
@@ -1456,11 +1444,11 @@ TEST_F(PsServiceImportTest, MalformedRowsStoreNothing) {
 
 TEST_F(PsServiceImportTest, RowsOfUnownedSlotsAreWrongOwner) {
   // Server 1 does not own server 0's slots.
-  const uint64_t before = ValueChecksum(1);
+  const uint64_t before = ValueChecksumOf(1);
   v1::ImportSlotsResponse response;
   EXPECT_GRPC_ERROR(Import(*nodes_[1].stub, chunks_, &response), FAILED_PRECONDITION,
                     "WRONG_OWNER slot=");
-  EXPECT_EQ(ValueChecksum(1), before);
+  EXPECT_EQ(ValueChecksumOf(1), before);
   ExpectServingAndIntact();
 }
 
@@ -1545,12 +1533,12 @@ TEST_F(PsServiceBadInputTest, BadSlotListsAndDroppingOwnedSlots) {
   EXPECT_GRPC_ERROR(out.status, INVALID_ARGUMENT, "slots[1] = 64 but this server has 64 slots");
   out = Export(*nodes_[0].stub, {3, 5, 3});
   EXPECT_GRPC_ERROR(out.status, INVALID_ARGUMENT, "slots[2] = 3 repeats slots[0]");
-  const uint64_t before = ValueChecksum(0);
+  const uint64_t before = ValueChecksumOf(0);
   EXPECT_GRPC_ERROR(Drop(*nodes_[0].stub, {map_->SlotsOwnedBy(0)[0]}), FAILED_PRECONDITION,
                     "is owned by this server at epoch 2");
   EXPECT_GRPC_ERROR(Drop(*nodes_[0].stub, {kSlots + 1}), INVALID_ARGUMENT,
                     "slots[0] = 65 but this server has 64 slots");
-  EXPECT_EQ(ValueChecksum(0), before);
+  EXPECT_EQ(ValueChecksumOf(0), before);
   grpc::ClientContext context;
   v1::CheckpointResponse response;
   EXPECT_GRPC_ERROR(nodes_[0].stub->Checkpoint(&context, {}, &response), INVALID_ARGUMENT,

@@ -29,6 +29,7 @@
 #include "model/embedding_table.h"
 #include "model/optimizer.h"
 #include "rocksdb/db.h"
+#include "tests/util/embedding_tables.h"
 #include "tests/util/test_util.h"
 
 // Debian's RocksDB is not built with -fsanitize=thread: TSAN sees its memcpy
@@ -60,6 +61,19 @@ std::vector<model::TableRows> Request(size_t num_tables, const std::vector<Part>
     rows[p.table].ids = p.ids;
     rows[p.table].values = p.values;
   }
+  return rows;
+}
+
+// Every row of the in-memory store (values, then state): what a RowStore
+// given the same pushes must hold.
+RowMap RowsOf(const model::LocalEmbeddingStore& local) {
+  RowMap rows;
+  local.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                       std::span<const float> state) {
+    std::vector<float>& row = rows[{table, id}];
+    row.assign(values.begin(), values.end());
+    row.insert(row.end(), state.begin(), state.end());
+  });
   return rows;
 }
 
@@ -268,13 +282,7 @@ TEST_F(RowStoreTest, CacheOnOffAndInProcessStoreAgree) {
     for (auto& store : stores) SS_ASSERT_OK(store->Push(grads));
   }
 
-  RowMap want;
-  local.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
-                       std::span<const float> state) {
-    std::vector<float>& row = want[{table, id}];
-    row.assign(values.begin(), values.end());
-    row.insert(row.end(), state.begin(), state.end());
-  });
+  const RowMap want = RowsOf(local);
   for (auto& store : stores) {
     const RowMap stored = ExportAll(*store);
     EXPECT_EQ(stored.size(), want.size()) << store->options().db_path;
@@ -850,14 +858,7 @@ RowMap ExpectedAfter(const RowStoreOptions& o, int steps) {
   model::LocalEmbeddingStore local(
       {.dim = o.dim, .tables = o.tables, .optimizer = o.optimizer, .seed = o.seed});
   for (int step = 0; step < steps; ++step) EXPECT_TRUE(local.Push(StepGradients(step, o.dim)).ok());
-  RowMap want;
-  local.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
-                       std::span<const float> state) {
-    std::vector<float>& row = want[{table, id}];
-    row.assign(values.begin(), values.end());
-    row.insert(row.end(), state.begin(), state.end());
-  });
-  return want;
+  return RowsOf(local);
 }
 
 std::vector<std::string> RedoLogs(const std::string& db_path) {
@@ -1255,13 +1256,7 @@ TEST_F(RowStoreTest, ConcurrentPushesAndLookupsAgreeWithSequentialResult) {
   for (int p = 0; p < kPushers; ++p) {
     for (int step = 0; step < steps_done[p]; ++step) SS_ASSERT_OK(local.Push(grads_for(p, step)));
   }
-  RowMap want;
-  local.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
-                       std::span<const float> state) {
-    std::vector<float>& row = want[{table, id}];
-    row.assign(values.begin(), values.end());
-    row.insert(row.end(), state.begin(), state.end());
-  });
+  const RowMap want = RowsOf(local);
   const RowMap stored = ExportAll(*store);
   EXPECT_TRUE(stored == want);
   EXPECT_GE(store->stats().checkpoints, 2);
@@ -1347,7 +1342,7 @@ TEST(RowStoreBenchmark, DISABLED_Throughput) {
     o.db_path = absl::StrCat(dir, "/bench_cache", cache_mb);
     std::filesystem::remove_all(o.db_path);
     o.dim = kBenchDim;
-    for (int t = 0; t < kTables; ++t) o.tables.push_back({absl::StrCat("t", t), 1'000'000});
+    o.tables = testing::NumberedTables(kTables, 1'000'000);
     o.cache_bytes = cache_mb << 20;
     o.checkpoint_log_bytes = EnvInt("SS_BENCH_LOG_MB", 256) << 20;
     o.sync_writes = EnvInt("SS_BENCH_SYNC", 0) != 0;

@@ -164,20 +164,24 @@ TEST(ShardMapTest, SlotsOwnedBy) {
   EXPECT_TRUE(map.SlotsOwnedBy(3).empty());
 }
 
+// The plan from a balanced map of 4096 slots on `from` servers to `to`
+// servers, after CheckPlan has checked it.
+std::vector<SlotMove> CheckedPlan(int from, int to) {
+  const ShardMap map = ShardMap::Balanced(4096, Addresses(from));
+  CheckPlan(map, to);
+  return map.PlanRebalance(to);
+}
+
 TEST(ShardMapTest, ScaleOutMovesAQuarterOntoTheNewServer) {
-  const ShardMap map = ShardMap::Balanced(4096, Addresses(3));
-  const std::vector<SlotMove> moves = map.PlanRebalance(4);
+  const std::vector<SlotMove> moves = CheckedPlan(3, 4);
   EXPECT_EQ(moves.size(), 1024u);
   for (const SlotMove& m : moves) EXPECT_EQ(m.to, 3u);
-  CheckPlan(map, 4);
 }
 
 TEST(ShardMapTest, ScaleInDrainsOnlyTheHighestServer) {
-  const ShardMap map = ShardMap::Balanced(4096, Addresses(4));
-  const std::vector<SlotMove> moves = map.PlanRebalance(3);
+  const std::vector<SlotMove> moves = CheckedPlan(4, 3);
   EXPECT_EQ(moves.size(), 1024u);
   for (const SlotMove& m : moves) EXPECT_EQ(m.from, 3u);
-  CheckPlan(map, 3);
 }
 
 TEST(ShardMapTest, SameServerCountIsANoOpWhenBalanced) {

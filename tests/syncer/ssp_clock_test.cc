@@ -4,6 +4,7 @@
 #include "syncer/ssp_clock.h"
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -15,56 +16,85 @@
 #include "shadowsync/v1/syncer.grpc.pb.h"
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
+#include "tests/util/grpc_call.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::syncer {
 namespace {
 
+using ::shadowsync::testing::CallRpc;
 using ::shadowsync::testing::StatusIs;
 
-// One report's answer, awaited with a bound instead of a sleep.
+constexpr auto kLong = std::chrono::seconds(5);
+constexpr auto kShort = std::chrono::milliseconds(50);
+
+// One asynchronous answer (of SspClocks or of the Clock RPC), awaited with a
+// bound instead of a sleep. The callback holds `this`: keep the Answer alive
+// until it has run.
+template <typename Result>
 class Answer {
  public:
-  ClockCallback Callback() {
-    return [this](absl::StatusOr<ClockOutcome> r) { promise_.set_value(std::move(r)); };
+  std::function<void(absl::StatusOr<Result>)> Callback() {
+    return [this](absl::StatusOr<Result> r) { promise_.set_value(std::move(r)); };
   }
   // Whether the answer came within `timeout`.
   bool Within(std::chrono::milliseconds timeout) {
     return future_.wait_for(timeout) == std::future_status::ready;
   }
-  absl::StatusOr<ClockOutcome> Get() { return future_.get(); }
+  // The answer, or DeadlineExceeded when none came within kLong.
+  absl::StatusOr<Result> Await() {
+    if (!Within(kLong)) return absl::DeadlineExceededError("no answer");
+    return future_.get();
+  }
 
  private:
-  std::promise<absl::StatusOr<ClockOutcome>> promise_;
-  std::future<absl::StatusOr<ClockOutcome>> future_ = promise_.get_future();
+  std::promise<absl::StatusOr<Result>> promise_;
+  std::future<absl::StatusOr<Result>> future_ = promise_.get_future();
 };
-
-constexpr auto kLong = std::chrono::seconds(5);
-constexpr auto kShort = std::chrono::milliseconds(50);
+using ClockAnswer = Answer<ClockOutcome>;
 
 absl::StatusOr<ClockOutcome> ReportNow(SspClocks& clocks, const std::string& member, int64_t clock,
                                        int64_t staleness) {
-  Answer a;
+  ClockAnswer a;
   clocks.Report(member, clock, staleness, absl::InfiniteDuration(), a.Callback());
-  if (!a.Within(kLong)) return absl::DeadlineExceededError("no answer");
-  return a.Get();
+  return a.Await();
 }
 
-TEST(SspClocksTest, LockStepWaitsUntilTheOtherCatchesUp) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 0));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 0));
-  Answer a1;
-  clocks.Report("a", 1, 0, absl::InfiniteDuration(), a1.Callback());
+// Members "a" and "b" both report clock 0: where most cases start.
+absl::Status JoinAAndB(SspClocks& clocks, int64_t staleness = 0) {
+  for (const char* member : {"a", "b"}) {
+    absl::StatusOr<ClockOutcome> r = ReportNow(clocks, member, 0, staleness);
+    if (!r.ok()) return r.status();
+  }
+  return absl::OkStatus();
+}
+
+// JoinAAndB, then "a" reports `clock` (which "b" at 0 may hold back); the
+// answer comes to `answer`.
+absl::Status JoinThenReportA(SspClocks& clocks, int64_t clock, int64_t staleness,
+                             absl::Duration max_wait, ClockAnswer& answer) {
+  if (absl::Status joined = JoinAAndB(clocks); !joined.ok()) return joined;
+  clocks.Report("a", clock, staleness, max_wait, answer.Callback());
+  return absl::OkStatus();
+}
+
+// Most cases: members that time out only after 30 s.
+class SspClocksTest : public ::testing::Test {
+ protected:
+  SspClocks clocks_{SspClockOptions{.member_timeout = absl::Seconds(30)}};
+};
+
+TEST_F(SspClocksTest, LockStepWaitsUntilTheOtherCatchesUp) {
+  ClockAnswer a1;
+  SS_ASSERT_OK(JoinThenReportA(clocks_, 1, 0, absl::InfiniteDuration(), a1));
   // b at 0 holds a at 1 back; b's own report at 0 is answered at once.
-  auto b0 = ReportNow(clocks, "b", 0, 0);
+  auto b0 = ReportNow(clocks_, "b", 0, 0);
   SS_ASSERT_OK(b0);
   EXPECT_TRUE(b0->released);
   EXPECT_FALSE(a1.Within(kShort));
-  auto b1 = ReportNow(clocks, "b", 1, 0);
+  auto b1 = ReportNow(clocks_, "b", 1, 0);
   SS_ASSERT_OK(b1);
-  ASSERT_TRUE(a1.Within(kLong));
-  auto r = a1.Get();
+  auto r = a1.Await();
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->min_clock, 1);
@@ -72,61 +102,54 @@ TEST(SspClocksTest, LockStepWaitsUntilTheOtherCatchesUp) {
   EXPECT_FALSE(r->joined);
 }
 
-TEST(SspClocksTest, StalenessBoundsTheLead) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 2));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 2));
-  auto a2 = ReportNow(clocks, "a", 2, 2);  // 2 <= 0 + 2
+TEST_F(SspClocksTest, StalenessBoundsTheLead) {
+  SS_ASSERT_OK(JoinAAndB(clocks_, 2));
+  auto a2 = ReportNow(clocks_, "a", 2, 2);  // 2 <= 0 + 2
   SS_ASSERT_OK(a2);
   EXPECT_TRUE(a2->released);
-  Answer a3;
-  clocks.Report("a", 3, 2, absl::InfiniteDuration(), a3.Callback());
+  ClockAnswer a3;
+  clocks_.Report("a", 3, 2, absl::InfiniteDuration(), a3.Callback());
   EXPECT_FALSE(a3.Within(kShort));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 1, 2));
-  ASSERT_TRUE(a3.Within(kLong));
-  EXPECT_TRUE(a3.Get()->released);
+  SS_ASSERT_OK(ReportNow(clocks_, "b", 1, 2));
+  auto r = a3.Await();
+  SS_ASSERT_OK(r);
+  EXPECT_TRUE(r->released);
 }
 
-TEST(SspClocksTest, HugeStalenessNeverWaits) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "slow", 0, 1000000000));
-  auto r = ReportNow(clocks, "fast", 0, 1000000000);
+TEST_F(SspClocksTest, HugeStalenessNeverWaits) {
+  SS_ASSERT_OK(ReportNow(clocks_, "slow", 0, 1000000000));
+  auto r = ReportNow(clocks_, "fast", 0, 1000000000);
   SS_ASSERT_OK(r);
-  r = ReportNow(clocks, "fast", 999999999, 1000000000);
+  r = ReportNow(clocks_, "fast", 999999999, 1000000000);
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->min_clock, 0);
 }
 
-TEST(SspClocksTest, ADepartedMemberReleasesTheWaiters) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 0));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 0));
-  Answer a5;
-  clocks.Report("a", 5, 0, absl::InfiniteDuration(), a5.Callback());
+TEST_F(SspClocksTest, ADepartedMemberReleasesTheWaiters) {
+  ClockAnswer a5;
+  SS_ASSERT_OK(JoinThenReportA(clocks_, 5, 0, absl::InfiniteDuration(), a5));
   EXPECT_FALSE(a5.Within(kShort));
-  EXPECT_TRUE(clocks.Leave("b"));
-  ASSERT_TRUE(a5.Within(kLong));
-  auto r = a5.Get();
+  EXPECT_TRUE(clocks_.Leave("b"));
+  auto r = a5.Await();
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->min_clock, 5);
   EXPECT_EQ(r->live_members, 1);
-  EXPECT_FALSE(clocks.Leave("b"));
+  EXPECT_FALSE(clocks_.Leave("b"));
 }
 
-TEST(SspClocksTest, ASilentMemberIsDroppedAfterTheTimeout) {
+TEST_F(SspClocksTest, ASilentMemberIsDroppedAfterTheTimeout) {
+  // Not the fixture's clocks_: here members time out after 200 ms.
   std::atomic<int> dropped{0};
   SspClocks clocks(
       SspClockOptions{.member_timeout = absl::Milliseconds(200),
                       .on_dropped = [&](const std::string& member, int64_t clock) { ++dropped; }});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 0));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 0));
+  SS_ASSERT_OK(JoinAAndB(clocks));
   const auto start = std::chrono::steady_clock::now();
-  Answer a1;
+  ClockAnswer a1;
   clocks.Report("a", 1, 0, absl::InfiniteDuration(), a1.Callback());
-  ASSERT_TRUE(a1.Within(kLong));
-  auto r = a1.Get();
+  auto r = a1.Await();
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->live_members, 1);
@@ -138,13 +161,12 @@ TEST(SspClocksTest, ASilentMemberIsDroppedAfterTheTimeout) {
   EXPECT_EQ(clocks.Snapshot().count("b"), 0u);
 }
 
-TEST(SspClocksTest, ALateMemberStartsLevelWithTheSlowest) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  auto first = ReportNow(clocks, "a", 0, 0);
+TEST_F(SspClocksTest, ALateMemberStartsLevelWithTheSlowest) {
+  auto first = ReportNow(clocks_, "a", 0, 0);
   SS_ASSERT_OK(first);
   EXPECT_TRUE(first->joined);
-  SS_ASSERT_OK(ReportNow(clocks, "a", 7, 0));
-  auto late = ReportNow(clocks, "c", 0, 0);
+  SS_ASSERT_OK(ReportNow(clocks_, "a", 7, 0));
+  auto late = ReportNow(clocks_, "c", 0, 0);
   SS_ASSERT_OK(late);
   EXPECT_TRUE(late->joined);
   EXPECT_TRUE(late->released);
@@ -152,30 +174,22 @@ TEST(SspClocksTest, ALateMemberStartsLevelWithTheSlowest) {
   EXPECT_EQ(late->min_clock, 7);
 }
 
-TEST(SspClocksTest, MaxWaitAnswersUnreleased) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 0));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 0));
-  Answer a;
-  clocks.Report("a", 3, 1, absl::Milliseconds(50), a.Callback());
-  ASSERT_TRUE(a.Within(kLong));
-  auto r = a.Get();
+TEST_F(SspClocksTest, MaxWaitAnswersUnreleased) {
+  ClockAnswer a;
+  SS_ASSERT_OK(JoinThenReportA(clocks_, 3, 1, absl::Milliseconds(50), a));
+  auto r = a.Await();
   SS_ASSERT_OK(r);
   EXPECT_FALSE(r->released);
   EXPECT_EQ(r->min_clock, 0);
   EXPECT_EQ(r->member_clock, 3);
 }
 
-TEST(SspClocksTest, CloseAnswersWaitersUnavailable) {
-  SspClocks clocks(SspClockOptions{.member_timeout = absl::Seconds(30)});
-  SS_ASSERT_OK(ReportNow(clocks, "a", 0, 0));
-  SS_ASSERT_OK(ReportNow(clocks, "b", 0, 0));
-  Answer a;
-  clocks.Report("a", 1, 0, absl::InfiniteDuration(), a.Callback());
-  clocks.Close();
-  ASSERT_TRUE(a.Within(kLong));
-  EXPECT_THAT(a.Get(), StatusIs(absl::StatusCode::kUnavailable, "shutting down"));
-  EXPECT_THAT(ReportNow(clocks, "a", 0, 0), StatusIs(absl::StatusCode::kUnavailable, ""));
+TEST_F(SspClocksTest, CloseAnswersWaitersUnavailable) {
+  ClockAnswer a;
+  SS_ASSERT_OK(JoinThenReportA(clocks_, 1, 0, absl::InfiniteDuration(), a));
+  clocks_.Close();
+  EXPECT_THAT(a.Await(), StatusIs(absl::StatusCode::kUnavailable, "shutting down"));
+  EXPECT_THAT(ReportNow(clocks_, "a", 0, 0), StatusIs(absl::StatusCode::kUnavailable, ""));
 }
 
 // ---- Through gRPC.
@@ -202,25 +216,29 @@ class ClockRpcTest : public ::testing::Test {
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
+  // Starts the replicas and has clients a_ and b_ report clock 0.
+  void StartAndJoin(int replicas, absl::Duration member_timeout) {
+    ASSERT_NO_FATAL_FAILURE(Start(replicas, member_timeout));
+    a_ = Client("a");
+    b_ = Client("b");
+    ASSERT_TRUE(a_ != nullptr && b_ != nullptr);
+    SS_ASSERT_OK(a_->Clock(0, 0));
+    SS_ASSERT_OK(b_->Clock(0, 0));
+  }
 
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<SyncerServer>> servers_;
+  std::unique_ptr<SyncerClient> a_, b_;
 };
 
 TEST_F(ClockRpcTest, LockStepOverTwoReplicasAndLeave) {
-  Start(2, absl::Seconds(30));
-  auto a = Client("a"), b = Client("b");
-  SS_ASSERT_OK(a->Clock(0, 0));
-  SS_ASSERT_OK(b->Clock(0, 0));
-  std::promise<absl::StatusOr<ClockResult>> promise;
-  auto future = promise.get_future();
-  a->ClockAsync(1, 0, absl::ZeroDuration(),
-                [&promise](absl::StatusOr<ClockResult> r) { promise.set_value(std::move(r)); });
-  EXPECT_EQ(future.wait_for(kShort), std::future_status::timeout);
+  ASSERT_NO_FATAL_FAILURE(StartAndJoin(2, absl::Seconds(30)));
+  Answer<ClockResult> a1;
+  a_->ClockAsync(1, 0, absl::ZeroDuration(), a1.Callback());
+  EXPECT_FALSE(a1.Within(kShort));
   // Leave (every group) releases a.
-  SS_ASSERT_OK(b->Leave());
-  ASSERT_EQ(future.wait_for(kLong), std::future_status::ready);
-  auto r = future.get();
+  SS_ASSERT_OK(b_->Leave());
+  auto r = a1.Await();
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->live_members, 1);
@@ -237,11 +255,8 @@ TEST_F(ClockRpcTest, LockStepOverTwoReplicasAndLeave) {
 }
 
 TEST_F(ClockRpcTest, TimedOutMemberReleasesTheWaiter) {
-  Start(1, absl::Milliseconds(300));
-  auto a = Client("a"), b = Client("b");
-  SS_ASSERT_OK(a->Clock(0, 0));
-  SS_ASSERT_OK(b->Clock(0, 0));
-  auto r = a->Clock(2, 0);  // b never reports again
+  ASSERT_NO_FATAL_FAILURE(StartAndJoin(1, absl::Milliseconds(300)));
+  auto r = a_->Clock(2, 0);  // b never reports again
   SS_ASSERT_OK(r);
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->live_members, 1);
@@ -249,11 +264,8 @@ TEST_F(ClockRpcTest, TimedOutMemberReleasesTheWaiter) {
 }
 
 TEST_F(ClockRpcTest, ShortMaxWaitAnswersUnreleased) {
-  Start(1, absl::Seconds(30));
-  auto a = Client("a"), b = Client("b");
-  SS_ASSERT_OK(a->Clock(0, 0));
-  SS_ASSERT_OK(b->Clock(0, 0));
-  auto r = a->Clock(4, 1, absl::Milliseconds(50));
+  ASSERT_NO_FATAL_FAILURE(StartAndJoin(1, absl::Seconds(30)));
+  auto r = a_->Clock(4, 1, absl::Milliseconds(50));
   SS_ASSERT_OK(r);
   EXPECT_FALSE(r->released);
   EXPECT_EQ(r->min_clock, 0);
@@ -263,41 +275,26 @@ TEST_F(ClockRpcTest, RejectsBadInput) {
   Start(1, absl::Seconds(30));
   auto stub =
       v1::Syncer::NewStub(grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
-  auto call = [&](const v1::ClockRequest& request) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ClockResponse response;
-    return stub->Clock(&context, request, &response);
-  };
   v1::ClockRequest request;
-  grpc::Status s = call(request);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("member"));
+  EXPECT_THAT(CallRpc(*stub, &v1::Syncer::Stub::Clock, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, "member"));
   request.set_member("a");
   request.set_staleness(-1);
-  s = call(request);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("staleness: must be >= 0, got -1"));
+  EXPECT_THAT(CallRpc(*stub, &v1::Syncer::Stub::Clock, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, "staleness: must be >= 0, got -1"));
   request.set_staleness(0);
   request.set_clock(-3);
-  s = call(request);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("clock: must be >= 0, got -3"));
+  EXPECT_THAT(CallRpc(*stub, &v1::Syncer::Stub::Clock, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, "clock: must be >= 0, got -3"));
 }
 
 TEST_F(ClockRpcTest, ShutdownAnswersWaitersUnavailable) {
-  Start(1, absl::Seconds(30));
-  auto a = Client("a"), b = Client("b");
-  SS_ASSERT_OK(a->Clock(0, 0));
-  SS_ASSERT_OK(b->Clock(0, 0));
-  std::promise<absl::StatusOr<ClockResult>> promise;
-  auto future = promise.get_future();
-  a->ClockAsync(1, 0, absl::ZeroDuration(),
-                [&promise](absl::StatusOr<ClockResult> r) { promise.set_value(std::move(r)); });
-  EXPECT_EQ(future.wait_for(kShort), std::future_status::timeout);
+  ASSERT_NO_FATAL_FAILURE(StartAndJoin(1, absl::Seconds(30)));
+  Answer<ClockResult> a1;
+  a_->ClockAsync(1, 0, absl::ZeroDuration(), a1.Callback());
+  EXPECT_FALSE(a1.Within(kShort));
   servers_[0]->Shutdown();
-  ASSERT_EQ(future.wait_for(kLong), std::future_status::ready);
-  EXPECT_THAT(future.get(), StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_THAT(a1.Await(), StatusIs(absl::StatusCode::kUnavailable, ""));
 }
 
 }  // namespace

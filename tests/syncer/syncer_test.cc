@@ -20,12 +20,14 @@
 #include "syncer/all_reduce.h"
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
+#include "tests/util/grpc_call.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::syncer {
 namespace {
 
+using ::shadowsync::testing::CallRpc;
 using ::shadowsync::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -54,6 +56,16 @@ std::vector<float> Values(int64_t n, int seed) {
     v[i] = static_cast<float>((i * 7919 + seed * 104729) % 10007) / 3.0f - 1000.0f + 0.1f * seed;
   }
   return v;
+}
+
+// A centre request (InitCentre, AddToCentre, PullCentre, AllReduce) for
+// [offset, ...) of a vector of `total` floats.
+template <typename Request>
+Request RangeRequest(uint64_t offset, uint64_t total) {
+  Request request;
+  request.set_offset(offset);
+  request.set_total(total);
+  return request;
 }
 
 class SyncerTest : public ::testing::Test {
@@ -481,12 +493,11 @@ TEST_F(SyncerTest, JoinMakesTheFirstRoundWaitForEveryMember) {
 TEST_F(SyncerTest, JoinAnswersWhetherTheMemberIsNewAndTheLiveCount) {
   StartSyncers(1);
   auto join = [&](const std::string& group, const std::string& member) {
-    grpc::ClientContext context;
     v1::JoinRequest request;
     request.set_group(group);
     request.set_member(member);
     v1::JoinResponse response;
-    EXPECT_TRUE(stubs_[0]->Join(&context, request, &response).ok());
+    SS_EXPECT_OK(CallRpc(*stubs_[0], &v1::Syncer::Stub::Join, request, &response));
     return std::make_pair(response.added(), response.live_members());
   };
   EXPECT_EQ(join("g", "a"), std::make_pair(true, 1u));
@@ -581,12 +592,11 @@ TEST_F(SyncerTest, LeaveGroupLeavesOnlyThatGroup) {
 
   // Leaving a group the member is not in changes nothing; Leave() leaves all.
   {
-    grpc::ClientContext context;
     v1::LeaveRequest request;
     request.set_member("b");
     request.set_group("g0");
     v1::LeaveResponse response;
-    ASSERT_TRUE(stubs_[0]->Leave(&context, request, &response).ok());
+    SS_ASSERT_OK(CallRpc(*stubs_[0], &v1::Syncer::Stub::Leave, request, &response));
     EXPECT_EQ(response.groups(), 0u);
   }
   SS_ASSERT_OK(a->Leave());
@@ -652,14 +662,11 @@ TEST_F(SyncerTest, RequestsForAnotherRangeAreInvalidArgumentAndChangeNothing) {
   std::vector<float> centre(kN);
   SS_ASSERT_OK(client->InitCentre(init, centre));
 
-  auto add = [&](uint64_t offset, uint64_t total, int length, const std::string& member = "") {
-    grpc::ClientContext context;
-    v1::AddToCentreRequest request;
-    request.set_offset(offset);
-    request.set_total(total);
-    for (int i = 0; i < length; ++i) request.add_delta(1.0f);
-    v1::CentreResponse response;
-    return FromGrpcStatus(stubs_[0]->AddToCentre(&context, request, &response));
+  v1::Syncer::Stub& stub = *stubs_[0];
+  auto add = [&](uint64_t offset, uint64_t total, int length) {
+    auto request = RangeRequest<v1::AddToCentreRequest>(offset, total);
+    request.mutable_delta()->Resize(length, 1.0f);
+    return CallRpc(stub, &v1::Syncer::Stub::AddToCentre, request);
   };
   EXPECT_THAT(add(1, kN, 9), StatusIs(absl::StatusCode::kInvalidArgument,
                                       "offset: 1, but this syncer holds [0, 10) of 10"));
@@ -667,61 +674,30 @@ TEST_F(SyncerTest, RequestsForAnotherRangeAreInvalidArgumentAndChangeNothing) {
   EXPECT_THAT(add(0, kN, 9), StatusIs(absl::StatusCode::kInvalidArgument, "delta: 9 floats"));
   EXPECT_THAT(add(0, kN, 0), StatusIs(absl::StatusCode::kInvalidArgument, "delta: empty"));
   EXPECT_THAT(add(5, 4, 2), StatusIs(absl::StatusCode::kInvalidArgument, "offset: 5"));
-  {
-    grpc::ClientContext context;
-    v1::PullCentreRequest request;
-    request.set_offset(0);
-    request.set_total(kN);
-    request.set_length(11);
-    v1::CentreResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->PullCentre(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "length: 11 floats"));
-  }
-  {
-    grpc::ClientContext context;
-    v1::AllReduceRequest request;
-    request.set_offset(0);
-    request.set_total(kN);
-    for (int i = 0; i < kN; ++i) request.add_values(1.0f);
-    v1::AllReduceResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->AllReduce(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
-  }
-  {
-    grpc::ClientContext context;
-    v1::InitCentreRequest request;
-    request.set_offset(0);
-    request.set_total(kN + 1);
-    for (int i = 0; i < kN; ++i) request.add_values(0.0f);
-    v1::CentreResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->InitCentre(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "total: 11"));
-  }
-  {
-    grpc::ClientContext context;
-    v1::JoinRequest request;
-    request.set_group("g");
-    v1::JoinResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->Join(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
-  }
-  {
-    grpc::ClientContext context;
-    v1::JoinRequest request;
-    request.set_group(std::string(257, 'g'));
-    request.set_member("m");
-    v1::JoinResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->Join(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "group: 257 bytes"));
-  }
-  {
-    grpc::ClientContext context;
-    v1::LeaveRequest request;
-    request.set_group("g");
-    v1::LeaveResponse response;
-    EXPECT_THAT(FromGrpcStatus(stubs_[0]->Leave(&context, request, &response)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
-  }
+  auto pull = RangeRequest<v1::PullCentreRequest>(0, kN);
+  pull.set_length(11);
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::PullCentre, pull),
+              StatusIs(absl::StatusCode::kInvalidArgument, "length: 11 floats"));
+  auto anonymous_round = RangeRequest<v1::AllReduceRequest>(0, kN);
+  anonymous_round.mutable_values()->Resize(kN, 1.0f);
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::AllReduce, anonymous_round),
+              StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
+  auto init_too_long = RangeRequest<v1::InitCentreRequest>(0, kN + 1);
+  init_too_long.mutable_values()->Resize(kN, 0.0f);
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::InitCentre, init_too_long),
+              StatusIs(absl::StatusCode::kInvalidArgument, "total: 11"));
+  v1::JoinRequest join;
+  join.set_group("g");
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::Join, join),
+              StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
+  join.set_group(std::string(257, 'g'));
+  join.set_member("m");
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::Join, join),
+              StatusIs(absl::StatusCode::kInvalidArgument, "group: 257 bytes"));
+  v1::LeaveRequest leave;
+  leave.set_group("g");
+  EXPECT_THAT(CallRpc(stub, &v1::Syncer::Stub::Leave, leave),
+              StatusIs(absl::StatusCode::kInvalidArgument, "member: empty"));
   {
     auto anonymous = Client("", kN);
     EXPECT_THAT(anonymous->Join("g"),
@@ -761,33 +737,18 @@ TEST(SyncerLimitsTest, OversizeRequestIsResourceExhaustedAndChangesNothing) {
   auto stub = v1::Syncer::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
   constexpr int kN = 1000;
-  {
-    grpc::ClientContext context;
-    v1::InitCentreRequest request;
-    request.set_offset(0);
-    request.set_total(kN);
-    request.mutable_values()->Resize(kN, 2.0f);
-    v1::CentreResponse response;
-    ASSERT_TRUE(stub->InitCentre(&context, request, &response).ok());
-  }
-  {
-    grpc::ClientContext context;
-    v1::AllReduceRequest request;
-    request.set_member("trainer-0");
-    request.set_offset(0);
-    request.set_total(kN);
-    request.mutable_values()->Resize(1 << 19, 1.0f);  // 2 MiB of floats.
-    v1::AllReduceResponse response;
-    const grpc::Status status = stub->AllReduce(&context, request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
-  }
-  grpc::ClientContext context;
-  v1::PullCentreRequest pull;
-  pull.set_offset(0);
-  pull.set_total(kN);
+  auto init = RangeRequest<v1::InitCentreRequest>(0, kN);
+  init.mutable_values()->Resize(kN, 2.0f);
+  SS_ASSERT_OK(CallRpc(*stub, &v1::Syncer::Stub::InitCentre, init));
+  auto round = RangeRequest<v1::AllReduceRequest>(0, kN);
+  round.set_member("trainer-0");
+  round.mutable_values()->Resize(1 << 19, 1.0f);  // 2 MiB of floats.
+  EXPECT_THAT(CallRpc(*stub, &v1::Syncer::Stub::AllReduce, round),
+              StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  auto pull = RangeRequest<v1::PullCentreRequest>(0, kN);
   pull.set_length(kN);
   v1::CentreResponse centre;
-  ASSERT_TRUE(stub->PullCentre(&context, pull, &centre).ok());
+  SS_ASSERT_OK(CallRpc(*stub, &v1::Syncer::Stub::PullCentre, pull, &centre));
   ASSERT_EQ(centre.values_size(), kN);
   EXPECT_EQ(centre.values(0), 2.0f);
 }

@@ -39,9 +39,26 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+bool RewriteOrExpectGenerated(const std::string& path, const std::string& generated,
+                              const std::string& regenerate, size_t begin, size_t length) {
+  std::string committed = ReadFile(path);
+  if (std::getenv("SHADOWSYNC_UPDATE_DOCS") != nullptr) {
+    committed.replace(begin, length, generated);
+    WriteFile(path, committed);
+    return true;
+  }
+  EXPECT_EQ(committed.substr(begin, length), generated)
+      << path << " is stale; regenerate with " << regenerate;
+  return false;
+}
+
 std::string SourceDir() {
   const char* src = std::getenv("SHADOWSYNC_SOURCE_DIR");
   return src ? src : SHADOWSYNC_DEFAULT_SOURCE_DIR;
+}
+
+std::string SourcePath(const std::string& relative) {
+  return (std::filesystem::path(SourceDir()) / relative).string();
 }
 
 std::string BinDir() {

@@ -50,10 +50,20 @@ class ScratchDir {
 void WriteFile(const std::string& path, const std::string& contents);
 std::string ReadFile(const std::string& path);
 
+// A committed file, or the part of it from byte `begin` for `length` bytes,
+// that is generated: expects it to be `generated` (else fails, telling how to
+// `regenerate`); with $SHADOWSYNC_UPDATE_DOCS set, rewrites that part instead
+// and returns true, and the caller then skips.
+bool RewriteOrExpectGenerated(const std::string& path, const std::string& generated,
+                              const std::string& regenerate, size_t begin = 0,
+                              size_t length = std::string::npos);
+
 // Directory of the built binaries ($SHADOWSYNC_BIN_DIR, else the build's bin/).
 std::string BinDir();
 // The source tree ($SHADOWSYNC_SOURCE_DIR, else the configured source dir).
 std::string SourceDir();
+// `relative` (e.g. "docs/job-spec.md") in the source tree.
+std::string SourcePath(const std::string& relative);
 // The real Criteo excerpt in ../shared/data/criteo, or "" when absent.
 std::string CriteoSamplePath();
 

@@ -26,32 +26,39 @@ namespace {
 using ::shadowsync::testing::StatusIs;
 using ::testing::FloatEq;
 
-TEST(StalenessLearningRateTest, None) {
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kNone, 0.1f, 0, 0.9), FloatEq(0.1f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kNone, 0.1f, 7, 0.9), FloatEq(0.1f));
-}
-
-TEST(StalenessLearningRateTest, InverseKeepsTheRateForFreshAndOnceStaleUpdates) {
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 0, 0.9), FloatEq(0.8f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 1, 0.9), FloatEq(0.8f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInverse, 0.8f, 4, 0.9), FloatEq(0.2f));
-}
-
-TEST(StalenessLearningRateTest, InversePlusOne) {
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 0, 0.9), FloatEq(0.8f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 1, 0.9), FloatEq(0.4f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, 3, 0.9), FloatEq(0.2f));
-}
-
-TEST(StalenessLearningRateTest, ExponentialIsGammaToTheTau) {
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 0.8f, 0, 0.5), FloatEq(0.8f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 0.8f, 3, 0.5), FloatEq(0.1f));
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kExponential, 1.0f, 2, 0.9), FloatEq(0.81f));
-}
-
-TEST(StalenessLearningRateTest, NegativeTauCountsAsFresh) {
-  EXPECT_THAT(StalenessLearningRate(StalenessLrRule::kInversePlusOne, 0.8f, -2, 0.9),
-              FloatEq(0.8f));
+TEST(StalenessLearningRateTest, EachRuleByHand) {
+  using enum StalenessLrRule;
+  struct Case {
+    StalenessLrRule rule;
+    float lr;
+    int64_t tau;
+    double gamma;
+    float want;
+  };
+  const Case kCases[] = {
+      // None: the rate, however stale.
+      {kNone, 0.1f, 0, 0.9, 0.1f},
+      {kNone, 0.1f, 7, 0.9, 0.1f},
+      // Inverse keeps the rate for fresh and once-stale updates.
+      {kInverse, 0.8f, 0, 0.9, 0.8f},
+      {kInverse, 0.8f, 1, 0.9, 0.8f},
+      {kInverse, 0.8f, 4, 0.9, 0.2f},
+      // Inverse plus one: lr / (tau + 1).
+      {kInversePlusOne, 0.8f, 0, 0.9, 0.8f},
+      {kInversePlusOne, 0.8f, 1, 0.9, 0.4f},
+      {kInversePlusOne, 0.8f, 3, 0.9, 0.2f},
+      // Exponential: lr * gamma^tau.
+      {kExponential, 0.8f, 0, 0.5, 0.8f},
+      {kExponential, 0.8f, 3, 0.5, 0.1f},
+      {kExponential, 1.0f, 2, 0.9, 0.81f},
+      // A negative tau counts as fresh.
+      {kInversePlusOne, 0.8f, -2, 0.9, 0.8f},
+  };
+  for (const Case& c : kCases) {
+    EXPECT_THAT(StalenessLearningRate(c.rule, c.lr, c.tau, c.gamma), FloatEq(c.want))
+        << "rule " << static_cast<int>(c.rule) << ", lr " << c.lr << ", tau " << c.tau << ", gamma "
+        << c.gamma;
+  }
 }
 
 // Settings are checked when the strategy is made, before any call (the

@@ -17,6 +17,7 @@
 #include "syncer/client/syncer_client.h"
 #include "syncer/syncer_server.h"
 #include "tests/util/test_util.h"
+#include "tests/worker/strategy_test_util.h"
 #include "worker/sync/factory.h"
 
 namespace shadowsync::worker {
@@ -95,17 +96,8 @@ SyncConfig SwitchConfig(int trainers) {
   return c;
 }
 
-class SyncSwitchTest : public ::testing::Test {
+class SyncSwitchTest : public strategy_test::StrategyTest {
  protected:
-  void SetUp() override {
-    syncer::SyncerServerOptions o;
-    o.metrics_address = "";
-    o.service.member_timeout = absl::Seconds(30);
-    auto server = syncer::SyncerServer::Start(o);
-    SS_ASSERT_OK(server);
-    server_ = std::move(*server);
-  }
-
   // Trainer `index` of `config.num_trainers`; `total_steps` > 0 is passed
   // to SetTotalSteps before Start. `restart`: a trainer restarted into the
   // running job, started at once.
@@ -115,12 +107,7 @@ class SyncSwitchTest : public ::testing::Test {
     auto t = std::make_unique<Trainer>();
     t->params = std::move(init);
     t->state.assign(t->params.size(), 0.0f);
-    syncer::SyncerClientOptions co;
-    co.addresses = {server_->address()};
-    co.member = "trainer-" + std::to_string(index);
-    auto client = syncer::SyncerClient::Connect(co, static_cast<int64_t>(t->params.size()));
-    EXPECT_TRUE(client.ok()) << client.status();
-    t->client = std::move(*client);
+    t->client = Connect("trainer-" + std::to_string(index), static_cast<int64_t>(t->params.size()));
     config.trainer_index = index;
     auto strategy = SyncSwitchStrategy::Create(config, t->client.get(), t->registry.get());
     EXPECT_TRUE(strategy.ok()) << strategy.status();
@@ -144,7 +131,6 @@ class SyncSwitchTest : public ::testing::Test {
   }
 
   std::vector<std::future<void>> starting_;
-  std::unique_ptr<syncer::SyncerServer> server_;
 };
 
 // One step of `thread`: its update, then the after-step hook.

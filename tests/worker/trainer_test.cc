@@ -43,16 +43,24 @@ class TrainerTest : public ::testing::Test {
     return o;
   }
 
+  // Options training on `threads` threads in batches of `batch_size` with
+  // `store`'s optimizer.
+  static TrainerOptions Options(const model::LocalEmbeddingStore& store, int threads,
+                                int batch_size) {
+    TrainerOptions options;
+    options.threads = threads;
+    options.batch_size = batch_size;
+    options.optimizer = store.options().optimizer;
+    return options;
+  }
+
   static testing::ScratchDir* dir_;
 };
 testing::ScratchDir* TrainerTest::dir_ = nullptr;
 
 TEST_F(TrainerTest, HogwildThreadsLearnBetterThanTheBaseRate) {
   model::LocalEmbeddingStore store(StoreOptions());
-  TrainerOptions options;
-  options.threads = 3;
-  options.batch_size = 64;
-  options.optimizer = store.options().optimizer;
+  TrainerOptions options = Options(store, 3, 64);
   Trainer trainer(SmallModel(), store.options().tables, options, &store);
   auto report = trainer.Train({dir_->File("train.tsv")});
   SS_ASSERT_OK(report);
@@ -72,10 +80,8 @@ TEST_F(TrainerTest, Bf16GemmsLearnAsWellAsFp32) {
   double ne[2];
   for (auto precision : {model::DensePrecision::kFp32, model::DensePrecision::kBf16}) {
     model::LocalEmbeddingStore store(StoreOptions());
-    TrainerOptions options;
-    options.threads = 1;  // one thread: the two runs differ only in precision
-    options.batch_size = 64;
-    options.optimizer = store.options().optimizer;
+    // One thread: the two runs differ only in precision.
+    TrainerOptions options = Options(store, 1, 64);
     options.precision = precision;
     Trainer trainer(SmallModel(), store.options().tables, options, &store);
     SS_ASSERT_OK(trainer.Train({dir_->File("train.tsv")}));
@@ -94,10 +100,7 @@ TEST_F(TrainerTest, Bf16GemmsLearnAsWellAsFp32) {
 // reports any overlap), see training's progress, and training loses nothing.
 TEST_F(TrainerTest, SnapshotsDuringALoneThreadsTrainingWaitForItsSteps) {
   model::LocalEmbeddingStore store(StoreOptions());
-  TrainerOptions options;
-  options.threads = 1;
-  options.batch_size = 64;
-  options.optimizer = store.options().optimizer;
+  TrainerOptions options = Options(store, 1, 64);
   options.progress_interval_seconds = 0.02;
   Trainer* trainer_ptr = nullptr;
   std::vector<float> params, state;
