@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <system_error>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
 #include "model/optimizer.h"
@@ -56,15 +56,7 @@ void WakeStopWatcher() {
 }
 
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << grpc_port << " " << metrics_port << "\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
+  return WriteFileAtomically(path, absl::StrCat(grpc_port, " ", metrics_port, "\n")).ok();
 }
 
 std::vector<std::string> SplitList(const std::vector<std::string>& flags) {

@@ -20,8 +20,8 @@ class App;
 
 namespace shadowsync::cli {
 
-// Writes "grpc_port metrics_port\n" through a rename, so a reader (a
-// launcher, a test, a benchmark) never sees a partial file.
+// Writes "grpc_port metrics_port\n" atomically (common/file_util.h), so a
+// reader (a launcher, a test, a benchmark) never sees a partial file.
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
 
 // SIGTERM/SIGINT handling for server processes. The signal may land on any

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 extern char** environ;
@@ -205,8 +206,9 @@ void Launch::WriteLaunchState() const {
   const nlohmann::json state = {{"parameter_servers", ps_addresses_.size()},
                                 {"ps_addresses", ps_addresses_}};
   const std::string path = run_dir_ + "/launch.json";
-  std::ofstream(path + ".tmp") << state.dump(2) << "\n";
-  fs::rename(path + ".tmp", path);
+  if (absl::Status s = WriteFileAtomically(path, state.dump(2) + "\n"); !s.ok()) {
+    std::cerr << s.message() << "\n";
+  }
 }
 
 }  // namespace shadowsync::cli::internal

@@ -27,6 +27,7 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
@@ -320,7 +321,15 @@ int RunPod(const PodFlags& f) {
   // `done` appears under its final name only now: a restart after this
   // point finds it and does not train again.
   const std::string done = f.data_dir + "/done";
-  std::filesystem::rename(done + ".tmp", done);
+  std::error_code ec;
+  std::filesystem::rename(done + ".tmp", done, ec);
+  const absl::Status renamed =
+      ec ? absl::UnavailableError(absl::StrCat("cannot rename ", done, ".tmp: ", ec.message()))
+         : SyncParentDirectory(done);
+  if (!renamed.ok()) {
+    std::cerr << "shadowsync pod: " << renamed.message() << "\n";
+    return 1;
+  }
   return 0;
 }
 

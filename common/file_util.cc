@@ -129,8 +129,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   return out->Commit();
 }
 
-absl::Status SyncParentDirectory(const std::string& path) {
-  const std::string dir = ParentOf(path);
+absl::Status SyncParentDirectory(const std::string& path) { return SyncDirectory(ParentOf(path)); }
+
+absl::Status SyncDirectory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot open directory", dir, errno);
   absl::Status s = absl::OkStatus();

@@ -65,6 +65,8 @@ class AtomicFileWriter {
 // directory that holds it. For callers that rename whole directories into
 // place (exports, restored stores).
 absl::Status SyncParentDirectory(const std::string& path);
+// The same for the entries of `dir` itself.
+absl::Status SyncDirectory(const std::string& dir);
 
 }  // namespace shadowsync
 
