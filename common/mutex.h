@@ -97,27 +97,6 @@ class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
   Mutex* const mu_;
 };
 
-// Counts down to zero; Wait() blocks until then. A CountDown() may still be
-// inside Mutex::Unlock (which notifies after releasing the lock) when Wait()
-// returns, so a latch counted down from other threads' callbacks is shared
-// through a shared_ptr, which the last of them releases.
-class Latch {
- public:
-  explicit Latch(int count) : count_(count) {}
-  void CountDown() {
-    MutexLock lock(&mu_);
-    --count_;
-  }
-  void Wait() {
-    MutexLock lock(&mu_);
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; });
-  }
-
- private:
-  Mutex mu_;
-  int count_ ABSL_GUARDED_BY(mu_);
-};
-
 }  // namespace shadowsync
 
 #endif  // SHADOWSYNC_COMMON_MUTEX_H_
