@@ -30,6 +30,7 @@
 #include "common/file_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "exporter/job_export.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
@@ -77,19 +78,14 @@ pid_t g_child = 0;
 // Runs `args` as a child (this binary), forwarding SIGTERM/SIGINT to it, and
 // returns its exit code (128 + signal if a signal ended it).
 int RunChild(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return 1;
-  if (pid == 0) {
-    execv("/proc/self/exe", argv.data());
-    std::cerr << "shadowsync pod: exec failed\n";
-    std::_Exit(127);
+  std::vector<std::string> argv = {"/proc/self/exe"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<pid_t> started = Spawn(argv);
+  if (!started.ok()) {
+    std::cerr << "shadowsync pod: " << started.status().message() << "\n";
+    return 127;
   }
+  const pid_t pid = *started;
   g_child = pid;
   std::thread forwarder([pid] {
     if (const int sig = AwaitStopSignal(); sig != 0) kill(pid, sig);
