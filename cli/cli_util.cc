@@ -17,6 +17,8 @@
 #include "common/status_macros.h"
 #include "data/synthetic.h"
 #include "model/optimizer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 
 namespace shadowsync::cli {
 namespace {
@@ -65,6 +67,11 @@ std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
     for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
   }
   return out;
+}
+
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name,
+                   const std::string& help, double value) {
+  prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
 }
 
 namespace {

@@ -17,6 +17,9 @@
 namespace CLI {
 class App;
 }  // namespace CLI
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
 
 namespace shadowsync::cli {
 
@@ -79,6 +82,11 @@ GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security);
 
 // Splits comma-separated lists given as one or several flags.
 std::vector<std::string> SplitList(const std::vector<std::string>& flags);
+
+// Adds a gauge without labels, set to `value` once: a fact about this process
+// for /metrics (a trainer finished, the rows it imported).
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name,
+                   const std::string& help, double value);
 
 // The training and held-out files of a job. criteo-tsv: the spec's paths.
 // synthetic: generates examples + evalExamples from one teacher into `dir`

@@ -35,7 +35,6 @@
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "nlohmann/json.hpp"
-#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::cli {
@@ -135,24 +134,13 @@ int ServeFinished(const std::string& metrics_listen, const nlohmann::json& repor
     export_metrics.Publish(summary, summary.value("request", ""), /*final=*/true);
   }
   auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_finished")
-      .Help("1: this trainer has trained its whole share and exited cleanly.")
-      .Register(*registry)
-      .Add({})
-      .Set(1);
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_examples_total")
-      .Help("Examples this trainer trained.")
-      .Register(*registry)
-      .Add({})
-      .Set(static_cast<double>(examples));
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_examples_resumed")
-      .Help("Examples of its share the trainer trained before its last run.")
-      .Register(*registry)
-      .Add({})
-      .Set(static_cast<double>(resumed));
+  AddFixedGauge(*registry, "shadowsync_trainer_finished",
+                "1: this trainer has trained its whole share and exited cleanly.", 1);
+  AddFixedGauge(*registry, "shadowsync_trainer_examples_total", "Examples this trainer trained.",
+                static_cast<double>(examples));
+  AddFixedGauge(*registry, "shadowsync_trainer_examples_resumed",
+                "Examples of its share the trainer trained before its last run.",
+                static_cast<double>(resumed));
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
       MetricsHttpServer::Start(metrics_listen);
   if (!http.ok()) {

@@ -14,7 +14,6 @@
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "jobspec/job_spec.h"
-#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "worker/worker_process.h"
 
@@ -92,12 +91,9 @@ int RunWorkerCommand(const WorkerFlags& f) {
   if (f.init_imported_rows >= 0) {
     // The operator scales the other trainers out once it reads this.
     auto registry = std::make_shared<prometheus::Registry>();
-    prometheus::BuildGauge()
-        .Name("shadowsync_init_imported_rows")
-        .Help("Rows of spec.init.fromModel this trainer loaded onto the parameter servers.")
-        .Register(*registry)
-        .Add({})
-        .Set(static_cast<double>(f.init_imported_rows));
+    AddFixedGauge(*registry, "shadowsync_init_imported_rows",
+                  "Rows of spec.init.fromModel this trainer loaded onto the parameter servers.",
+                  static_cast<double>(f.init_imported_rows));
     o.extra_metrics.push_back(registry);
   }
   o.checkpoint_path = f.checkpoint;
