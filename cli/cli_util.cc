@@ -69,8 +69,8 @@ std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
   return out;
 }
 
-void AddFixedGauge(prometheus::Registry& registry, const std::string& name,
-                   const std::string& help, double value) {
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
+                   double value) {
   prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
 }
 

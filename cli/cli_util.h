@@ -85,8 +85,8 @@ std::vector<std::string> SplitList(const std::vector<std::string>& flags);
 
 // Adds a gauge without labels, set to `value` once: a fact about this process
 // for /metrics (a trainer finished, the rows it imported).
-void AddFixedGauge(prometheus::Registry& registry, const std::string& name,
-                   const std::string& help, double value);
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
+                   double value);
 
 // The training and held-out files of a job. criteo-tsv: the spec's paths.
 // synthetic: generates examples + evalExamples from one teacher into `dir`
