@@ -1,14 +1,10 @@
 #include "bench/bench_util.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,37 +14,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/subprocess.h"
 
 namespace shadowsync::bench {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
     const std::vector<std::string>& argv, const std::string& log_path) {
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe
-  // calls are allowed (gRPC threads may hold malloc's locks).
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    return absl::InternalError(absl::StrCat("open ", log_path, ": ", strerror(errno)));
-  }
-  const pid_t parent = getpid();
   const Clock::time_point start = Clock::now();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(log_fd);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(log_fd);
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, start, log_path));
+  absl::StatusOr<pid_t> pid = shadowsync::Spawn(
+      argv, {.stdout_path = log_path, .stderr_path = log_path, .die_with_parent = true});
+  if (!pid.ok()) return pid.status();
+  return std::unique_ptr<ChildProcess>(new ChildProcess(*pid, start, log_path));
 }
 
 ChildProcess::~ChildProcess() {

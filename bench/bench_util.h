@@ -18,9 +18,9 @@
 
 namespace shadowsync::bench {
 
-// A child process running `argv` with stdout and stderr appended to a log file. It gets
-// SIGTERM if this process dies (PR_SET_PDEATHSIG), so an interrupted benchmark leaves no
-// server behind; the destructor SIGKILLs one still running.
+// A child process (common/subprocess.h) running `argv` with stdout and stderr appended to a
+// log file. It gets SIGTERM if this process dies (PR_SET_PDEATHSIG), so an interrupted
+// benchmark leaves no server behind; the destructor SIGKILLs one still running.
 class ChildProcess {
  public:
   using Clock = std::chrono::steady_clock;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -48,8 +49,10 @@ absl::StatusOr<RunResult> Run(const std::string& system, int threads, double sec
     Clock::time_point end;
   };
   std::vector<PerThread> per(static_cast<size_t>(threads));
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  // Every thread ready (its buffers reserved), then all go at once, after
+  // the CPU counters are read.
+  std::latch ready(threads);
+  std::latch go(1);
   Clock::time_point start, deadline;
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) {
@@ -58,8 +61,8 @@ absl::StatusOr<RunResult> Run(const std::string& system, int threads, double sec
       p.latency_ms.reserve(1 << 16);
       const int64_t first = i * w.batches / threads;
       const int64_t last = seconds > 0 ? INT64_MAX : (i + 1) * w.batches / threads;
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      ready.count_down();
+      go.wait();
       for (int64_t k = first; k < last; ++k) {
         const Clock::time_point t0 = Clock::now();
         if (seconds > 0 && t0 >= deadline) break;
@@ -75,13 +78,13 @@ absl::StatusOr<RunResult> Run(const std::string& system, int threads, double sec
       p.end = Clock::now();
     });
   }
-  while (ready.load() < threads) std::this_thread::yield();
+  ready.wait();
   const double server_cpu0 = ProcCpuSeconds(server_pid);
   const double client_cpu0 = SelfCpuSeconds();
   start = Clock::now();
   deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  go.store(true, std::memory_order_release);
+  go.count_down();
   for (std::thread& t : pool) t.join();
 
   RunResult r;

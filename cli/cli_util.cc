@@ -7,16 +7,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <system_error>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
 #include "model/optimizer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 
 namespace shadowsync::cli {
 namespace {
@@ -56,15 +58,7 @@ void WakeStopWatcher() {
 }
 
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << grpc_port << " " << metrics_port << "\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
+  return WriteFileAtomically(path, absl::StrCat(grpc_port, " ", metrics_port, "\n")).ok();
 }
 
 std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
@@ -73,6 +67,11 @@ std::vector<std::string> SplitList(const std::vector<std::string>& flags) {
     for (absl::string_view p : absl::StrSplit(f, ',', absl::SkipEmpty())) out.emplace_back(p);
   }
   return out;
+}
+
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
+                   double value) {
+  prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
 }
 
 namespace {

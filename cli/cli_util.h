@@ -23,11 +23,14 @@
 namespace CLI {
 class App;
 }  // namespace CLI
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
 
 namespace shadowsync::cli {
 
-// Writes "grpc_port metrics_port\n" through a rename, so a reader (a
-// launcher, a test, a benchmark) never sees a partial file.
+// Writes "grpc_port metrics_port\n" atomically (common/file_util.h), so a
+// reader (a launcher, a test, a benchmark) never sees a partial file.
 bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
 
 // SIGTERM/SIGINT handling for server processes. The signal may land on any
@@ -110,6 +113,11 @@ GrpcSecurityFiles SecurityFilesOf(const SecuritySpec& security);
 
 // Splits comma-separated lists given as one or several flags.
 std::vector<std::string> SplitList(const std::vector<std::string>& flags);
+
+// Adds a gauge without labels, set to `value` once: a fact about this process
+// for /metrics (a trainer finished, the rows it imported).
+void AddFixedGauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
+                   double value);
 
 // The training and held-out files of a job. criteo-tsv: the spec's paths.
 // synthetic: generates examples + evalExamples from one teacher into `dir`

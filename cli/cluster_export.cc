@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
 #include "prometheus/family.h"
@@ -36,13 +37,6 @@ std::string ReadTrimmed(const std::string& path) {
   return std::string(absl::StripAsciiWhitespace(s.str()));
 }
 
-// Through a rename: a reader never sees half of it.
-void WriteFile(const std::string& path, const std::string& content) {
-  std::ofstream(path + ".tmp") << content;
-  std::error_code ec;
-  fs::rename(path + ".tmp", path, ec);
-}
-
 }  // namespace
 
 std::string TrainersDir(const std::string& export_dir, const std::string& job_uid) {
@@ -54,10 +48,7 @@ std::string TrainerCheckpoint(const std::string& trainers_dir, int index) {
 }
 
 absl::Status MarkTrainerDone(const std::string& trainers_dir, int index) {
-  const std::string path = DoneMarker(trainers_dir, index);
-  WriteFile(path, "done\n");
-  if (!fs::exists(path)) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  return WriteFileAtomically(DoneMarker(trainers_dir, index), "done\n");
 }
 
 ExportMetrics::ExportMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -139,7 +130,10 @@ std::string ClusterExporter::ReadRequest() const { return ReadTrimmed(options_.r
 
 void ClusterExporter::SetHandledRequest(const std::string& request) {
   handled_request_ = request;
-  WriteFile(options_.trainers_dir + "/export-request.handled", request + "\n");
+  const std::string path = options_.trainers_dir + "/export-request.handled";
+  if (absl::Status s = WriteFileAtomically(path, request + "\n"); !s.ok()) {
+    std::cerr << s.message() << "\n";
+  }
 }
 
 absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 namespace shadowsync::cli {
@@ -22,8 +23,9 @@ namespace internal {
 void Launch::AnswerControl(const std::string& kind, const std::string& id,
                            const nlohmann::json& result) const {
   const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-", id, ".result.json");
-  std::ofstream(path + ".tmp") << result.dump(2) << "\n";
-  fs::rename(path + ".tmp", path);
+  if (absl::Status s = WriteFileAtomically(path, result.dump(2) + "\n"); !s.ok()) {
+    std::cerr << s.message() << "\n";
+  }
 }
 
 absl::Status Launch::PollControl() {
@@ -96,9 +98,8 @@ absl::StatusOr<nlohmann::json> ControlRequest(const std::string& run_dir, const 
     return absl::FailedPreconditionError(
         absl::StrCat("another ", kind, " request is pending (", path, "); wait for it to finish"));
   }
-  // Through a rename: the launcher never reads half a request.
-  std::ofstream(path + "." + id) << body.dump() << "\n";
-  fs::rename(path + "." + id, path);
+  // Atomically: the launcher never reads half a request.
+  SS_RETURN_IF_ERROR(WriteFileAtomically(path, body.dump() + "\n"));
   const std::string result_path = absl::StrCat(control, "/", kind, "-", id, ".result.json");
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1e3));

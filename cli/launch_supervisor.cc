@@ -1,17 +1,13 @@
 // Launch (cli/launch_internal.h): the child processes.
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace shadowsync::cli::internal {
 
@@ -56,32 +52,19 @@ absl::Status Launch::Spawn(Child& c) {
   if (c.skip_examples > 0) {
     args.insert(args.end(), {"--skip-examples", std::to_string(c.skip_examples)});
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // Opened before the fork: the child may only make async-signal-safe calls.
-  const int log = open(c.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) return absl::UnavailableError(absl::StrCat("cannot open ", c.log));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C reaches the launcher only,
-    // which then stops every child in order. And a child dies with the
-    // launcher (even a SIGKILLed one) instead of living on as an orphan.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);  // the launcher died before prctl
-    dup2(log, STDOUT_FILENO);
-    dup2(log, STDERR_FILENO);
-    execve(argv[0], argv.data(), environ);
-    _exit(127);
-  }
-  close(log);
-  if (pid < 0) {
+  // Its own process group: a terminal's Ctrl-C reaches the launcher only,
+  // which then stops every child in order. And a child dies with the
+  // launcher (even a SIGKILLed one) instead of living on as an orphan.
+  absl::StatusOr<pid_t> pid = shadowsync::Spawn(args, {.stdout_path = c.log,
+                                                       .stderr_path = c.log,
+                                                       .new_process_group = true,
+                                                       .die_with_parent = true});
+  if (!pid.ok()) {
     c.pid = -1;
-    return absl::UnavailableError(absl::StrCat("cannot start ", c.name, ": ", strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot start ", c.name, ": ", pid.status().message()));
   }
-  c.pid = pid;
+  c.pid = *pid;
   return absl::OkStatus();
 }
 
@@ -205,8 +188,9 @@ void Launch::WriteLaunchState() const {
   const nlohmann::json state = {{"parameter_servers", ps_addresses_.size()},
                                 {"ps_addresses", ps_addresses_}};
   const std::string path = run_dir_ + "/launch.json";
-  std::ofstream(path + ".tmp") << state.dump(2) << "\n";
-  fs::rename(path + ".tmp", path);
+  if (absl::Status s = WriteFileAtomically(path, state.dump(2) + "\n"); !s.ok()) {
+    std::cerr << s.message() << "\n";
+  }
 }
 
 }  // namespace shadowsync::cli::internal

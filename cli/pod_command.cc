@@ -27,13 +27,14 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "exporter/job_export.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "nlohmann/json.hpp"
-#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::cli {
@@ -76,19 +77,14 @@ pid_t g_child = 0;
 // Runs `args` as a child (this binary), forwarding SIGTERM/SIGINT to it, and
 // returns its exit code (128 + signal if a signal ended it).
 int RunChild(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return 1;
-  if (pid == 0) {
-    execv("/proc/self/exe", argv.data());
-    std::cerr << "shadowsync pod: exec failed\n";
-    std::_Exit(127);
+  std::vector<std::string> argv = {"/proc/self/exe"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<pid_t> started = Spawn(argv);
+  if (!started.ok()) {
+    std::cerr << "shadowsync pod: " << started.status().message() << "\n";
+    return 127;
   }
+  const pid_t pid = *started;
   g_child = pid;
   std::thread forwarder([pid] {
     if (const int sig = AwaitStopSignal(); sig != 0) kill(pid, sig);
@@ -138,24 +134,13 @@ int ServeFinished(const std::string& metrics_listen, const nlohmann::json& repor
     export_metrics.Publish(summary, summary.value("request", ""), /*final=*/true);
   }
   auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_finished")
-      .Help("1: this trainer has trained its whole share and exited cleanly.")
-      .Register(*registry)
-      .Add({})
-      .Set(1);
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_examples_total")
-      .Help("Examples this trainer trained.")
-      .Register(*registry)
-      .Add({})
-      .Set(static_cast<double>(examples));
-  prometheus::BuildGauge()
-      .Name("shadowsync_trainer_examples_resumed")
-      .Help("Examples of its share the trainer trained before its last run.")
-      .Register(*registry)
-      .Add({})
-      .Set(static_cast<double>(resumed));
+  AddFixedGauge(*registry, "shadowsync_trainer_finished",
+                "1: this trainer has trained its whole share and exited cleanly.", 1);
+  AddFixedGauge(*registry, "shadowsync_trainer_examples_total", "Examples this trainer trained.",
+                static_cast<double>(examples));
+  AddFixedGauge(*registry, "shadowsync_trainer_examples_resumed",
+                "Examples of its share the trainer trained before its last run.",
+                static_cast<double>(resumed));
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
       MetricsHttpServer::Start(metrics_listen);
   if (!http.ok()) {
@@ -320,7 +305,15 @@ int RunPod(const PodFlags& f) {
   // `done` appears under its final name only now: a restart after this
   // point finds it and does not train again.
   const std::string done = f.data_dir + "/done";
-  std::filesystem::rename(done + ".tmp", done);
+  std::error_code ec;
+  std::filesystem::rename(done + ".tmp", done, ec);
+  const absl::Status renamed =
+      ec ? absl::UnavailableError(absl::StrCat("cannot rename ", done, ".tmp: ", ec.message()))
+         : SyncParentDirectory(done);
+  if (!renamed.ok()) {
+    std::cerr << "shadowsync pod: " << renamed.message() << "\n";
+    return 1;
+  }
   return 0;
 }
 

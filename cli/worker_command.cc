@@ -1,8 +1,6 @@
 // `shadowsync worker`: one trainer of a distributed job (worker/worker_process.h).
 #include <atomic>
 #include <csignal>
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -14,8 +12,8 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "jobspec/job_spec.h"
-#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "worker/worker_process.h"
 
@@ -93,12 +91,9 @@ int RunWorkerCommand(const WorkerFlags& f) {
   if (f.init_imported_rows >= 0) {
     // The operator scales the other trainers out once it reads this.
     auto registry = std::make_shared<prometheus::Registry>();
-    prometheus::BuildGauge()
-        .Name("shadowsync_init_imported_rows")
-        .Help("Rows of spec.init.fromModel this trainer loaded onto the parameter servers.")
-        .Register(*registry)
-        .Add({})
-        .Set(static_cast<double>(f.init_imported_rows));
+    AddFixedGauge(*registry, "shadowsync_init_imported_rows",
+                  "Rows of spec.init.fromModel this trainer loaded onto the parameter servers.",
+                  static_cast<double>(f.init_imported_rows));
     o.extra_metrics.push_back(registry);
   }
   o.checkpoint_path = f.checkpoint;
@@ -115,14 +110,15 @@ int RunWorkerCommand(const WorkerFlags& f) {
     std::cerr << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f\n",
                                  f.index, p.examples, p.examples_per_second, p.loss, p.train_ne);
     if (f.progress_file.empty()) return;
-    // Through a rename: a launcher polling the file never reads half of it.
+    // Atomically: a launcher polling the file never reads half of it.
     const nlohmann::json j = {{"examples", p.examples},
                               {"examples_per_second", p.examples_per_second},
                               {"train_ne", p.train_ne},
                               {"seconds", p.seconds},
                               {"sync", p.sync_details}};
-    std::ofstream(f.progress_file + ".tmp") << j.dump() << "\n";
-    std::rename((f.progress_file + ".tmp").c_str(), f.progress_file.c_str());
+    if (absl::Status s = WriteFileAtomically(f.progress_file, j.dump() + "\n"); !s.ok()) {
+      std::cerr << "shadowsync worker: " << s.message() << "\n";
+    }
   };
   o.on_ready = [&f](int metrics_port) {
     if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, 0, metrics_port)) {
@@ -160,9 +156,9 @@ int RunWorkerCommand(const WorkerFlags& f) {
   }
   std::cout << out.dump() << "\n";
   if (!f.report_json.empty()) {
-    std::ofstream file(f.report_json);
-    file << out.dump(2) << "\n";
-    if (!file) return fail(absl::UnavailableError(absl::StrCat("cannot write ", f.report_json)));
+    if (absl::Status s = WriteFileAtomically(f.report_json, out.dump(2) + "\n"); !s.ok()) {
+      return fail(s);
+    }
   }
   return 0;
 }

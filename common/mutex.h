@@ -1,7 +1,7 @@
 // The project's mutex: absl::Mutex's interface subset we use (exclusive and
 // shared locks, Await on a predicate), annotated for clang's thread-safety
-// analysis, built on the standard library. Mutex and Latch are thread-safe
-// (they are the synchronisation); a MutexLock or ReaderMutexLock belongs to
+// analysis, built on the standard library. Mutex is thread-safe (it is
+// the synchronisation); a MutexLock or ReaderMutexLock belongs to
 // the scope, and thread, that made it.
 //
 // Why not absl::Mutex directly: Debian's libabsl is not built with
@@ -97,27 +97,6 @@ class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
 
  private:
   Mutex* const mu_;
-};
-
-// Counts down to zero; Wait() blocks until then. A CountDown() may still be
-// inside Mutex::Unlock (which releases the lock after notifying) when Wait()
-// returns, so a latch counted down from other threads' callbacks is shared
-// through a shared_ptr, which the last of them releases.
-class Latch {
- public:
-  explicit Latch(int count) : count_(count) {}
-  void CountDown() {
-    MutexLock lock(&mu_);
-    --count_;
-  }
-  void Wait() {
-    MutexLock lock(&mu_);
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; });
-  }
-
- private:
-  Mutex mu_;
-  int count_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shadowsync

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -188,10 +189,8 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
       ExportServerRows(request.ps_address, {.security = request.security}, writer.get()));
   SS_RETURN_IF_ERROR(writer->Commit());
 
-  // LATEST through a rename: a reader sees the old name or the new one.
-  const std::string latest = request.exports_dir + "/LATEST";
-  std::ofstream(latest + ".tmp") << name << "\n";
-  fs::rename(latest + ".tmp", latest, ec);
+  // LATEST atomically: a reader sees the old name or the new one.
+  SS_RETURN_IF_ERROR(WriteFileAtomically(request.exports_dir + "/LATEST", name + "\n"));
   names.push_back(name);
   const int keep = std::max(1, request.job.spec.export_.keep);
   for (size_t i = 0; i + keep < names.size(); ++i) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
 
@@ -296,7 +297,7 @@ absl::Status ExportWriter::Commit() {
     fs::remove_all(tmp_, ec);  // The previous export, now under the temporary name.
   }
   committed_ = true;
-  return absl::OkStatus();
+  return SyncParentDirectory(dir_);  // The rename survives a crash.
 }
 
 absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,

@@ -4,10 +4,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -16,13 +16,13 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'S', 'M', 'O', 'D', 'E', 'L', '1'};
 
-// Appends raw bytes to a buffer and keeps a running CRC.
+// Appends raw bytes to the file and keeps a running CRC.
 class Writer {
  public:
-  explicit Writer(std::ofstream& out) : out_(out) {}
+  explicit Writer(AtomicFileWriter& out) : out_(out) {}
   void Bytes(const void* p, size_t n) {
     crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
-    out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    out_.Append(std::string_view(static_cast<const char*>(p), n));
   }
   template <typename T>
   void Pod(const T& v) {
@@ -32,7 +32,7 @@ class Writer {
   uLong crc() const { return crc_; }
 
  private:
-  std::ofstream& out_;
+  AtomicFileWriter& out_;
   uLong crc_ = crc32_z(0, nullptr, 0);
 };
 
@@ -92,34 +92,23 @@ absl::Status SaveModel(const std::string& path, const DlrmConfig& config,
                                  {"numRows", store.num_rows()}};
   const std::string header_text = header.dump();
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write model file ", tmp));
-    Writer w(out);
-    w.Bytes(kMagic, sizeof(kMagic));
-    w.Pod<uint64_t>(header_text.size());
-    w.Bytes(header_text.data(), header_text.size());
-    w.Floats(params);
-    w.Floats(dense_state);
-    store.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
-                         std::span<const float> state) {
-      w.Pod(table);
-      w.Pod(id);
-      w.Floats(values);
-      w.Floats(state);
-    });
-    const uint32_t crc = static_cast<uint32_t>(w.crc());
-    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
-    out.close();
-    if (!out) return absl::UnavailableError(absl::StrCat("error writing model file ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  return absl::OkStatus();
+  SS_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::Open(path));
+  Writer w(out);
+  w.Bytes(kMagic, sizeof(kMagic));
+  w.Pod<uint64_t>(header_text.size());
+  w.Bytes(header_text.data(), header_text.size());
+  w.Floats(params);
+  w.Floats(dense_state);
+  store.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                       std::span<const float> state) {
+    w.Pod(table);
+    w.Pod(id);
+    w.Floats(values);
+    w.Floats(state);
+  });
+  const uint32_t crc = static_cast<uint32_t>(w.crc());
+  out.Append(std::string_view(reinterpret_cast<const char*>(&crc), sizeof(crc)));
+  return out.Commit();
 }
 
 absl::StatusOr<SavedModel> LoadModel(const std::string& path) {

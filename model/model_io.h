@@ -30,8 +30,8 @@ struct SavedModel {
   std::unique_ptr<LocalEmbeddingStore> store;
 };
 
-// Writes atomically (temporary file, then rename). Returns an error naming
-// the path on I/O failure.
+// Writes atomically and durably (AtomicFileWriter, common/file_util.h).
+// Returns Unavailable naming the path on I/O failure.
 absl::Status SaveModel(const std::string& path, const DlrmConfig& config,
                        std::span<const float> params, std::span<const float> dense_state,
                        const LocalEmbeddingStore& store);

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -31,36 +32,6 @@ using google::protobuf::RepeatedPtrField;
 
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-// Writes atomically: temp file, fsync, rename, fsync of the directory.
-absl::Status WriteFileDurably(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return ErrnoError("cannot write", tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    return ErrnoError("cannot fsync", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename to", path);
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
 }
 
 int64_t TotalIds(const RepeatedPtrField<v1::TableRows>& tables) {
@@ -205,7 +176,7 @@ absl::Status PsService::InstallShardMap(const ShardMap& map, uint32_t self_index
     v1::SetShardMapRequest persisted;
     *persisted.mutable_map() = map.ToProto();
     persisted.set_self_index(self_index);
-    SS_RETURN_IF_ERROR(WriteFileDurably(options_.shard_map_path, persisted.SerializeAsString()));
+    SS_RETURN_IF_ERROR(WriteFileAtomically(options_.shard_map_path, persisted.SerializeAsString()));
   }
   std::vector<bool> owned(num_slots_);
   int owned_count = 0;

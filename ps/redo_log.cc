@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
 
@@ -57,15 +58,6 @@ uint64_t RecordChecksum(uint32_t type, const char* data, size_t n) {
   return Mix64(h);
 }
 
-absl::Status SyncDirectory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(absl::StrCat("open ", dir.string()));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoError(absl::StrCat("fsync ", dir.string()));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<RedoLog>> RedoLog::Create(const fs::path& dir, uint64_t generation,
                                                          bool sync) {
   const fs::path path = dir / LogFileName(generation);
@@ -73,7 +65,7 @@ absl::StatusOr<std::unique_ptr<RedoLog>> RedoLog::Create(const fs::path& dir, ui
   if (fd < 0) return ErrnoError(absl::StrCat("create redo log ", path.string()));
   std::unique_ptr<RedoLog> log(new RedoLog(fd, path, sync));
   // The directory entry must survive a machine crash before records do.
-  if (sync) SS_RETURN_IF_ERROR(SyncDirectory(dir));
+  if (sync) SS_RETURN_IF_ERROR(SyncDirectory(dir.string()));
   return log;
 }
 

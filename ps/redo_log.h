@@ -85,10 +85,6 @@ class RecordBuilder {
   std::string buffer_;
 };
 
-// Fsyncs the directory `dir`, so the entries created or deleted in it
-// survive a machine crash.
-absl::Status SyncDirectory(const fs::path& dir);
-
 // One log file, appended to by the single writer at a time.
 class RedoLog {
  public:

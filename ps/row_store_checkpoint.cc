@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "ps/cache_shard.h"
@@ -320,6 +321,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::RestoreCheckpoint(const std:
     return absl::UnavailableError(
         absl::StrCat("rename ", staging.string(), " to ", options.db_path, ": ", ec.message()));
   }
+  SS_RETURN_IF_ERROR(SyncParentDirectory(options.db_path));
   return Open(std::move(options));
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "ps/redo_log.h"
 #include "ps/row_codec.h"
@@ -163,7 +164,7 @@ absl::Status RowStoreImpl::DeleteLogsUpTo(uint64_t generation) const {
   }
   // A deleted log that came back after a machine crash would be replayed
   // over newer rows.
-  return deleted ? SyncDirectory(redo_dir_) : absl::OkStatus();
+  return deleted ? SyncDirectory(redo_dir_.string()) : absl::OkStatus();
 }
 
 absl::Status RowStoreImpl::RotateLogLocked() {

@@ -1,8 +1,5 @@
 #include "worker/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -12,6 +9,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 
 namespace shadowsync::worker {
 namespace {
@@ -62,40 +60,6 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-// Writes all of `data` to `path` (replacing it) and fsyncs it.
-absl::Status WriteAndSync(const std::string& path, std::string_view data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create checkpoint file", path);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status s = ErrnoError("cannot write checkpoint file", path);
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status s = ErrnoError("cannot fsync checkpoint file", path);
-    ::close(fd);
-    return s;
-  }
-  if (::close(fd) != 0) return ErrnoError("cannot close checkpoint file", path);
-  return absl::OkStatus();
-}
-
-// Makes a rename inside `dir` durable.
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open directory", dir);
-  const int rc = ::fsync(fd);
-  absl::Status s = rc == 0 ? absl::OkStatus() : ErrnoError("cannot fsync directory", dir);
-  ::close(fd);
-  return s;
-}
-
 }  // namespace
 
 uint32_t Crc32c(std::string_view data) { return Crc32cOf(data); }
@@ -115,18 +79,7 @@ absl::Status SaveDenseCheckpoint(const std::string& path, const DenseCheckpointV
               checkpoint.dense_state.size_bytes());
   Append<uint32_t>(data, Crc32cOf(data));
 
-  const std::string tmp = path + ".tmp";
-  if (absl::Status s = WriteAndSync(tmp, data); !s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncDirectory(dir.empty() ? "." : dir);
+  return WriteFileAtomically(path, data);
 }
 
 absl::StatusOr<DenseCheckpoint> LoadDenseCheckpoint(const std::string& path) {

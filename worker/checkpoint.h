@@ -39,10 +39,10 @@ struct DenseCheckpointView {
   std::span<const float> dense_state;
 };
 
-// Writes atomically and durably: `<path>.tmp`, fsync, rename over `path`,
-// fsync of the directory. A crash leaves either the old or the new file,
-// never a mix; a failed write removes the temporary file. Returns
-// Unavailable naming the file on I/O errors.
+// Writes atomically and durably (WriteFileAtomically, common/file_util.h):
+// a crash leaves either the old or the new file, never a mix; a failed write
+// removes the temporary file. Returns Unavailable naming the file on I/O
+// errors.
 absl::Status SaveDenseCheckpoint(const std::string& path, const DenseCheckpointView& checkpoint);
 
 // NotFound when `path` does not exist; InvalidArgument for a file that is

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <latch>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -181,7 +183,9 @@ absl::Status PsClient::RefreshShardMap(uint64_t min_epoch) {
     grpc::Status status;
   };
   std::vector<Ask> asks(servers.size());
-  auto latch = std::make_shared<Latch>(static_cast<int>(servers.size()));
+  // Shared with the callbacks: the last count_down may still be waking this
+  // thread when wait() returns, and must not touch a destroyed latch.
+  auto latch = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(servers.size()));
   for (size_t i = 0; i < servers.size(); ++i) {
     Ask& ask = asks[i];
     ask.context.set_deadline(DeadlineFromNow(options_.rpc_deadline));
@@ -189,10 +193,10 @@ absl::Status PsClient::RefreshShardMap(uint64_t min_epoch) {
     servers[i]->stub->async()->GetShardMap(&ask.context, &kRequest, &ask.map,
                                            [&ask, latch](grpc::Status s) {
                                              ask.status = std::move(s);
-                                             latch->CountDown();
+                                             latch->count_down();
                                            });
   }
-  latch->Wait();
+  latch->wait();
 
   std::optional<ShardMap> newest;
   absl::Status last_error = absl::UnavailableError("no parameter server answered");
@@ -448,17 +452,17 @@ void PsClient::SendAll(Kind kind, std::deque<Unit>& units) {
   };
   // All but the first asynchronously; the first on this thread, which would
   // otherwise just wait.
-  auto latch = std::make_shared<Latch>(static_cast<int>(units.size()) - 1);
+  auto latch = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(units.size()) - 1);
   for (size_t u = 1; u < units.size(); ++u) {
     Unit& unit = units[u];
     if (!connected(unit)) {
-      latch->CountDown();
+      latch->count_down();
       continue;
     }
     unit.sent = true;
     auto done = [&unit, latch](grpc::Status s) {
       unit.status = std::move(s);
-      latch->CountDown();
+      latch->count_down();
     };
     if (lookup) {
       unit.target->stub->async()->Lookup(&unit.context, &unit.lookup_request, &unit.lookup_response,
@@ -476,7 +480,7 @@ void PsClient::SendAll(Kind kind, std::deque<Unit>& units) {
                           : first.target->stub->PushGradients(&first.context, first.push_request,
                                                               &first.push_response);
   }
-  latch->Wait();
+  latch->wait();
 }
 
 }  // namespace shadowsync::ps

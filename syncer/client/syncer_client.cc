@@ -1,14 +1,15 @@
 #include "syncer/client/syncer_client.h"
 
 #include <algorithm>
+#include <latch>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
-#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
@@ -34,13 +35,15 @@ absl::Status CheckAddress(int index, const std::string& address) {
 
 // Runs an asynchronous call and waits for its callback.
 absl::Status Await(const std::function<void(SyncerClient::DoneCallback)>& call) {
-  auto latch = std::make_shared<Latch>(1);
+  // Shared with the callback: its count_down may still be waking this thread
+  // when wait() returns, and must not touch a destroyed latch.
+  auto latch = std::make_shared<std::latch>(1);
   auto status = std::make_shared<absl::Status>();
   call([latch, status](absl::Status s) {
     *status = std::move(s);
-    latch->CountDown();
+    latch->count_down();
   });
-  latch->Wait();
+  latch->wait();
   return *status;
 }
 

@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/grpc_security.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -345,10 +347,9 @@ TEST_F(RunTest, ReshardsLiveAndPausedWhileTheJobRuns) {
   ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
   // A hand-written request that is not one is refused with a result, and
   // garbage is logged and dropped: the job and later requests carry on.
-  // Renamed into place, as `shadowsync scale` does: never read half-written.
+  // Written atomically, as `shadowsync scale` does: never read half-written.
   auto request = [&](const std::string& text) {
-    testing::WriteFile(run + "/control/scale.json.tmp", text);
-    std::filesystem::rename(run + "/control/scale.json.tmp", run + "/control/scale.json");
+    SS_ASSERT_OK(WriteFileAtomically(run + "/control/scale.json", text));
   };
   request(R"({"id": "by-hand", "ps": "three"})");
   for (int i = 0; i < 500 && !std::filesystem::exists(run + "/control/scale-by-hand.result.json");
@@ -578,15 +579,14 @@ TEST_F(RunTest, SecuredJobTrainsOverMutualTlsWithATokenThatNeverShows) {
   // plaintext and a certificate of another CA fail, the job's one passes.
   // (Servers are stopped now; start one ps with the job's flags.)
   const std::string ready = dir_.File("ps.ready");
-  const std::string ps_cmd =
-      Bin() + " ps --listen 127.0.0.1:0 --metrics-listen '' --db " + dir_.File("db") +
-      " --ready-file " + ready + " --tls-ca-file " + certs + "/ca.crt --tls-cert-file " + certs +
-      "/tls.crt --tls-key-file " + certs + "/tls.key --auth-token-file " + certs + "/token";
-  const pid_t ps = fork();
-  if (ps == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + ps_cmd + " 2>" + dir_.File("ps.log")).c_str(), nullptr);
-    _exit(127);
-  }
+  absl::StatusOr<pid_t> started =
+      Spawn({Bin(), "ps", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--db",
+             dir_.File("db"), "--ready-file", ready, "--tls-ca-file", certs + "/ca.crt",
+             "--tls-cert-file", certs + "/tls.crt", "--tls-key-file", certs + "/tls.key",
+             "--auth-token-file", certs + "/token"},
+            {.stderr_path = dir_.File("ps.log"), .truncate_output = true});
+  SS_ASSERT_OK(started);
+  const pid_t ps = *started;
   int port = 0;
   for (int i = 0; i < 200 && port == 0; ++i) {
     std::ifstream in(ready);

@@ -9,7 +9,7 @@ shadowsync_cc_library(NAME fake_kube
 # The kubelet that runs the fake API server's pods, as processes or containers.
 shadowsync_cc_library(NAME fake_kubelet
   SRCS ${CMAKE_CURRENT_SOURCE_DIR}/fake_kubelet.cc
-  DEPS shadowsync::fake_kube shadowsync::base)
+  DEPS shadowsync::fake_kube shadowsync::base shadowsync::os)
 
 shadowsync_cc_binary(NAME fake_kube_apiserver
   SRCS ${CMAKE_CURRENT_SOURCE_DIR}/fake_kube_apiserver_main.cc

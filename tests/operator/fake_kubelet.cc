@@ -14,6 +14,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/file_util.h"
+#include "common/subprocess.h"
 #include "tests/util/http_get.h"
 
 namespace shadowsync::testing {
@@ -41,38 +43,23 @@ bool Probe(const std::string& address, const std::string& path) {
                  /*timeout_seconds=*/1) == 200;
 }
 
-// A child about to exec: the caller's thread may block signals it waits for
-// (fake_kube_apiserver's main does), and the mask survives exec.
-void UnblockSignals() {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
 // Starts `argv` (searched on PATH) with stdin and stderr on /dev/null, and
-// stdout on `stdout_fd` (-1: /dev/null); its pid.
-pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd = -1) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    UnblockSignals();
-    const int null_fd = open("/dev/null", O_RDWR);
-    dup2(null_fd, 0);
-    dup2(stdout_fd >= 0 ? stdout_fd : null_fd, 1);
-    dup2(null_fd, 2);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
+// stdout on `stdout_fd` (-1: /dev/null); its pid, or -1. (The child starts
+// with no signals blocked: fake_kube_apiserver's main blocks the ones it
+// waits for.)
+pid_t Start(const std::vector<std::string>& argv, int stdout_fd = -1) {
+  absl::StatusOr<pid_t> pid = Spawn(argv, {.stdin_path = "/dev/null",
+                                           .stdout_path = stdout_fd < 0 ? "/dev/null" : "",
+                                           .stderr_path = "/dev/null",
+                                           .stdout_fd = stdout_fd});
+  return pid.ok() ? *pid : -1;
 }
 
 // Runs `argv` to completion; its exit code, or -1. Its stdout goes to `out`.
 int RunCommand(const std::vector<std::string>& argv, std::string* out) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
-  const pid_t pid = Spawn(argv, pipe_fds[1]);
+  const pid_t pid = Start(argv, pipe_fds[1]);
   close(pipe_fds[1]);
   char buf[4096];
   for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) {
@@ -407,8 +394,8 @@ void FakeKubelet::WriteConfig(Pod& pod) {
   const json data = cm->value("data", json::object());
   for (const auto& [file, content] : data.items()) {
     const std::string path = pod.config_dir + "/" + file;
-    std::ofstream(path + ".tmp") << content.get<std::string>();
-    fs::rename(path + ".tmp", path);  // Atomic, like the kubelet's symlink swap.
+    // Atomic, like the kubelet's symlink swap.
+    if (!WriteFileAtomically(path, content.get<std::string>()).ok()) return;
   }
   pod.config_rv = rv;
 }
@@ -418,23 +405,20 @@ void FakeKubelet::StartContainer(Pod& pod) {
   std::vector<std::string> argv;
   if (!containers()) argv.push_back(options_.binary);
   argv.insert(argv.end(), pod.args.begin(), pod.args.end());
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    setpgid(0, 0);
-    UnblockSignals();
-    setenv("POD_NAME", pod.name.c_str(), 1);
-    setenv("POD_NAMESPACE", pod.ns.c_str(), 1);
-    setenv("HOSTNAME", pod.name.c_str(), 1);
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
+  // Its own process group: a stop reaches the pod command and its child.
+  absl::StatusOr<pid_t> pid = Spawn(
+      argv, {.env = {"POD_NAME=" + pod.name, "POD_NAMESPACE=" + pod.ns, "HOSTNAME=" + pod.name},
+             .stdout_path = log,
+             .stderr_path = log,
+             .new_process_group = true});
+  if (pid.ok()) {
+    pod.pid = *pid;
+    return;
   }
-  pod.pid = pid;
+  // As a container that cannot start: it "exits" 127, and is tried again.
+  std::ofstream(log, std::ios::app) << pid.status() << "\n";
+  pod.last_exit = 127;
+  ++pod.restarts;
 }
 
 void FakeKubelet::StopContainer(Pod& pod, bool wait) {
@@ -444,12 +428,13 @@ void FakeKubelet::StopContainer(Pod& pod, bool wait) {
     // waiting `run --rm` exits. Without `wait` both are reaped later, so that
     // a slow stop does not hold up the other pods.
     const pid_t stop =
-        Spawn({options_.container_engine, "stop", "--time", "10", pod.container_name});
+        Start({options_.container_engine, "stop", "--time", "10", pod.container_name});
     if (wait) {
-      waitpid(stop, nullptr, 0);
+      if (stop > 0) waitpid(stop, nullptr, 0);
       waitpid(pod.pid, nullptr, 0);
     } else {
-      stopping_.insert(stopping_.end(), {stop, pod.pid});
+      if (stop > 0) stopping_.push_back(stop);
+      stopping_.push_back(pod.pid);
     }
     pod.pid = 0;
     return;
@@ -525,9 +510,9 @@ void FakeKubelet::Signal(const std::string& ns, const std::string& job, const st
   for (auto& [key, pod] : pods_) {
     if (pod.ns != ns || pod.job != job || pod.role != role || pod.pid <= 0) continue;
     if (containers()) {
-      waitpid(Spawn({options_.container_engine, "kill", "--signal", std::to_string(sig),
-                     pod.container_name}),
-              nullptr, 0);
+      const pid_t killer = Start(
+          {options_.container_engine, "kill", "--signal", std::to_string(sig), pod.container_name});
+      if (killer > 0) waitpid(killer, nullptr, 0);
     } else {
       kill(-pod.pid, sig);  // The pod command and the process it runs.
     }

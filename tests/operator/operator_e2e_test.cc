@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/crd.h"
@@ -133,18 +136,14 @@ class OperatorE2eTest : public ::testing::Test {
         absl::StrCat("127.1{role_index}.", octet_, ".1{index}:{port}"),
         "--reshard-slots-per-step",
         std::to_string(slots_per_step)};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      FILE* f = freopen(log.c_str(), "w", stderr);
-      (void)f;
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+    absl::StatusOr<pid_t> pid = Spawn(args, {.stderr_path = log, .truncate_output = true});
+    // Never -1: the caller's kill(-1, sig) would signal every process.
+    if (!pid.ok()) {
+      std::cerr << "StartOperator: " << pid.status() << "\n";
+      std::abort();
     }
-    operators_.push_back(pid);
-    return pid;
+    operators_.push_back(*pid);
+    return *pid;
   }
   // /metrics, /healthz and /readyz of the n-th operator started.
   std::string OperatorHttp(int n) const {

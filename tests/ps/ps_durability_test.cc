@@ -7,9 +7,7 @@
 // equal an oracle that replays exactly the acknowledged pushes — or those plus
 // the one push in flight at the kill, which the server may have applied
 // before dying but never acknowledged (all-or-nothing either way).
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,13 +24,12 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "model/embedding_table.h"
 #include "ps/client/ps_client.h"
 #include "tests/util/embedding_tables.h"
 #include "tests/util/test_util.h"
-
-extern char** environ;
 
 #if defined(__SANITIZE_THREAD__)
 // tests/ps/tsan_suppressions.cc; handed to the TSAN-built child as well.
@@ -72,36 +69,19 @@ class PsProcess {
                                      "--cache-bytes=1048576",
                                      "--ready-file=" + ready_};
     if (sync_writes) args.push_back("--sync-writes");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // The environment, plus (under TSAN) this binary's suppressions for the
-    // child, which reports the same uninstrumented-library false positives.
+    // Under TSAN, this binary's suppressions for the child, which reports
+    // the same uninstrumented-library false positives.
     std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::string(*e).rfind("TSAN_OPTIONS=", 0) != 0) env.emplace_back(*e);
-    }
 #if defined(__SANITIZE_THREAD__)
     const std::string supp = dir + "/tsan.supp";
     testing::WriteFile(supp, __tsan_default_suppressions());
     const char* inherited = std::getenv("TSAN_OPTIONS");
     env.push_back(std::string("TSAN_OPTIONS=") + (inherited ? inherited : "") +
                   " history_size=7 suppressions=" + supp);
-#else
-    if (const char* inherited = std::getenv("TSAN_OPTIONS")) {
-      env.push_back(std::string("TSAN_OPTIONS=") + inherited);
-    }
 #endif
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
+    absl::StatusOr<pid_t> pid = Spawn(
+        args, {.env = env, .stdout_path = log_, .stderr_path = log_, .truncate_output = true});
+    pid_ = pid.ok() ? *pid : -1;
   }
   ~PsProcess() { Kill(SIGKILL); }
 

@@ -1,6 +1,5 @@
 #include "ps/row_store.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/embedding_table.h"
@@ -1135,18 +1135,13 @@ TEST_F(RowStoreTest, AcknowledgedPushesSurviveSigkill) {
     const std::string acks = dir_.File(absl::StrCat("acks", cache_bytes));
     const std::string filter = "--gtest_filter=RowStoreCrashChild.DISABLED_PushUntilKilled";
     const std::string also = "--gtest_also_run_disabled_tests";
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      // A fresh process image: no state (or locks) inherited from this one.
-      setenv("SS_CRASH_DB", db.c_str(), 1);
-      setenv("SS_CRASH_ACKS", acks.c_str(), 1);
-      setenv("SS_CRASH_CACHE", std::to_string(cache_bytes).c_str(), 1);
-      const int log = open(dir_.File("child.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (log >= 0) dup2(log, STDOUT_FILENO);
-      execl("/proc/self/exe", "row_store_test", filter.c_str(), also.c_str(), nullptr);
-      _exit(127);
-    }
+    // A fresh process image: no state (or locks) inherited from this one.
+    absl::StatusOr<pid_t> started = Spawn({"/proc/self/exe", filter, also},
+                                          {.env = {"SS_CRASH_DB=" + db, "SS_CRASH_ACKS=" + acks,
+                                                   absl::StrCat("SS_CRASH_CACHE=", cache_bytes)},
+                                           .stdout_path = dir_.File("child.log")});
+    SS_ASSERT_OK(started);
+    const pid_t pid = *started;
     // Let it get well past several checkpoints, then kill it mid-push.
     const int64_t target = (cache_bytes > 0 ? 3000 : 500) / kSanitizerSlowdown;
     int64_t acked = 0;

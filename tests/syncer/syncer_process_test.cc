@@ -1,9 +1,7 @@
 // `shadowsync syncer` as a process: it reports its ports in --ready-file,
 // serves a client, exports its metrics over HTTP, and exits 0 on SIGTERM
 // after answering a waiting all-reduce call UNAVAILABLE.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,13 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "syncer/client/syncer_client.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
-
-extern char** environ;
 
 namespace shadowsync::syncer {
 namespace {
@@ -39,17 +36,10 @@ TEST(SyncerProcessTest, ServesReportsMetricsAndStopsOnSigterm) {
                                    "--member-timeout-seconds=30",
                                    "--shutdown-grace-seconds=1",
                                    "--ready-file=" + ready};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  absl::StatusOr<pid_t> started =
+      Spawn(args, {.stdout_path = log, .stderr_path = log, .truncate_output = true});
+  SS_ASSERT_OK(started);
+  const pid_t pid = *started;
 
   int grpc_port = 0, metrics_port = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

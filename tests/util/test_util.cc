@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
+
+#include "common/subprocess.h"
 
 namespace shadowsync::testing {
 
@@ -84,16 +87,15 @@ int RunShell(const std::string& cmd, std::string* output) {
 
 pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run,
                     const std::string& ready_trainer) {
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    if (freopen((run + ".log").c_str(), "w", stderr) == nullptr ||
-        freopen((run + ".out").c_str(), "w", stdout) == nullptr) {
-      _exit(126);
-    }
-    execl(bin.c_str(), bin.c_str(), "run", job.c_str(), "--out", run.c_str(), "--progress-interval",
-          "0.2", static_cast<char*>(nullptr));
-    _exit(127);
+  absl::StatusOr<pid_t> started =
+      Spawn({bin, "run", job, "--out", run, "--progress-interval", "0.2"},
+            {.stdout_path = run + ".out", .stderr_path = run + ".log", .truncate_output = true});
+  // Never -1: the caller's kill(-1, sig) would signal every process.
+  if (!started.ok()) {
+    std::cerr << "StartLauncher: " << started.status() << "\n";
+    std::abort();
   }
+  const pid_t launcher = *started;
   const std::string ready = run + "/" + ready_trainer + ".ready";
   for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -73,7 +73,7 @@ int RunShell(const std::string& cmd, std::string* output);
 
 // Starts `<bin> run <job> --out <run>` in the background, its stderr in
 // <run>.log and stdout in <run>.out; returns once <run>/<ready_trainer>.ready
-// exists (or after 30 s).
+// exists (or after 30 s). Aborts if it cannot start.
 pid_t StartLauncher(const std::string& bin, const std::string& job, const std::string& run,
                     const std::string& ready_trainer = "trainer-1");
 
