@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -94,15 +96,28 @@ absl::StatusOr<nlohmann::json> ControlRequest(const std::string& run_dir, const 
   const std::string id = absl::StrFormat("%d-%08x", getpid(), random());
   body["id"] = id;
   const std::string path = absl::StrCat(control, "/", kind, ".json");
-  if (fs::exists(path)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("another ", kind, " request is pending (", path, "); wait for it to finish"));
-  }
-  // Atomically: the launcher never reads half a request.
-  SS_RETURN_IF_ERROR(WriteFileAtomically(path, body.dump() + "\n"));
-  const std::string result_path = absl::StrCat(control, "/", kind, "-", id, ".result.json");
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1e3));
+  // The request is written whole under its own name, then linked to the one
+  // request slot, which fails while another client's request sits there:
+  // the launcher never reads half a request, and no request replaces
+  // another. A request waits for the slot, within the same deadline.
+  const std::string staged = absl::StrCat(control, "/", kind, "-", id, ".request.json");
+  SS_RETURN_IF_ERROR(WriteFileAtomically(staged, body.dump() + "\n"));
+  while (link(staged.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    if (error != EEXIST || Clock::now() >= deadline) {
+      fs::remove(staged);
+      return error == EEXIST ? absl::DeadlineExceededError(
+                                   absl::StrCat("another ", kind, " request stayed pending (", path,
+                                                ") for ", timeout_seconds, " s"))
+                             : absl::UnavailableError(
+                                   absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  fs::remove(staged);
+  const std::string result_path = absl::StrCat(control, "/", kind, "-", id, ".result.json");
   while (Clock::now() < deadline) {
     std::ifstream in(result_path);
     if (in) {

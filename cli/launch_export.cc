@@ -7,6 +7,7 @@
 #include <future>
 #include <iostream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -30,13 +31,8 @@ exporter::JobExportRequest Launch::ExportRequest() const {
 
 void Launch::StartExport(const std::string& request_id) {
   last_export_ = Clock::now();
-  if (export_.has_value()) {
-    if (!request_id.empty()) {
-      AnswerControl("export", request_id,
-                    {{"ok", false}, {"error", "an export is running already; try again later"}});
-    }
-    return;
-  }
+  if (!request_id.empty()) queued_export_requests_.push_back(request_id);
+  if (export_.has_value()) return;
   // Fresh dense parameters: every running trainer writes its checkpoint at
   // its next progress report. Only trainers that are ready (whose SIGUSR1
   // handler is installed) are asked; the others' last checkpoints stand.
@@ -64,7 +60,7 @@ void Launch::StartExport(const std::string& request_id) {
                              }
                              return exporter::ExportJob(request);
                            }),
-      .request_id = request_id,
+      .request_ids = std::exchange(queued_export_requests_, {}),
       .job_seconds = Since(start_)};
 }
 
@@ -85,8 +81,18 @@ void Launch::PollExport(bool wait) {
     std::cerr << "export failed: " << r.status().message() << "\n";
     answer = {{"ok", false}, {"error", std::string(r.status().message())}};
   }
-  if (!export_->request_id.empty()) AnswerControl("export", export_->request_id, answer);
+  for (const std::string& id : export_->request_ids) AnswerControl("export", id, answer);
   export_.reset();
+}
+
+void Launch::AnswerQueuedExports(const absl::StatusOr<nlohmann::json>& summary) {
+  const nlohmann::json answer =
+      summary.ok()
+          ? nlohmann::json{{"ok", true}, {"report", *summary}}
+          : nlohmann::json{{"ok", false}, {"error", std::string(summary.status().message())}};
+  for (const std::string& id : std::exchange(queued_export_requests_, {})) {
+    AnswerControl("export", id, answer);
+  }
 }
 
 void Launch::LogExport(const nlohmann::json& summary) const {
@@ -98,10 +104,14 @@ absl::StatusOr<nlohmann::json> Launch::FinalExport() {
   const double job_seconds = Since(start_);
   exporter::JobExportRequest request = ExportRequest();
   request.eval_data = eval_data_;
-  SS_ASSIGN_OR_RETURN(nlohmann::json summary, exporter::ExportJob(request));
-  summary["job_seconds"] = {job_seconds, Since(start_)};
-  LogExport(summary);
-  latest_export_ = summary;
+  absl::StatusOr<nlohmann::json> summary = exporter::ExportJob(request);
+  if (summary.ok()) {
+    (*summary)["job_seconds"] = {job_seconds, Since(start_)};
+    LogExport(*summary);
+    latest_export_ = *summary;
+  }
+  // Requests that waited for a running export get the final one.
+  AnswerQueuedExports(summary);
   return summary;
 }
 

@@ -90,12 +90,15 @@ class Launch {
   // Exports of the model (exporter/job_export.h). While training runs, an
   // export runs in the background after the trainers were asked for fresh
   // checkpoints (SIGUSR1); one at a time. `request_id` (a `shadowsync
-  // export`, "" for an interval) is answered when it ends.
+  // export`, "" for an interval) is answered when it ends; a request that
+  // finds an export running is queued for the next one, which starts as
+  // soon as it ends (or is answered by the final export).
   void StartExport(const std::string& request_id);
   // Collects a finished background export; `wait`: waits for a running one.
   void PollExport(bool wait);
   // Once training has ended: the export scored on the eval data.
   absl::StatusOr<nlohmann::json> FinalExport();
+  void AnswerQueuedExports(const absl::StatusOr<nlohmann::json>& summary);
   exporter::JobExportRequest ExportRequest() const;
   std::string ExportsDir() const;
   void LogExport(const nlohmann::json& summary) const;
@@ -123,10 +126,11 @@ class Launch {
   Clock::time_point last_export_;
   struct RunningExport {
     std::future<absl::StatusOr<nlohmann::json>> result;
-    std::string request_id;
+    std::vector<std::string> request_ids;
     double job_seconds = 0;  // When it started.
   };
   std::optional<RunningExport> export_;
+  std::vector<std::string> queued_export_requests_;
   nlohmann::json reshards_ = nlohmann::json::array();
   nlohmann::json retired_peak_rss_ = nlohmann::json::object();  // Servers scaled away.
   int restarts_ = 0;

@@ -218,6 +218,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     SS_RETURN_IF_ERROR(Reap());
     SS_RETURN_IF_ERROR(PollControl());
     PollExport(/*wait=*/false);
+    if (!export_.has_value() && !queued_export_requests_.empty()) StartExport("");
     const bool done = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
       return c.role != Role::kTrainer || c.finished;
     });

@@ -150,9 +150,19 @@ TEST_F(ExportTest, ExportsOnDemandAndOnAnIntervalKeepTheNewest) {
   const pid_t launcher = testing::StartLauncher(
       Bin(), WriteJob("live", 400000, 2, 2, "  export: {intervalSeconds: 1, keep: 2}\n"), run);
   ASSERT_TRUE(fs::exists(run + "/trainer-1.ready")) << ReadFile(run + ".log");
+  // Two requests at once, while interval exports run: whichever finds an
+  // export running waits for the next one instead of failing.
+  const std::string second = dir_.File("second-export.out");
   std::string out;
-  ASSERT_EQ(RunShell(Bin() + " export " + run, &out), 0) << out << ReadFile(run + ".log");
+  ASSERT_EQ(RunShell(Bin() + " export " + run + " >" + second + " 2>&1 & second=$!; " + Bin() +
+                         " export " + run + "; mine=$?; wait $second && exit $mine",
+                     &out),
+            0)
+      << out << "\n"
+      << ReadFile(second) << ReadFile(run + ".log");
   EXPECT_NE(out.find("exported " + run + "/exports/model-"), std::string::npos) << out;
+  EXPECT_NE(ReadFile(second).find("exported " + run + "/exports/model-"), std::string::npos)
+      << ReadFile(second);
   int status = 0;
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(run + ".log");
