@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/file_util.h"
@@ -22,6 +24,27 @@
 #include "common/subprocess.h"
 
 namespace shadowsync::cli::internal {
+
+namespace {
+
+// "; last log line: ..." of the file at `path`, or "" if it has none.
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  const std::vector<absl::string_view> lines =
+      absl::StrSplit(absl::string_view(tail), '\n', absl::SkipWhitespace());
+  if (lines.empty()) return "";
+  absl::string_view last = lines.back();
+  if (last.size() > 300) last = last.substr(last.size() - 300);
+  return absl::StrCat("; last log line: ", last);
+}
+
+}  // namespace
 
 absl::StatusOr<int> FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -108,14 +131,17 @@ absl::Status Launch::Reap() {
     const std::string how = WIFSIGNALED(status)
                                 ? absl::StrCat("killed by signal ", WTERMSIG(status))
                                 : absl::StrCat("exited with ", WEXITSTATUS(status));
+    // Why it failed, where its log may not outlive the run (a test's or a
+    // CI's temporary directory).
+    const std::string last_line = LastLogLine(c.log);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
       return absl::InvalidArgumentError(
-          absl::StrCat(c.name, " ", how, " (bad input); see ", c.log));
+          absl::StrCat(c.name, " ", how, " (bad input); see ", c.log, last_line));
     }
     if (++restarts_ > job_.spec.run_policy.backoff_limit) {
-      return absl::AbortedError(absl::StrCat(c.name, " ", how, "; ", restarts_ - 1,
-                                             " restarts used up runPolicy.backoffLimit = ",
-                                             job_.spec.run_policy.backoff_limit, "; see ", c.log));
+      return absl::AbortedError(absl::StrCat(
+          c.name, " ", how, "; ", restarts_ - 1, " restarts used up runPolicy.backoffLimit = ",
+          job_.spec.run_policy.backoff_limit, "; see ", c.log, last_line));
     }
     if (c.role == Role::kTrainer) {
       // Resume after what its last progress report counted: at most one
@@ -130,7 +156,7 @@ absl::Status Launch::Reap() {
               << (c.skip_examples > 0
                       ? absl::StrCat(", resuming after ", c.skip_examples, " examples of its share")
                       : "")
-              << "\n";
+              << last_line << "\n";
     SS_RETURN_IF_ERROR(Spawn(c));
     if (c.role != Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
   }
