@@ -14,9 +14,23 @@
 //   SS_RETURN_IF_ERROR(out.Commit());
 //
 // Errors are Unavailable and name the file and the errno text.
+//
+// A writer of a large file that nobody reads back soon (an export's parts)
+// asks for `direct_io`: the data goes from the writer's buffer to the device
+// (O_DIRECT) instead of being copied into the page cache, which on the
+// development VM costs more CPU than the disk write itself (dd of 1 GiB: 2.7 s
+// of system time buffered, 0.08 s direct) and would push the servers' own
+// files out of the cache. Such a writer writes on a thread of its own while
+// the caller fills the next buffer, since a direct write waits for the device.
+// Where the file system refuses O_DIRECT the writer falls back to ordinary
+// writes; the file is the same either way.
+//
+// An AtomicFileWriter is used by one thread at a time.
 #ifndef SHADOWSYNC_COMMON_FILE_UTIL_H_
 #define SHADOWSYNC_COMMON_FILE_UTIL_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -34,7 +48,13 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 // leaves `path` as it was.
 class AtomicFileWriter {
  public:
-  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);
+  struct Options {
+    bool direct_io = false;
+  };
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path, Options options);
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path) {
+    return Open(path, Options());
+  }
 
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
@@ -48,17 +68,26 @@ class AtomicFileWriter {
   absl::Status Commit();
 
   const std::string& path() const { return path_; }
+  // Whether the data bypasses the page cache (asked for, and the file
+  // system accepted it).
+  bool direct_io() const;
 
  private:
-  AtomicFileWriter(std::string path, std::string temp_path, int fd);
+  class WriteBehind;
+  AtomicFileWriter(std::string path, std::string temp_path, int fd, bool direct);
   absl::Status Flush();
   void Abandon();
 
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;  // -1 once committed or abandoned.
-  std::string buffer_;
   absl::Status status_;
+  // Without direct I/O: appends collect here.
+  std::string buffer_;
+  // With direct I/O: a thread writes filled buffers while the next fills.
+  std::unique_ptr<WriteBehind> behind_;
+  char* fill_ = nullptr;  // The buffer being filled, from behind_; `used_` bytes.
+  size_t used_ = 0;
 };
 
 // Makes the creation, rename or removal of `path` durable: fsyncs the

@@ -12,9 +12,9 @@
 #define SHADOWSYNC_MODEL_EXPORT_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_util.h"
 #include "model/dlrm.h"
 #include "model/embedding_table.h"
 #include "model/model_io.h"
@@ -96,8 +97,8 @@ class ExportWriter {
   uint32_t part_begin_ = 0, part_end_ = 0;
   static constexpr size_t kWriteBufferBytes = 1 << 20;
   void FlushBuffer();
-  std::FILE* out_ = nullptr;
-  std::string buffer_;  // Rows of the open part not yet written.
+  std::optional<AtomicFileWriter> out_;  // The open part's file.
+  std::string buffer_;                   // Rows of the open part not yet written.
   uint64_t crc_ = 0, bytes_ = 0;
   int64_t rows_ = 0, total_rows_ = 0;
 };
