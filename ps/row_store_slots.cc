@@ -63,27 +63,36 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
       return absl::InvalidArgumentError(
           absl::StrCat("slot ", slot, ": the store has ", num_slots_, " slots"));
     }
-    rocksdb::ReadOptions read;
-    read.snapshot = holder_.snapshot;
-    read.fill_cache = false;
-    // A slot's rows are a few hundred KB read front to back: reading ahead
-    // makes that a few large reads instead of one pread per 4 KB block.
-    read.readahead_size = 256 << 10;
-    const std::string upper = SlotBound(slot + 1);
-    const rocksdb::Slice upper_slice(upper);
-    read.iterate_upper_bound = &upper_slice;
-    std::unique_ptr<rocksdb::Iterator> it(holder_.db->NewIterator(read));
-    for (it->Seek(SlotBound(slot)); it->Valid(); it->Next()) {
-      if (it->key().size() != kKeySize || it->value().size() != row_bytes_) {
-        return absl::DataLossError(absl::StrCat(db_path_, ": slot ", slot, " holds a ",
-                                                it->key().size(), "-byte key with a ",
-                                                it->value().size(), "-byte value"));
-      }
-      const RowKey key = DecodeRowKey(it->key().data());
-      SS_RETURN_IF_ERROR(
-          visit(key.table, key.id, std::string_view(it->value().data(), it->value().size())));
+    // One iterator for every slot, not one per slot: a server exports runs
+    // of consecutive slots, and the iterator left at the start of the next
+    // slot goes on without a Seek, a new iterator's allocations, or a
+    // readahead buffer started over for every SST file (a slot is ~1k rows).
+    if (it_ == nullptr) {
+      rocksdb::ReadOptions read;
+      read.snapshot = holder_.snapshot;
+      read.fill_cache = false;
+      // Reading ahead makes the sweep a few large reads instead of one pread
+      // per 4 KB block.
+      read.readahead_size = 256 << 10;
+      it_.reset(holder_.db->NewIterator(read));
     }
-    return FromRocks(it->status(), absl::StrCat("export slot ", slot, " of ", db_path_));
+    if (at_slot_ != slot) it_->Seek(SlotBound(slot));
+    at_slot_ = kNoSlot;  // Unknown until the slot is read to its end.
+    const std::string upper = SlotBound(slot + 1);
+    for (; it_->Valid() && it_->key().compare(upper) < 0; it_->Next()) {
+      if (it_->key().size() != kKeySize || it_->value().size() != row_bytes_) {
+        return absl::DataLossError(absl::StrCat(db_path_, ": slot ", slot, " holds a ",
+                                                it_->key().size(), "-byte key with a ",
+                                                it_->value().size(), "-byte value"));
+      }
+      const RowKey key = DecodeRowKey(it_->key().data());
+      SS_RETURN_IF_ERROR(
+          visit(key.table, key.id, std::string_view(it_->value().data(), it_->value().size())));
+    }
+    SS_RETURN_IF_ERROR(
+        FromRocks(it_->status(), absl::StrCat("export slot ", slot, " of ", db_path_)));
+    at_slot_ = slot + 1;
+    return absl::OkStatus();
   }
 
  private:
@@ -93,6 +102,9 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
   const size_t row_bytes_;
   const int row_floats_;
   StoredRow row_;  // Reused by every row.
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  std::unique_ptr<rocksdb::Iterator> it_;  // Before holder_'s release: declared after it.
+  uint32_t at_slot_ = kNoSlot;             // it_ is at this slot's first key.
 };
 
 }  // namespace
