@@ -69,8 +69,10 @@
 #include "bench/bench_util.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "model/embedding_table.h"
 #include "model/optimizer.h"
@@ -113,8 +115,6 @@ struct Flags {
 };
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-void Note(const std::string& line) { std::cerr << "# " << line << std::endl; }
 
 // ---------------------------------------------------------------------------
 // Zipf(s) over ranks 1..n by rejection-inversion (Hörmann & Derflinger, "Rejection-inversion to
@@ -877,8 +877,8 @@ absl::Status Main(const Flags& f) {
   SS_ASSIGN_OR_RETURN(auto redis, RedisServer::Start(f, (work / "redis").string()));
   SS_ASSIGN_OR_RETURN(auto ours, OurServer::Start(f, main_db, f.cache_mib << 20,
                                                   (work / "ours_main.log").string()));
-  Note(absl::StrCat("ours at ", ours->address(), " (pid ", ours->pid(),
-                    "), redis at 127.0.0.1:", redis->port(), " (pid ", redis->pid(), ")"));
+  LOG(INFO) << "ours at " << ours->address() << " (pid " << ours->pid()
+            << "), redis at 127.0.0.1:" << redis->port() << " (pid " << redis->pid() << ")";
   std::cout << "\nwarm-up: one pass over the stream, 2 threads (first touch: rows are created)\n";
   PrintHeader();
   {
@@ -1135,6 +1135,7 @@ absl::Status Main(const Flags& f) {
 int main(int argc, char** argv) {
   // Our clients run as the trainer's do (cli.cc).
   shadowsync::DisableMutexDeadlockDetection();
+  shadowsync::InitLogging(argv[0]);
   shadowsync::bench::Flags f;
   CLI::App app("Parameter-server throughput against Redis (bench/ps.sh runs it).");
   app.add_option("--work-dir", f.work_dir, "databases and logs go here")->required();
@@ -1173,13 +1174,13 @@ int main(int argc, char** argv) {
         (std::filesystem::canonical("/proc/self/exe").parent_path() / "shadowsync").string();
   }
   if (f.repeats < 1 || f.seconds <= 0 || f.batches < 2 || f.tables < 1 || f.batch < 1) {
-    std::cerr << "ps_bench: --repeats >= 1, --seconds > 0, --batches >= 2, --tables and --batch "
-                 ">= 1\n";
+    LOG(ERROR) << "ps_bench: --repeats >= 1, --seconds > 0, --batches >= 2, --tables and --batch "
+                  ">= 1";
     return 2;
   }
   const absl::Status s = shadowsync::bench::Main(f);
   if (!s.ok()) {
-    std::cerr << "ps_bench: " << s.ToString() << "\n";
+    LOG(ERROR) << "ps_bench: " << s;
     return 1;
   }
   return 0;

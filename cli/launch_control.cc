@@ -6,7 +6,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <random>
 #include <thread>
 
@@ -15,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli {
 namespace internal {
@@ -42,9 +42,10 @@ absl::Status Launch::PollControl() {
       result = {{"ok", false},
                 {"error", absl::StrCat("malformed ", kind, " request: ", request.dump())}};
       // Whoever wrote it may not wait for a result (no id): say it here.
-      std::cerr << request_path << ": ignored a malformed " << kind << " request (want "
-                << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
-                << "), got " << request.dump() << "\n";
+      EndProgress();
+      LOG(WARNING) << request_path << ": ignored a malformed " << kind << " request (want "
+                   << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
+                   << "), got " << request.dump();
     } else if (!scale) {
       StartExport(request["id"].get<std::string>());  // It answers when done.
       continue;
@@ -58,7 +59,8 @@ absl::Status Launch::PollControl() {
         result = {{"ok", true}, {"report", *r}};
       } else {
         result = {{"ok", false}, {"error", std::string(r.status().message())}};
-        std::cerr << kind << " failed: " << r.status().message() << "\n";
+        EndProgress();
+        LOG(ERROR) << kind << " failed: " << r.status().message();
         if (scale && r.status().code() == absl::StatusCode::kDataLoss) fatal = r.status();
       }
     }

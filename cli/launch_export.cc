@@ -5,13 +5,13 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
-#include <iostream>
 #include <thread>
 #include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli::internal {
 
@@ -82,7 +82,8 @@ void Launch::PollExport(bool wait) {
     latest_export_ = *r;
     answer = {{"ok", true}, {"report", *r}};
   } else {
-    std::cerr << "export failed: " << r.status().message() << "\n";
+    EndProgress();
+    LOG(ERROR) << "export failed: " << r.status().message();
     answer = {{"ok", false}, {"error", std::string(r.status().message())}};
   }
   if (!export_->request_id.empty()) AnswerControl("export", export_->request_id, answer);
@@ -90,7 +91,8 @@ void Launch::PollExport(bool wait) {
 }
 
 void Launch::LogExport(const nlohmann::json& summary) const {
-  std::cerr << (options_.tty ? "\n" : "") << exporter::DescribeExport(summary) << "\n";
+  EndProgress();
+  LOG(INFO) << exporter::DescribeExport(summary);
 }
 
 absl::StatusOr<nlohmann::json> Launch::FinalExport() {

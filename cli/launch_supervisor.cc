@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 extern char** environ;
 
@@ -142,12 +142,12 @@ absl::Status Launch::Reap() {
       if (p.is_object()) c.skip_examples += Int(p, "examples");
       fs::remove(run_dir_ + "/" + c.name + ".progress.json");
     }
-    std::cerr << (options_.tty ? "\n" : "") << c.name << " " << how << "; restarting (" << restarts_
-              << " of " << job_.spec.run_policy.backoff_limit << ")"
-              << (c.skip_examples > 0
-                      ? absl::StrCat(", resuming after ", c.skip_examples, " examples of its share")
-                      : "")
-              << "\n";
+    EndProgress();
+    LOG(WARNING) << c.name << " " << how << "; restarting (" << restarts_ << " of "
+                 << job_.spec.run_policy.backoff_limit << ")"
+                 << (c.skip_examples > 0 ? absl::StrCat(", resuming after ", c.skip_examples,
+                                                        " examples of its share")
+                                         : "");
     SS_RETURN_IF_ERROR(Spawn(c));
     if (c.role != Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
   }

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "glog/logging.h"
 #include "model/optimizer.h"
 #include "ps/ps_server.h"
 
@@ -56,7 +56,7 @@ struct PsFlags {
 int RunPs(const PsFlags& f) {
   auto kind = model::ParseOptimizerKind(f.optimizer);
   if (!kind.ok()) {
-    std::cerr << "shadowsync ps: --optimizer: " << kind.status().message() << "\n";
+    LOG(ERROR) << "ps: --optimizer: " << kind.status().message();
     return 2;
   }
   ps::PsServerOptions o;
@@ -90,7 +90,7 @@ int RunPs(const PsFlags& f) {
   o.shutdown_grace = absl::Seconds(f.shutdown_grace_seconds);
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
   if (!security.ok()) {
-    std::cerr << "shadowsync ps: " << security.status().message() << "\n";
+    LOG(ERROR) << "ps: " << security.status().message();
     return 2;
   }
   o.security = *std::move(security);

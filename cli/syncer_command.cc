@@ -8,13 +8,13 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "glog/logging.h"
 #include "syncer/syncer_server.h"
 
 namespace shadowsync::cli {
@@ -34,11 +34,11 @@ struct SyncerFlags {
 
 int RunSyncer(const SyncerFlags& f) {
   if (!(f.member_timeout_seconds > 0)) {
-    std::cerr << "shadowsync syncer: --member-timeout-seconds must be positive\n";
+    LOG(ERROR) << "syncer: --member-timeout-seconds must be positive";
     return 2;
   }
   if (!(f.reply_delay_ms >= 0)) {
-    std::cerr << "shadowsync syncer: --reply-delay-ms must be >= 0\n";
+    LOG(ERROR) << "syncer: --reply-delay-ms must be >= 0";
     return 2;
   }
   syncer::SyncerServerOptions o;
@@ -51,7 +51,7 @@ int RunSyncer(const SyncerFlags& f) {
   o.limits = f.limits;
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
   if (!security.ok()) {
-    std::cerr << "shadowsync syncer: " << security.status().message() << "\n";
+    LOG(ERROR) << "syncer: " << security.status().message();
     return 2;
   }
   o.security = *std::move(security);

@@ -1,7 +1,6 @@
 #include "ps/ps_server.h"
 
 #include <chrono>
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,15 +9,11 @@
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::ps {
-namespace {
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions options) {
   std::unique_ptr<PsServer> server(new PsServer());
@@ -37,8 +32,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     return absl::InvalidArgumentError(absl::StrCat(
         "ps: service.max_import_bytes: must be positive, got ", opts.service.max_import_bytes));
   }
-  Log(absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d", opts.store.db_path,
-                      opts.store.dim, opts.store.tables.size(), opts.store.num_slots));
+  LOG(INFO) << absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d",
+                               opts.store.db_path, opts.store.dim, opts.store.tables.size(),
+                               opts.store.num_slots);
   SS_ASSIGN_OR_RETURN(s.store_, RowStore::Open(opts.store));
   SS_ASSIGN_OR_RETURN(std::optional<PersistedShardMap> persisted,
                       LoadShardMapFile(opts.service.shard_map_path));
@@ -74,11 +70,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
       proto.set_addresses(static_cast<int>(persisted->self_index), s.advertise_address_);
     }
     SS_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromProto(proto));
-    Log(absl::StrFormat("ps using the persisted shard map epoch=%d self=%d", map.epoch(),
-                        persisted->self_index));
+    LOG(INFO) << "ps using the persisted shard map epoch=" << map.epoch()
+              << " self=" << persisted->self_index;
     installed = s.service_->InstallShardMap(map, persisted->self_index);
   } else if (opts.join) {
-    Log("ps joining: owns no slot until a SetShardMap assigns some");
+    LOG(INFO) << "ps joining: owns no slot until a SetShardMap assigns some";
     installed =
         s.store_->SetOwnership(s.store_->epoch(), std::vector<bool>(opts.store.num_slots, false));
   } else {
@@ -88,9 +84,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     if (initial.epoch() >= s.store_->epoch()) {
       installed = s.service_->InstallShardMap(initial, opts.self_index);
     } else {
-      Log(absl::StrFormat(
-          "ps serving the stored ownership of epoch %d without a shard map until SetShardMap",
-          s.store_->epoch()));
+      LOG(INFO) << "ps serving the stored ownership of epoch " << s.store_->epoch()
+                << " without a shard map until SetShardMap";
     }
   }
   SS_RETURN_IF_ERROR(installed);
@@ -111,10 +106,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     s.eviction_thread_ = std::thread([&s] { s.EvictionLoop(); });
   }
   if (s.http_ != nullptr) s.http_->set_serving(true);
-  Log(absl::StrCat("ps listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
-                   opts.metrics_address.empty() ? std::string("off")
-                                                : WithPort(opts.metrics_address, s.metrics_port_),
-                   " advertise=", s.advertise_address_, " ", opts.security.Describe()));
+  LOG(INFO) << "ps listening grpc=" << WithPort(opts.grpc_address, s.grpc_port_) << " metrics="
+            << (opts.metrics_address.empty() ? std::string("off")
+                                             : WithPort(opts.metrics_address, s.metrics_port_))
+            << " advertise=" << s.advertise_address_ << " " << opts.security.Describe();
   return server;
 }
 
@@ -130,9 +125,9 @@ void PsServer::EvictionLoop() {
     }
     absl::StatusOr<int64_t> evicted = store_->EvictNow();
     if (!evicted.ok()) {
-      Log(absl::StrCat("ps eviction failed: ", evicted.status().ToString()));
+      LOG(WARNING) << "ps eviction failed: " << evicted.status();
     } else if (*evicted > 0) {
-      Log(absl::StrCat("ps evicted rows=", *evicted));
+      VLOG(1) << "ps evicted rows=" << *evicted;
     }
   }
 }
@@ -146,7 +141,7 @@ void PsServer::Shutdown() {
     }
     stopping_ = true;
   }
-  Log("ps shutting down: draining RPCs");
+  LOG(INFO) << "ps shutting down: draining RPCs";
   if (http_ != nullptr) http_->set_serving(false);
   // 1. Stop accepting, let in-flight RPCs finish, cancel stragglers at the
   //    deadline. The service's executor keeps running meanwhile, so streams
@@ -166,7 +161,7 @@ void PsServer::Shutdown() {
   service_.reset();
   const bool had_store = store_ != nullptr;
   store_.reset();
-  if (had_store) Log("ps stopped: store closed");
+  if (had_store) LOG(INFO) << "ps stopped: store closed";
   {
     MutexLock lock(&mu_);
     stopped_ = true;

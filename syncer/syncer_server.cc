@@ -1,21 +1,16 @@
 #include "syncer/syncer_server.h"
 
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::syncer {
-namespace {
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOptions options) {
   std::unique_ptr<SyncerServer> server(new SyncerServer());
@@ -59,11 +54,11 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
     s.http_->RegisterCollectable(s.registry_);
     s.http_->set_serving(true);
   }
-  Log(absl::StrCat("syncer listening grpc=", WithPort(opts.grpc_address, s.grpc_port_), " metrics=",
-                   opts.metrics_address.empty() ? std::string("off")
-                                                : WithPort(opts.metrics_address, s.metrics_port_),
-                   " member_timeout=", absl::FormatDuration(opts.service.member_timeout), " ",
-                   opts.security.Describe()));
+  LOG(INFO) << "syncer listening grpc=" << WithPort(opts.grpc_address, s.grpc_port_) << " metrics="
+            << (opts.metrics_address.empty() ? std::string("off")
+                                             : WithPort(opts.metrics_address, s.metrics_port_))
+            << " member_timeout=" << absl::FormatDuration(opts.service.member_timeout) << " "
+            << opts.security.Describe();
   return server;
 }
 
@@ -79,7 +74,7 @@ void SyncerServer::Shutdown() {
     stopping_ = true;
   }
   const bool started = server_ != nullptr;
-  if (started) Log("syncer shutting down: draining RPCs");
+  if (started) LOG(INFO) << "syncer shutting down: draining RPCs";
   if (http_ != nullptr) http_->set_serving(false);
   // 1. Answer the waiting all-reduce calls: the server's Shutdown waits for
   //    every open reactor, and a round may never complete now.
@@ -94,7 +89,7 @@ void SyncerServer::Shutdown() {
   server_.reset();
   service_.reset();
   metrics_.reset();
-  if (started) Log("syncer stopped");
+  if (started) LOG(INFO) << "syncer stopped";
   {
     MutexLock lock(&mu_);
     stopped_ = true;
