@@ -1,6 +1,8 @@
 #include "common/metrics_http.h"
 
+#include <dlfcn.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +20,19 @@
 #include "common/grpc_util.h"
 #include "common/mutex.h"
 #include "prometheus/exposer.h"
+
+// civetweb starts its threads with a stack size fixed when it was built (100 KB
+// in Debian's package), and glibc carves every library's thread-local storage
+// out of that stack. glog's takes 30 KB (each thread's message buffer), which
+// leaves civetweb's master thread too little: it overflows as it starts. civetweb
+// has no setting for it, so this definition, which the dynamic linker finds in
+// the executable before libc's, gives every stack size set explicitly 64 KiB
+// on top for the thread-local storage.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn libc = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  return libc(attr, size + 64 * 1024);
+}
 
 namespace shadowsync {
 namespace {
