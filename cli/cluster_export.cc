@@ -132,7 +132,7 @@ void ClusterExporter::SetHandledRequest(const std::string& request) {
   handled_request_ = request;
   const std::string path = options_.trainers_dir + "/export-request.handled";
   if (absl::Status s = WriteFileAtomically(path, request + "\n"); !s.ok()) {
-    std::cerr << s.message() << "\n";
+    LOG(WARNING) << s.message();
   }
 }
 

@@ -26,7 +26,8 @@ void Launch::AnswerControl(const std::string& kind, const std::string& id,
                            const nlohmann::json& result) const {
   const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-", id, ".result.json");
   if (absl::Status s = WriteFileAtomically(path, result.dump(2) + "\n"); !s.ok()) {
-    std::cerr << s.message() << "\n";
+    EndProgress();
+    LOG(WARNING) << s.message();
   }
 }
 
