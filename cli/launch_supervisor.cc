@@ -99,7 +99,7 @@ absl::Status Launch::AwaitReady(Child& c) {
     if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
       c.pid = -1;
       return absl::UnavailableError(
-          absl::StrCat(c.name, " exited before it was ready; see ", c.log));
+          absl::StrCat(c.name, " exited before it was ready; see ", c.log, LastLogLine(c.log)));
     }
     std::ifstream in(c.ready);
     int grpc_port = 0, metrics_port = 0;
