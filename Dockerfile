@@ -37,7 +37,7 @@ LABEL org.opencontainers.image.title="shadowsync" \
 
 # The runtime packages: the Debian package of every library `ldd shadowsync`
 # resolves, less those debian:12-slim already has (libc6, libgcc-s1,
-# libstdc++6, zlib1g, libbz2-1.0, libzstd1, liblz4-1). RocksDB is linked
+# libstdc++6, zlib1g, libbz2-1.0, libzstd1, liblz4-1, liblzma5). RocksDB is linked
 # statically (Debian's librocksdb-dev), so only its compression libraries
 # appear. tests/deploy/dockerfile_test.sh parses the apt-get install list
 # between these markers and checks it against ldd: keep one package a line.
@@ -50,8 +50,10 @@ RUN apt-get update \
         libcivetweb1 \
         libcpprest2.10 \
         libdnnl2 \
+        libgflags2.2 \
         libgfortran5 \
         libgomp1 \
+        libgoogle-glog0v6 \
         libgrpc++1.51 \
         libgrpc29 \
         libopenblas0-pthread \
@@ -62,6 +64,7 @@ RUN apt-get update \
         libre2-9 \
         libsnappy1v5 \
         libssl3 \
+        libunwind8 \
         libyaml-cpp0.7 \
         ocl-icd-libopencl1 \
     && rm -rf /var/lib/apt/lists/*

@@ -24,7 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "nlohmann/json.hpp"
 #include "ps/ps_service.h"
@@ -92,13 +94,14 @@ absl::StatusOr<Result> Check(const std::string& run_dir) {
 }  // namespace shadowsync::bench
 
 int main(int argc, char** argv) {
+  shadowsync::InitLogging(argv[0]);
   std::string run_dir;
   CLI::App app("Check the embedding rows of a finished `shadowsync run` directory.");
   app.add_option("--run-dir", run_dir, "the job's run directory (servers stopped)")->required();
   CLI11_PARSE(app, argc, argv);
   absl::StatusOr<shadowsync::bench::Result> r = shadowsync::bench::Check(run_dir);
   if (!r.ok()) {
-    std::fprintf(stderr, "chaos_check: %s\n", r.status().ToString().c_str());
+    LOG(ERROR) << "chaos_check: " << r.status();
     return 2;
   }
   std::printf("RESULT name=chaos_check keys=%lld duplicates=%lld misplaced=%lld key_hash=%016llx\n",

@@ -37,7 +37,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "shadowsync/v1/syncer.grpc.pb.h"
@@ -441,6 +443,7 @@ absl::StatusOr<bool> Run(const Flags& f) {
 }  // namespace shadowsync::bench
 
 int main(int argc, char** argv) {
+  shadowsync::InitLogging(argv[0]);
   shadowsync::bench::Flags f;
   CLI::App app("Load on one parameter server and one syncer: valid and invalid requests.");
   app.add_option("--work-dir", f.work_dir, "scratch directory")->required();
@@ -458,7 +461,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   absl::StatusOr<bool> ok = shadowsync::bench::Run(f);
   if (!ok.ok()) {
-    std::fprintf(stderr, "load_bench: %s\n", ok.status().ToString().c_str());
+    LOG(ERROR) << "load_bench: " << ok.status();
     return 2;
   }
   return *ok ? 0 : 1;

@@ -13,12 +13,15 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
+#include "common/logging.h"
 #include "exporter/job_export.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "model/dlrm.h"
 #include "model/export.h"
 
 int main(int argc, char** argv) {
+  shadowsync::InitLogging(argv[0]);
   CLI::App app{"Writes a synthetic export of a job's model (bench/export.sh)."};
   std::string config, out;
   int64_t rows = 10'000'000;
@@ -28,7 +31,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   using namespace shadowsync;
   auto fail = [](const absl::Status& s) {
-    std::cerr << "make_export: " << s.message() << "\n";
+    LOG(ERROR) << "make_export: " << s.message();
     return 1;
   };
   absl::StatusOr<ShadowSyncJob> job = LoadJobFile(config);

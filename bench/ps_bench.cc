@@ -51,16 +51,16 @@
 #include "bench/bench_util.h"
 #include "bench/ps_bench_internal.h"
 #include "common/grpc_util.h"
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/embedding_table.h"
 
 namespace shadowsync::bench::internal {
 namespace {
 
 namespace fs = std::filesystem;
-
-void Note(const std::string& line) { std::cerr << "# " << line << std::endl; }
 
 std::string Fmt(double v, const char* fmt = "%.4g") {
   return std::isfinite(v) ? absl::StrFormat(fmt, v) : "nan";
@@ -146,8 +146,8 @@ absl::Status Main(const Flags& f) {
   SS_ASSIGN_OR_RETURN(auto redis, RedisServer::Start(f, (work / "redis").string()));
   SS_ASSIGN_OR_RETURN(auto ours, OurServer::Start(f, main_db, f.cache_mib << 20,
                                                   (work / "ours_main.log").string()));
-  Note(absl::StrCat("ours at ", ours->address(), " (pid ", ours->pid(),
-                    "), redis at 127.0.0.1:", redis->port(), " (pid ", redis->pid(), ")"));
+  LOG(INFO) << "ours at " << ours->address() << " (pid " << ours->pid()
+            << "), redis at 127.0.0.1:" << redis->port() << " (pid " << redis->pid() << ")";
   std::cout << "\nwarm-up: one pass over the stream, 2 threads (first touch: rows are created)\n";
   PrintHeader();
   {
@@ -404,6 +404,7 @@ absl::Status Main(const Flags& f) {
 int main(int argc, char** argv) {
   // Our clients run as the trainer's do (cli.cc).
   shadowsync::DisableMutexDeadlockDetection();
+  shadowsync::InitLogging(argv[0]);
   shadowsync::bench::internal::Flags f;
   CLI::App app("Parameter-server throughput against Redis (bench/ps.sh runs it).");
   app.add_option("--work-dir", f.work_dir, "databases and logs go here")->required();
@@ -442,13 +443,13 @@ int main(int argc, char** argv) {
         (std::filesystem::canonical("/proc/self/exe").parent_path() / "shadowsync").string();
   }
   if (f.repeats < 1 || f.seconds <= 0 || f.batches < 2 || f.tables < 1 || f.batch < 1) {
-    std::cerr << "ps_bench: --repeats >= 1, --seconds > 0, --batches >= 2, --tables and --batch "
-                 ">= 1\n";
+    LOG(ERROR) << "ps_bench: --repeats >= 1, --seconds > 0, --batches >= 2, --tables and --batch "
+                  ">= 1";
     return 2;
   }
   const absl::Status s = shadowsync::bench::internal::Main(f);
   if (!s.ok()) {
-    std::cerr << "ps_bench: " << s.ToString() << "\n";
+    LOG(ERROR) << "ps_bench: " << s;
     return 1;
   }
   return 0;

@@ -15,7 +15,9 @@
 #include <cstring>
 #include <string>
 
+#include "common/logging.h"
 #include "data/criteo_reader.h"
+#include "glog/logging.h"
 
 namespace shadowsync {
 namespace {
@@ -43,7 +45,7 @@ Pass RunOnce(const std::string& path, int threads) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open({path}, options);
   if (!reader.ok()) {
-    std::fprintf(stderr, "reader_bench: %s\n", reader.status().ToString().c_str());
+    LOG(ERROR) << "reader_bench: " << reader.status();
     std::exit(1);
   }
   ExampleBlock block;
@@ -51,7 +53,7 @@ Pass RunOnce(const std::string& path, int threads) {
   while (true) {
     absl::StatusOr<bool> more = (*reader)->Next(&block);
     if (!more.ok()) {
-      std::fprintf(stderr, "reader_bench: %s\n", more.status().ToString().c_str());
+      LOG(ERROR) << "reader_bench: " << more.status();
       std::exit(1);
     }
     if (!*more) break;
@@ -65,8 +67,8 @@ Pass RunOnce(const std::string& path, int threads) {
   pass.lines = stats.lines;
   pass.bytes = stats.bytes;
   if (examples != stats.examples || stats.malformed > 0) {
-    std::fprintf(stderr, "reader_bench: note: %lld examples, %lld malformed lines\n",
-                 static_cast<long long>(examples), static_cast<long long>(stats.malformed));
+    LOG(WARNING) << "reader_bench: " << examples << " examples, " << stats.malformed
+                 << " malformed lines";
   }
   return pass;
 }
@@ -87,7 +89,7 @@ Pass Best(const std::string& path, int threads, int repeat) {
 }
 
 int Usage() {
-  std::fprintf(stderr, "usage: reader_bench FILE [--threads N] [--repeat R]\n");
+  LOG(ERROR) << "usage: reader_bench FILE [--threads N] [--repeat R]";
   return 2;
 }
 
@@ -124,4 +126,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace shadowsync
 
-int main(int argc, char** argv) { return shadowsync::Main(argc, argv); }
+int main(int argc, char** argv) {
+  shadowsync::InitLogging(argv[0]);
+  return shadowsync::Main(argc, argv);
+}

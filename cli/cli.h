@@ -5,7 +5,8 @@
 
 namespace shadowsync::cli {
 
-// Parses argv, runs the subcommand and returns the process exit code:
+// Parses argv, starts logging at the level of --log-level and -v
+// (common/logging.h), runs the subcommand and returns the process exit code:
 // 0 success, 1 runtime failure, 2 bad usage or invalid job spec.
 int RunCli(int argc, char** argv);
 

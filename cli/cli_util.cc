@@ -14,8 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
+#include "glog/logging.h"
 #include "model/optimizer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -111,9 +113,9 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
   gen.out_path = all;
   gen.examples = synth.examples + synth.eval_examples;
   gen.seed = static_cast<uint64_t>(synth.seed);
-  std::cerr << "generating " << gen.examples << " synthetic examples into " << all << "\n";
+  LOG(INFO) << "generating " << gen.examples << " synthetic examples into " << all;
   SS_ASSIGN_OR_RETURN(TeacherReport teacher, GenerateSynthetic(gen));
-  std::cerr << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f\n", teacher.ctr, teacher.ne,
+  LOG(INFO) << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f", teacher.ctr, teacher.ne,
                                teacher.auc);
   SS_RETURN_IF_ERROR(SplitLines(all, synth.examples, data.train[0], data.eval[0]));
   std::filesystem::remove(all);
@@ -279,6 +281,38 @@ std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& 
     args.push_back(std::move(a));
   }
   return args;
+}
+
+namespace {
+
+Mutex g_user_output_mu;
+// A progress line is being redrawn: the cursor is at its end.
+bool g_progress_open ABSL_GUARDED_BY(g_user_output_mu) = false;
+
+// The product's one write to stderr outside glog (docs/architecture.md,
+// "Logs and output").
+void WriteToUser(absl::string_view text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_user_output_mu) {
+  std::cerr << text << std::flush;
+}
+
+}  // namespace
+
+void TellUser(absl::string_view line) {
+  MutexLock lock(&g_user_output_mu);
+  WriteToUser(absl::StrCat(g_progress_open ? "\n" : "", line, "\n"));
+  g_progress_open = false;
+}
+
+void ShowProgress(absl::string_view line, bool redraw) {
+  MutexLock lock(&g_user_output_mu);
+  WriteToUser(redraw ? absl::StrCat("\r", line, "\033[K") : absl::StrCat(line, "\n"));
+  g_progress_open = redraw;
+}
+
+void EndProgress() {
+  MutexLock lock(&g_user_output_mu);
+  if (g_progress_open) WriteToUser("\n");
+  g_progress_open = false;
 }
 
 }  // namespace shadowsync::cli

@@ -7,7 +7,6 @@
 
 #include <csignal>
 #include <cstdint>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -15,9 +14,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/grpc_security.h"
 #include "common/grpc_server_process.h"
 #include "common/grpc_util.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 
 namespace CLI {
@@ -73,29 +74,29 @@ int ServeUntilSignal(const std::string& name, const ServerFlags& flags, Options 
                      StartFn start) {
   absl::StatusOr<GrpcServerProcessOptions> process = ServerProcessOptions(flags);
   if (!process.ok()) {
-    std::cerr << "shadowsync " << name << ": " << process.status().message() << "\n";
+    LOG(ERROR) << name << ": " << process.status().message();
     return 2;
   }
   static_cast<GrpcServerProcessOptions&>(options) = *std::move(process);
   if (!InstallStopSignals()) {
-    std::cerr << "shadowsync " << name << ": cannot create the signal pipe\n";
+    LOG(ERROR) << name << ": cannot create the signal pipe";
     return 1;
   }
   auto server = start(std::move(options));
   if (!server.ok()) {
-    std::cerr << "shadowsync " << name << ": " << server.status().ToString() << "\n";
+    LOG(ERROR) << name << ": " << server.status();
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   auto* s = server->get();
   const std::string& ready_file = flags.ready_file;
   if (!ready_file.empty() && !WriteReadyFile(ready_file, s->grpc_port(), s->metrics_port())) {
-    std::cerr << "shadowsync " << name << ": cannot write --ready-file " << ready_file << "\n";
+    LOG(ERROR) << name << ": cannot write --ready-file " << ready_file;
     s->Shutdown();
     return 1;
   }
   std::thread watcher([s, &name] {
     if (const int sig = AwaitStopSignal(); sig != 0) {
-      std::cerr << name << " received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
+      LOG(INFO) << name << " received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
     }
     s->Shutdown();
   });
@@ -166,6 +167,21 @@ struct TrainerProcess {
   int64_t init_imported_rows = -1;
 };
 std::vector<std::string> TrainerArgs(const JobSpec& spec, const TrainerProcess& p);
+
+// Output for the person running a command, which is not a log
+// (docs/architecture.md, "Logs and output"): the live progress line of
+// `train` and `run`, and why a command they wait for exits non-zero. Written
+// to stderr at any --log-level; besides glog, nothing else in the product
+// writes to stderr. Results go to stdout. Thread-safe.
+//
+// Tells the user `line` (adding the newline), below any progress line shown.
+void TellUser(absl::string_view line);
+// Shows `line` as the progress: redrawn in place if `redraw` (stderr is a
+// terminal), else printed as a line of its own.
+void ShowProgress(absl::string_view line, bool redraw);
+// Ends a progress line being redrawn, so that what follows (logs too) starts
+// on a line of its own. Does nothing if none is.
+void EndProgress();
 
 }  // namespace shadowsync::cli
 

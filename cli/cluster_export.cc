@@ -6,7 +6,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <utility>
 
@@ -16,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "exporter/job_export.h"
+#include "glog/logging.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -132,7 +132,7 @@ void ClusterExporter::SetHandledRequest(const std::string& request) {
   handled_request_ = request;
   const std::string path = options_.trainers_dir + "/export-request.handled";
   if (absl::Status s = WriteFileAtomically(path, request + "\n"); !s.ok()) {
-    std::cerr << s.message() << "\n";
+    LOG(WARNING) << s.message();
   }
 }
 
@@ -154,7 +154,7 @@ absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final) {
     return summary.status();
   }
   (*summary)["unix_seconds"] = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  std::cerr << exporter::DescribeExport(*summary) << "\n";
+  LOG(INFO) << exporter::DescribeExport(*summary);
   return summary;
 }
 
@@ -176,7 +176,7 @@ void ClusterExporter::Loop() {
     if (summary.ok()) {
       metrics_.Publish(*summary, asked ? request : "", /*final=*/false);
     } else {
-      std::cerr << "export failed: " << summary.status().message() << "\n";
+      LOG(ERROR) << "export failed: " << summary.status().message();
     }
     // Answered either way: a request is not retried forever; the failure
     // is on /metrics and in this log.
@@ -194,8 +194,8 @@ absl::StatusOr<nlohmann::json> ClusterExporter::FinalExport() {
     }
     if (done == trainers) break;
     if (waited % 30 == 0) {
-      std::cerr << "final export: " << done << " of " << trainers
-                << " trainers have finished; waiting for the rest\n";
+      LOG(INFO) << "final export: " << done << " of " << trainers
+                << " trainers have finished; waiting for the rest";
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }

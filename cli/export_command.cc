@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "exporter/job_export.h"
@@ -27,7 +29,7 @@ Action AddExportCommand(CLI::App& app) {
   return [flags] {
     absl::StatusOr<nlohmann::json> r = RequestExport(flags->run_dir, flags->timeout_seconds);
     if (!r.ok()) {
-      std::cerr << "shadowsync export: " << r.status().message() << "\n";
+      TellUser(absl::StrCat("shadowsync export: ", r.status().message()));
       return 1;
     }
     if (flags->json) {

@@ -1,7 +1,9 @@
 // `shadowsync gen-data`: synthetic Criteo-layout data from a planted teacher.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "data/synthetic.h"
 
@@ -18,7 +20,7 @@ Action AddGenDataCommand(CLI::App& app) {
   return [options] {
     auto report = GenerateSynthetic(*options);
     if (!report.ok()) {
-      std::cerr << "shadowsync gen-data: " << report.status().message() << "\n";
+      TellUser(absl::StrCat("shadowsync gen-data: ", report.status().message()));
       return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     }
     std::cout << absl::StrFormat("wrote %d examples to %s (ctr %.4f); teacher NE %.4f AUC %.4f\n",

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <random>
 #include <thread>
 
@@ -18,6 +17,7 @@
 #include "cli/launch_internal.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli {
 namespace internal {
@@ -26,7 +26,8 @@ void Launch::AnswerControl(const std::string& kind, const std::string& id,
                            const nlohmann::json& result) const {
   const std::string path = absl::StrCat(run_dir_, "/control/", kind, "-", id, ".result.json");
   if (absl::Status s = WriteFileAtomically(path, result.dump(2) + "\n"); !s.ok()) {
-    std::cerr << s.message() << "\n";
+    EndProgress();
+    LOG(WARNING) << s.message();
   }
 }
 
@@ -46,9 +47,10 @@ absl::Status Launch::PollControl() {
       result = {{"ok", false},
                 {"error", absl::StrCat("malformed ", kind, " request: ", request.dump())}};
       // Whoever wrote it may not wait for a result (no id): say it here.
-      std::cerr << request_path << ": ignored a malformed " << kind << " request (want "
-                << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
-                << "), got " << request.dump() << "\n";
+      EndProgress();
+      LOG(WARNING) << request_path << ": ignored a malformed " << kind << " request (want "
+                   << (scale ? R"({"id": "...", "ps": N, "pause": false})" : R"({"id": "..."})")
+                   << "), got " << request.dump();
     } else if (!scale) {
       StartExport(request["id"].get<std::string>());  // It answers when done.
       continue;
@@ -62,7 +64,8 @@ absl::Status Launch::PollControl() {
         result = {{"ok", true}, {"report", *r}};
       } else {
         result = {{"ok", false}, {"error", std::string(r.status().message())}};
-        std::cerr << kind << " failed: " << r.status().message() << "\n";
+        EndProgress();
+        LOG(ERROR) << kind << " failed: " << r.status().message();
         if (scale && r.status().code() == absl::StatusCode::kDataLoss) fatal = r.status();
       }
     }

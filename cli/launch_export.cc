@@ -5,7 +5,6 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
-#include <iostream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli::internal {
 
@@ -78,7 +78,8 @@ void Launch::PollExport(bool wait) {
     latest_export_ = *r;
     answer = {{"ok", true}, {"report", *r}};
   } else {
-    std::cerr << "export failed: " << r.status().message() << "\n";
+    EndProgress();
+    LOG(ERROR) << "export failed: " << r.status().message();
     answer = {{"ok", false}, {"error", std::string(r.status().message())}};
   }
   for (const std::string& id : export_->request_ids) AnswerControl("export", id, answer);
@@ -96,7 +97,8 @@ void Launch::AnswerQueuedExports(const absl::StatusOr<nlohmann::json>& summary) 
 }
 
 void Launch::LogExport(const nlohmann::json& summary) const {
-  std::cerr << (options_.tty ? "\n" : "") << exporter::DescribeExport(summary) << "\n";
+  EndProgress();
+  LOG(INFO) << exporter::DescribeExport(summary);
 }
 
 absl::StatusOr<nlohmann::json> Launch::FinalExport() {

@@ -108,6 +108,8 @@ class Launch {
   // What a resume needs to know beyond the job: the parameter servers now.
   void WriteLaunchState() const;
   void ShowProgress(bool final);
+  // Logs where a child's /metrics and log file are.
+  void LogEndpoints(const Child& c) const;
   nlohmann::json Report(double seconds);
   // The report's chart (report.svg), with the eval and teacher NE of `report`.
   void WritePlot(const std::string& path, const nlohmann::json& report) const;

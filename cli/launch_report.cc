@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <fstream>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "cli/plot.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli::internal {
 
@@ -55,11 +55,13 @@ void Launch::ShowProgress(bool final) {
   const std::string line =
       absl::StrFormat("%s%.0f ex/s  train NE %.4f  %.0fs%s", bar, eps, ne, seconds,
                       mode.empty() ? "" : absl::StrCat("  sync ", mode));
-  if (options_.tty) {
-    std::cerr << "\r" << line << "\033[K" << (final ? "\n" : "") << std::flush;
-  } else {
-    std::cerr << line << "\n";
-  }
+  cli::ShowProgress(line, /*redraw=*/options_.tty);
+  if (final) EndProgress();
+}
+
+void Launch::LogEndpoints(const Child& c) const {
+  LOG(INFO) << c.name << " metrics: http://127.0.0.1:" << c.metrics_port
+            << "/metrics  log: " << c.log;
 }
 
 nlohmann::json Launch::Report(double seconds) {

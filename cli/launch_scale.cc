@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <iostream>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "glog/logging.h"
 #include "ps/client/resharder.h"
 
 namespace shadowsync::cli::internal {
@@ -60,15 +60,13 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
     children_.push_back(std::move(c));
     if (started.ok()) started = AwaitReady(children_.back());
     if (!started.ok()) return started;
-    std::cerr << "  " << children_.back().name
-              << " metrics: http://127.0.0.1:" << children_.back().metrics_port
-              << "/metrics  log: " << children_.back().log << "\n";
+    LogEndpoints(children_.back());
   }
-  std::cerr << (options_.tty ? "\n" : "") << "resharding " << current << " -> " << n
-            << " parameter server(s)" << (pause ? " with training paused" : "") << "\n";
+  EndProgress();
+  LOG(INFO) << "resharding " << current << " -> " << n << " parameter server(s)"
+            << (pause ? " with training paused" : "");
   ps::ReshardOptions o;
   o.security = security_;
-  o.log = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
 
   // Servers from index `first` on leave the job.

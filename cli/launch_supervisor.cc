@@ -10,7 +10,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
+#include "glog/logging.h"
 
 namespace shadowsync::cli::internal {
 
@@ -99,7 +99,7 @@ absl::Status Launch::AwaitReady(Child& c) {
     if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
       c.pid = -1;
       return absl::UnavailableError(
-          absl::StrCat(c.name, " exited before it was ready; see ", c.log));
+          absl::StrCat(c.name, " exited before it was ready; see ", c.log, LastLogLine(c.log)));
     }
     std::ifstream in(c.ready);
     int grpc_port = 0, metrics_port = 0;
@@ -151,12 +151,13 @@ absl::Status Launch::Reap() {
       if (p.is_object()) c.skip_examples += Int(p, "examples");
       fs::remove(run_dir_ + "/" + c.name + ".progress.json");
     }
-    std::cerr << (options_.tty ? "\n" : "") << c.name << " " << how << "; restarting (" << restarts_
-              << " of " << job_.spec.run_policy.backoff_limit << ")"
-              << (c.skip_examples > 0
-                      ? absl::StrCat(", resuming after ", c.skip_examples, " examples of its share")
-                      : "")
-              << last_line << "\n";
+    EndProgress();
+    LOG(WARNING) << c.name << " " << how << "; restarting (" << restarts_ << " of "
+                 << job_.spec.run_policy.backoff_limit << ")"
+                 << (c.skip_examples > 0 ? absl::StrCat(", resuming after ", c.skip_examples,
+                                                        " examples of its share")
+                                         : "")
+                 << last_line;
     SS_RETURN_IF_ERROR(Spawn(c));
     if (c.role != Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
   }
@@ -215,7 +216,8 @@ void Launch::WriteLaunchState() const {
                                 {"ps_addresses", ps_addresses_}};
   const std::string path = run_dir_ + "/launch.json";
   if (absl::Status s = WriteFileAtomically(path, state.dump(2) + "\n"); !s.ok()) {
-    std::cerr << s.message() << "\n";
+    EndProgress();
+    LOG(WARNING) << s.message();
   }
 }
 

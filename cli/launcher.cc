@@ -7,7 +7,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/optimizer.h"
 #include "ps/client/resharder.h"
 #include "worker/checkpoint.h"
@@ -60,8 +60,8 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       return absl::DataLossError(
           absl::StrCat(run_dir_, "/launch.json: parameter_servers = ", num_ps, ", want >= 1"));
     }
-    std::cerr << "resuming the job in " << run_dir_ << " with " << num_ps
-              << " parameter server(s) and the trainers' checkpoints\n";
+    LOG(INFO) << "resuming the job in " << run_dir_ << " with " << num_ps
+              << " parameter server(s) and the trainers' checkpoints";
   } else {
     // A run starts fresh: a previous run's servers would reopen their state
     // with the shard map of its ports. Generated data (data/) is kept.
@@ -76,7 +76,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       }
     }
     if (removed > 0) {
-      std::cerr << "starting fresh in " << run_dir_ << ": removed the previous run's state\n";
+      LOG(INFO) << "starting fresh in " << run_dir_ << ": removed the previous run's state";
     }
   }
   fs::remove_all(run_dir_ + "/control");  // Requests for a launcher that is gone.
@@ -163,9 +163,9 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     fs::remove(absl::StrCat(run_dir_, "/", c.name, ".progress.json"));
   }
 
-  std::cerr << absl::StrFormat(
+  LOG(INFO) << absl::StrFormat(
       "job %s: %d trainer(s) x %d threads, %d parameter server(s), %d syncer(s), sync %s; run dir "
-      "%s\n",
+      "%s",
       job_.metadata.name, spec.trainer.replicas, spec.trainer.threads, num_ps, spec.syncer.replicas,
       EnumName(spec.sync.algorithm), run_dir_);
   // Servers first, each ready before the trainers start.
@@ -191,7 +191,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
              {"seconds", imported->seconds},
              {"rows_per_second", imported->rows / std::max(imported->seconds, 1e-9)},
              {"parameter_servers", imported->servers}};
-    std::cerr << absl::StrFormat("loaded %d rows of %s onto %d parameter server(s) in %.1f s\n",
+    LOG(INFO) << absl::StrFormat("loaded %d rows of %s onto %d parameter server(s) in %.1f s",
                                  imported->rows, spec.init.from_model, imported->servers,
                                  imported->seconds);
   }
@@ -204,10 +204,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   for (Child& c : children_) {
     if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(AwaitReady(c));
   }
-  for (const Child& c : children_) {
-    std::cerr << "  " << c.name << " metrics: http://127.0.0.1:" << c.metrics_port
-              << "/metrics  log: " << c.log << "\n";
-  }
+  for (const Child& c : children_) LogEndpoints(c);
 
   auto last_progress = Clock::now();
   while (true) {

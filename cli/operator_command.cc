@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/metrics_http.h"
+#include "glog/logging.h"
 #include "operator/controller.h"
 #include "operator/kube_client.h"
 #include "operator/kube_config.h"
@@ -48,23 +48,23 @@ std::string Hostname() {
 
 int RunOperator(const OperatorFlags& f) {
   if (!InstallStopSignals()) {
-    std::cerr << "shadowsync operator: cannot create the signal pipe\n";
+    LOG(ERROR) << "operator: cannot create the signal pipe";
     return 1;
   }
   // Checked first: a bad path is a bad flag, whatever the cluster.
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
   if (!security.ok()) {
-    std::cerr << "shadowsync operator: " << security.status().message() << "\n";
+    LOG(ERROR) << "operator: " << security.status().message();
     return 2;
   }
   absl::StatusOr<kube::KubeConfig> config = kube::ResolveConfig(f.kubeconfig);
   if (!config.ok()) {
-    std::cerr << "shadowsync operator: " << config.status().message() << "\n";
+    LOG(ERROR) << "operator: " << config.status().message();
     return 2;
   }
   absl::StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::KubeClient::FromConfig(*config);
   if (!client.ok()) {
-    std::cerr << "shadowsync operator: " << client.status().message() << "\n";
+    LOG(ERROR) << "operator: " << client.status().message();
     return 2;
   }
   auto registry = std::make_shared<prometheus::Registry>();
@@ -73,7 +73,7 @@ int RunOperator(const OperatorFlags& f) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
         MetricsHttpServer::Start(f.metrics_listen);
     if (!started.ok()) {
-      std::cerr << "shadowsync operator: --metrics-listen: " << started.status().message() << "\n";
+      LOG(ERROR) << "operator: --metrics-listen: " << started.status().message();
       return 1;
     }
     http = *std::move(started);
@@ -95,7 +95,7 @@ int RunOperator(const OperatorFlags& f) {
   // Losing the Lease ends the process: its restart comes back as a standby,
   // with no half-done work of the old term in memory.
   options.on_lost_leadership = [] {
-    std::cerr << "operator: lost the Lease; exiting\n";
+    LOG(ERROR) << "operator: lost the Lease; exiting";
     std::_Exit(1);
   };
   options.reconcile.image = f.image;
@@ -109,15 +109,15 @@ int RunOperator(const OperatorFlags& f) {
   absl::StatusOr<std::unique_ptr<op::Controller>> controller =
       op::Controller::Create(client->get(), options);
   if (!controller.ok()) {
-    std::cerr << "shadowsync operator: " << controller.status().message() << "\n";
+    LOG(ERROR) << "operator: " << controller.status().message();
     return 2;
   }
-  std::cerr << "operator: " << config->source << ", server " << config->server << ", "
+  LOG(INFO) << "operator: " << config->source << ", server " << config->server << ", "
             << (options.ns.empty() ? "all namespaces" : "namespace " + options.ns)
             << (f.leader_elect ? ", leader election as " + options.election.identity : "")
-            << (http != nullptr ? absl::StrCat(", http :", http->port()) : "") << "\n";
+            << (http != nullptr ? absl::StrCat(", http :", http->port()) : "");
   if (absl::Status s = (*controller)->Start(); !s.ok()) {
-    std::cerr << "shadowsync operator: " << s.message() << "\n";
+    LOG(ERROR) << "operator: " << s.message();
     return 1;
   }
   std::atomic<bool> stopping{false};
@@ -128,12 +128,12 @@ int RunOperator(const OperatorFlags& f) {
     }
   });
   const int sig = AwaitStopSignal();
-  std::cerr << "operator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopping\n";
+  LOG(INFO) << "operator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopping";
   if (http != nullptr) http->set_ready(false);
   stopping.store(true);
   readiness.join();
   (*controller)->Stop();
-  std::cerr << "operator: stopped\n";
+  LOG(INFO) << "operator: stopped";
   return 0;
 }
 

@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +23,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
@@ -32,6 +32,7 @@
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "exporter/job_export.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "nlohmann/json.hpp"
@@ -81,7 +82,7 @@ int RunChild(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   absl::StatusOr<pid_t> started = Spawn(argv);
   if (!started.ok()) {
-    std::cerr << "shadowsync pod: " << started.status().message() << "\n";
+    LOG(ERROR) << "pod: " << started.status().message();
     return 127;
   }
   const pid_t pid = *started;
@@ -117,8 +118,8 @@ absl::StatusOr<int64_t> ImportInitModel(const ShadowSyncJob& job, const std::str
   SS_ASSIGN_OR_RETURN(GrpcSecurity security, LoadGrpcSecurity(SecurityFilesOf(job.spec.security)));
   SS_ASSIGN_OR_RETURN(exporter::RowStreamStats imported,
                       exporter::ImportServerRows(reader, job, ps, {.security = security}));
-  std::cerr << "pod: loaded " << imported.rows << " rows of " << model << " onto "
-            << imported.servers << " parameter server(s) in " << imported.seconds << " s\n";
+  LOG(INFO) << "pod: loaded " << imported.rows << " rows of " << model << " onto "
+            << imported.servers << " parameter server(s) in " << imported.seconds << " s";
   std::ofstream(marker) << imported.rows << "\n";
   return imported.rows;
 }
@@ -144,21 +145,21 @@ int ServeFinished(const std::string& metrics_listen, const nlohmann::json& repor
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
       MetricsHttpServer::Start(metrics_listen);
   if (!http.ok()) {
-    std::cerr << "shadowsync pod: " << http.status().message() << "\n";
+    LOG(ERROR) << "pod: " << http.status().message();
     return 1;
   }
   (*http)->RegisterCollectable(registry);
   (*http)->RegisterCollectable(export_metrics.registry());
   (*http)->set_serving(true);
-  std::cerr << "trainer finished its share (" << resumed + examples << " examples, " << examples
-            << " in its last run); idle until stopped\n";
+  LOG(INFO) << "trainer finished its share (" << resumed + examples << " examples, " << examples
+            << " in its last run); idle until stopped";
   AwaitStopSignal();
   return 0;
 }
 
 int RunPod(const PodFlags& f) {
   if (!InstallStopSignals()) {
-    std::cerr << "shadowsync pod: cannot create the signal pipe\n";
+    LOG(ERROR) << "pod: cannot create the signal pipe";
     return 1;
   }
   int index = f.index;
@@ -171,13 +172,13 @@ int RunPod(const PodFlags& f) {
     }
   }
   if (index < 0) {
-    std::cerr << "shadowsync pod: no --index, and neither $POD_NAME nor $HOSTNAME ends in a "
-                 "StatefulSet ordinal (name-N)\n";
+    LOG(ERROR) << "pod: no --index, and neither $POD_NAME nor $HOSTNAME ends in a "
+                  "StatefulSet ordinal (name-N)";
     return 2;
   }
   absl::StatusOr<ShadowSyncJob> job = LoadJobFile(f.config);
   if (!job.ok()) {
-    std::cerr << "shadowsync pod: " << job.status().message() << "\n";
+    LOG(ERROR) << "pod: " << job.status().message();
     return 2;
   }
   // The security flags override the spec's paths (the children get them
@@ -202,8 +203,8 @@ int RunPod(const PodFlags& f) {
   std::ifstream in(f.shard_map);
   const nlohmann::json map = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!map.is_object() || !map.contains("numServers") || !map["numServers"].is_number_integer()) {
-    std::cerr << "shadowsync pod: --shard-map " << f.shard_map
-              << ": want a JSON object with numServers, psAddresses and syncerAddresses\n";
+    LOG(ERROR) << "pod: --shard-map " << f.shard_map
+               << ": want a JSON object with numServers, psAddresses and syncerAddresses";
     return 2;
   }
   const std::vector<std::string> ps = Strings(map, "psAddresses");
@@ -211,7 +212,7 @@ int RunPod(const PodFlags& f) {
   std::filesystem::create_directories(f.data_dir);
   std::vector<std::string> args;
   if ((f.role == "ps" || f.role == "syncer") && f.listen.empty()) {
-    std::cerr << "shadowsync pod: --listen is required for the " << f.role << " role\n";
+    LOG(ERROR) << "pod: --listen is required for the " << f.role << " role";
     return 2;
   }
   if (f.role == "ps") {
@@ -228,7 +229,7 @@ int RunPod(const PodFlags& f) {
     args = SyncerArgs(job->spec, {.listen = f.listen, .metrics_listen = f.metrics_listen});
   } else if (f.role == "trainer") {
     if (ps.empty()) {
-      std::cerr << "shadowsync pod: --shard-map " << f.shard_map << ": no psAddresses\n";
+      LOG(ERROR) << "pod: --shard-map " << f.shard_map << ": no psAddresses";
       return 2;
     }
     const std::string done = f.data_dir + "/done";
@@ -240,8 +241,8 @@ int RunPod(const PodFlags& f) {
     // A scale-up reaches the StatefulSet before the ConfigMap: wait until
     // the job this pod reads counts it among the trainers.
     while (index >= job->spec.trainer.replicas) {
-      std::cerr << "pod: trainer " << index << " waits for " << f.config << " to list " << index + 1
-                << " trainers\n";
+      LOG(INFO) << "pod: trainer " << index << " waits for " << f.config << " to list " << index + 1
+                << " trainers";
       std::this_thread::sleep_for(std::chrono::seconds(2));
       absl::StatusOr<ShadowSyncJob> reread = LoadJobFile(f.config);
       if (reread.ok()) {
@@ -251,7 +252,7 @@ int RunPod(const PodFlags& f) {
     }
     absl::StatusOr<JobData> data = PrepareJobData(job->spec, f.data_dir + "/data");
     if (!data.ok()) {
-      std::cerr << "shadowsync pod: " << data.status().message() << "\n";
+      LOG(ERROR) << "pod: " << data.status().message();
       return 1;
     }
     TrainerProcess trainer{.config = f.config,
@@ -270,7 +271,7 @@ int RunPod(const PodFlags& f) {
             ImportInitModel(*job, trainer.init_model, ps.front(), f.data_dir,
                             std::filesystem::path(f.config).parent_path().string());
         if (!rows.ok()) {
-          std::cerr << "shadowsync pod: spec.init.fromModel: " << rows.status().message() << "\n";
+          LOG(ERROR) << "pod: spec.init.fromModel: " << rows.status().message();
           return 1;
         }
         trainer.init_imported_rows = *rows;
@@ -287,19 +288,16 @@ int RunPod(const PodFlags& f) {
       std::error_code ec;
       std::filesystem::create_directories(trainer.trainers_dir, ec);
       if (ec) {
-        std::cerr << "shadowsync pod: cannot create " << trainer.trainers_dir << ": "
-                  << ec.message() << "\n";
+        LOG(ERROR) << "pod: cannot create " << trainer.trainers_dir << ": " << ec.message();
         return 1;
       }
     }
     args = TrainerArgs(job->spec, trainer);
   } else {
-    std::cerr << "shadowsync pod: --role must be trainer, ps or syncer, got '" << f.role << "'\n";
+    LOG(ERROR) << "pod: --role must be trainer, ps or syncer, got '" << f.role << "'";
     return 2;
   }
-  std::cerr << "pod: " << f.role << " " << index << ":";
-  for (const std::string& a : args) std::cerr << " " << a;
-  std::cerr << "\n";
+  LOG(INFO) << "pod: " << f.role << " " << index << ": " << absl::StrJoin(args, " ");
   const int code = RunChild(args);
   if (f.role != "trainer" || code != 0) return code;
   // `done` appears under its final name only now: a restart after this
@@ -311,7 +309,7 @@ int RunPod(const PodFlags& f) {
       ec ? absl::UnavailableError(absl::StrCat("cannot rename ", done, ".tmp: ", ec.message()))
          : SyncParentDirectory(done);
   if (!renamed.ok()) {
-    std::cerr << "shadowsync pod: " << renamed.message() << "\n";
+    LOG(ERROR) << "pod: " << renamed.message();
     return 1;
   }
   return 0;

@@ -1,7 +1,6 @@
 // `shadowsync ps`: one embedding parameter server process (ps/ps_server.h)
 // until SIGTERM or SIGINT, which shut it down cleanly (drain RPCs, close the
 // store).
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "glog/logging.h"
 #include "model/optimizer.h"
 #include "ps/ps_server.h"
 
@@ -44,7 +44,7 @@ struct PsFlags {
 int RunPs(const PsFlags& f) {
   auto kind = model::ParseOptimizerKind(f.optimizer);
   if (!kind.ok()) {
-    std::cerr << "shadowsync ps: --optimizer: " << kind.status().message() << "\n";
+    LOG(ERROR) << "ps: --optimizer: " << kind.status().message();
     return 2;
   }
   ps::PsServerOptions o;

@@ -9,7 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 
@@ -85,7 +87,7 @@ Action AddRunCommand(CLI::App& app) {
     sigaction(SIGTERM, &action, nullptr);
     auto report = RunJob(*options);
     if (!report.ok()) {
-      std::cerr << "shadowsync run: " << report.status().message() << "\n";
+      TellUser(absl::StrCat("shadowsync run: ", report.status().message()));
       switch (report.status().code()) {
         case absl::StatusCode::kInvalidArgument:
         case absl::StatusCode::kFailedPrecondition:

@@ -4,7 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 
@@ -24,7 +26,7 @@ Action AddScaleCommand(CLI::App& app) {
   return [request] {
     absl::StatusOr<nlohmann::json> r = RequestScale(*request);
     if (!r.ok()) {
-      std::cerr << "shadowsync scale: " << r.status().message() << "\n";
+      TellUser(absl::StrCat("shadowsync scale: ", r.status().message()));
       return r.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     }
     if (r->value("unchanged", false)) {

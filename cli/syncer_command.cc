@@ -3,12 +3,12 @@
 // shut it down cleanly.
 #include <malloc.h>
 
-#include <iostream>
 #include <memory>
 #include <string>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "glog/logging.h"
 #include "syncer/syncer_server.h"
 
 namespace shadowsync::cli {
@@ -23,11 +23,11 @@ struct SyncerFlags {
 
 int RunSyncer(const SyncerFlags& f) {
   if (!(f.member_timeout_seconds > 0)) {
-    std::cerr << "shadowsync syncer: --member-timeout-seconds must be positive\n";
+    LOG(ERROR) << "syncer: --member-timeout-seconds must be positive";
     return 2;
   }
   if (!(f.reply_delay_ms >= 0)) {
-    std::cerr << "shadowsync syncer: --reply-delay-ms must be >= 0\n";
+    LOG(ERROR) << "syncer: --reply-delay-ms must be >= 0";
     return 2;
   }
   syncer::SyncerServerOptions o;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "model/model_io.h"
@@ -99,7 +99,6 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
 }
 
 void PrintProgress(const worker::Progress& p) {
-  const bool tty = isatty(STDERR_FILENO);
   std::string bar;
   if (p.total > 0) {
     const double frac = std::min(1.0, static_cast<double>(p.examples) / p.total);
@@ -112,15 +111,11 @@ void PrintProgress(const worker::Progress& p) {
   const std::string line =
       absl::StrFormat("%s%d examples  %.0f ex/s  loss %.4f  train NE %.4f  %.0fs", bar, p.examples,
                       p.examples_per_second, p.loss, p.train_ne, p.seconds);
-  if (tty) {
-    std::cerr << "\r" << line << "\033[K" << std::flush;
-  } else {
-    std::cerr << line << "\n";
-  }
+  ShowProgress(line, /*redraw=*/isatty(STDERR_FILENO));
 }
 
 int Fail(const absl::Status& s) {
-  std::cerr << "shadowsync: " << s.message() << "\n";
+  TellUser(absl::StrCat("shadowsync: ", s.message()));
   return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -191,20 +186,20 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
     if (state.size() == trainer.dense_state().size()) {
       std::copy(state.begin(), state.end(), trainer.dense_state().begin());
     }
-    std::cerr << absl::StrFormat("starting from the export %s (%d rows)\n", flags.init_model,
-                                 init->num_rows());
+    LOG(INFO) << "starting from the export " << flags.init_model << " (" << init->num_rows()
+              << " rows)";
   }
 
-  std::cerr << absl::StrFormat(
+  LOG(INFO) << absl::StrFormat(
       "training DLRM (%d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d threads, batch %d, "
-      "%s lr %g\n",
+      "%s lr %g",
       trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6,
       model::DensePrecisionName(*precision), flags.data.front(), flags.threads, flags.batch_size,
       flags.optimizer, flags.lr);
   auto report = trainer.Train(flags.data);
-  if (isatty(STDERR_FILENO)) std::cerr << "\n";
+  EndProgress();
   if (!report.ok()) return Fail(report.status());
-  for (const auto& e : report->first_errors) std::cerr << "skipped malformed line: " << e << "\n";
+  for (const auto& e : report->first_errors) LOG(WARNING) << "skipped malformed line: " << e;
 
   nlohmann::json out = {
       {"examples", report->examples},

@@ -13,6 +13,7 @@
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
+#include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "prometheus/registry.h"
 #include "worker/worker_process.h"
@@ -56,7 +57,7 @@ void RequestCheckpoint(int) { checkpoint_requested.store(true); }
 
 int RunWorkerCommand(const WorkerFlags& f) {
   auto fail = [](const absl::Status& s) {
-    std::cerr << "shadowsync worker: " << s.message() << "\n";
+    LOG(ERROR) << "worker: " << s.message();
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   };
   auto job = LoadJobFile(f.config);
@@ -107,7 +108,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.step_jitter = absl::Microseconds(static_cast<int64_t>(f.straggle_jitter_ms * 1000));
   o.slowdown = f.straggle_factor;
   o.on_progress = [&f](const worker::Progress& p) {
-    std::cerr << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f\n",
+    LOG(INFO) << absl::StrFormat("trainer %d: %d examples  %.0f ex/s  loss %.4f  train NE %.4f",
                                  f.index, p.examples, p.examples_per_second, p.loss, p.train_ne);
     if (f.progress_file.empty()) return;
     // Atomically: a launcher polling the file never reads half of it.
@@ -117,12 +118,12 @@ int RunWorkerCommand(const WorkerFlags& f) {
                               {"seconds", p.seconds},
                               {"sync", p.sync_details}};
     if (absl::Status s = WriteFileAtomically(f.progress_file, j.dump() + "\n"); !s.ok()) {
-      std::cerr << "shadowsync worker: " << s.message() << "\n";
+      LOG(WARNING) << "worker: " << s.message();
     }
   };
   o.on_ready = [&f](int metrics_port) {
     if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, 0, metrics_port)) {
-      std::cerr << "shadowsync worker: cannot write --ready-file " << f.ready_file << "\n";
+      LOG(ERROR) << "worker: cannot write --ready-file " << f.ready_file;
     }
   };
   // In a cluster, trainer 0 takes the exports (cli/cluster_export.h).

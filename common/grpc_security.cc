@@ -1,9 +1,7 @@
 #include "common/grpc_security.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -11,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "grpc/grpc_security.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -119,8 +118,7 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
   // token check, so refuse loudly, as gRPC's own insecure credentials do.
   void SetAuthMetadataProcessor(
       const std::shared_ptr<grpc::AuthMetadataProcessor>& /*processor*/) override {
-    std::cerr << "shadowsync: SetAuthMetadataProcessor would replace the bearer-token check\n";
-    std::abort();
+    LOG(FATAL) << "SetAuthMetadataProcessor would replace the bearer-token check";
   }
 
  private:

@@ -1,18 +1,13 @@
 #include "common/grpc_server_process.h"
 
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics_http.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
 namespace shadowsync {
-namespace {
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-}  // namespace
 
 absl::Status GrpcServerProcess::ValidateOptions(const std::string& name,
                                                 const GrpcServerProcessOptions& options) {
@@ -69,11 +64,12 @@ std::string GrpcServerProcess::local_address() const {
 
 void GrpcServerProcess::ReportServing(const std::string& details) {
   if (http_ != nullptr) http_->set_serving(true);
-  Log(absl::StrCat(
-      name_, " listening grpc=", WithPort(options_.grpc_address, grpc_port_), " metrics=",
-      options_.metrics_address.empty() ? std::string("off")
-                                       : WithPort(options_.metrics_address, metrics_port_),
-      details.empty() ? "" : " ", details, " ", options_.security.Describe()));
+  LOG(INFO) << name_ << " listening grpc=" << WithPort(options_.grpc_address, grpc_port_)
+            << " metrics="
+            << (options_.metrics_address.empty()
+                    ? std::string("off")
+                    : WithPort(options_.metrics_address, metrics_port_))
+            << (details.empty() ? "" : " ") << details << " " << options_.security.Describe();
 }
 
 void GrpcServerProcess::Shutdown() {
@@ -85,7 +81,7 @@ void GrpcServerProcess::Shutdown() {
     }
     stopping_ = true;
   }
-  if (started_) Log(absl::StrCat(name_, " shutting down: draining RPCs"));
+  if (started_) LOG(INFO) << name_ << " shutting down: draining RPCs";
   if (http_ != nullptr) http_->set_serving(false);
   if (hooks_.before_drain) hooks_.before_drain();
   // Stop accepting, let in-flight RPCs finish, cancel stragglers at the

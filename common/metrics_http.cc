@@ -1,9 +1,13 @@
 #include "common/metrics_http.h"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -12,12 +16,58 @@
 #include <vector>
 
 #include "CivetServer.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "civetweb.h"
 #include "common/grpc_util.h"
 #include "common/mutex.h"
 #include "prometheus/exposer.h"
+
+namespace shadowsync {
+namespace {
+
+// civetweb starts its threads with a stack size fixed when it was built (100 KB
+// in Debian's package; it has no setting for it), and glibc carves each new
+// thread's static thread-local storage (that of every library loaded at
+// start) out of the stack it is given. In `shadowsync` that is over 90 KB,
+// OpenBLAS's 60 KB and glog's 30 KB (its per-thread message buffer), which
+// left civetweb's threads too little stack: they overflowed as they started.
+// While this is set, on the thread constructing civetweb's server (which
+// starts every civetweb thread there), pthread_attr_setstacksize below gives
+// each the storage on top of the stack civetweb asks for.
+thread_local bool t_starting_civetweb = false;
+
+// The static thread-local storage of a new thread: the TLS segments of the
+// loaded objects.
+size_t StaticTlsBytes() {
+  size_t bytes = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_TLS) continue;
+          const size_t align = std::max<size_t>(segment.p_align, 1);
+          *static_cast<size_t*>(data) += (segment.p_memsz + align - 1) / align * align;
+        }
+        return 0;
+      },
+      &bytes);
+  return bytes;
+}
+
+}  // namespace
+}  // namespace shadowsync
+
+// The dynamic linker binds civetweb's call to this definition in the
+// executable before libc's. Outside MetricsHttpServer::Start's construction
+// of the server, it is libc's.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn libc = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  if (shadowsync::t_starting_civetweb) size += shadowsync::StaticTlsBytes();
+  return libc(attr, size);
+}
 
 namespace shadowsync {
 namespace {
@@ -114,6 +164,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->address_ = address;
   CivetCallbacks callbacks;
   callbacks.begin_request = &HandleHealthz;
+  t_starting_civetweb = true;
+  absl::Cleanup started = [] { t_starting_civetweb = false; };
   try {
     server->exposer_ = std::make_unique<prometheus::Exposer>(address, 2, &callbacks);
   } catch (const std::exception& e) {

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -23,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync {
 namespace {
@@ -324,7 +324,7 @@ class CriteoReaderImpl : public CriteoReader {
     stats_.malformed += chunk->malformed;
     for (std::string& error : chunk->errors) {
       if (static_cast<int>(stats_.first_errors.size()) >= options_.max_reported_errors) break;
-      std::fprintf(stderr, "CriteoReader: skipping malformed line %s\n", error.c_str());
+      LOG(WARNING) << "CriteoReader: skipping malformed line " << error;
       stats_.first_errors.push_back(std::move(error));
     }
   }
@@ -334,8 +334,8 @@ class CriteoReaderImpl : public CriteoReader {
   void ReportTotals() const {
     const auto reported = static_cast<int64_t>(stats_.first_errors.size());
     if (stats_.malformed > reported) {
-      std::fprintf(stderr, "CriteoReader: skipped %lld malformed lines in total (%lld shown)\n",
-                   static_cast<long long>(stats_.malformed), static_cast<long long>(reported));
+      LOG(WARNING) << "CriteoReader: skipped " << stats_.malformed << " malformed lines in total ("
+                   << reported << " shown)";
     }
   }
 

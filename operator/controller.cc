@@ -1,7 +1,6 @@
 #include "operator/controller.h"
 
 #include <algorithm>
-#include <iostream>
 #include <map>
 #include <optional>
 #include <utility>
@@ -18,6 +17,7 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "cpprest/http_client.h"
+#include "glog/logging.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -291,14 +291,6 @@ Controller::Controller(kube::KubeClient* client, ControllerOptions options)
 
 Controller::~Controller() { Stop(); }
 
-void Controller::Log(const std::string& line) const {
-  if (options_.log) {
-    options_.log(line);
-  } else {
-    std::cerr << "operator: " << line << "\n";
-  }
-}
-
 void Controller::Enqueue(const Json& object) {
   queue_.Add(kube::ObjectKey(object));
   if (metrics_->queue_depth != nullptr) metrics_->queue_depth->Set(queue_.Len());
@@ -361,8 +353,8 @@ absl::Status Controller::Start() {
 }
 
 void Controller::OnStartedLeading() {
-  Log(absl::StrCat("leading (",
-                   options_.leader_election ? options_.election.identity : "no election", ")"));
+  LOG(INFO) << "leading ("
+            << (options_.leader_election ? options_.election.identity : "no election") << ")";
   leading_.store(true);
   was_leading_.store(true);
   if (metrics_->leader != nullptr) metrics_->leader->Set(1);
@@ -374,7 +366,7 @@ void Controller::OnStartedLeading() {
 void Controller::OnStoppedLeading() {
   if (!leading_.exchange(false)) return;
   if (metrics_->leader != nullptr) metrics_->leader->Set(0);
-  Log("lost the Lease: no longer acting");
+  LOG(WARNING) << "lost the Lease: no longer acting";
   if (options_.on_lost_leadership && !stopped_.load()) options_.on_lost_leadership();
 }
 
@@ -439,7 +431,7 @@ void Controller::WorkerLoop() {
       queue_.Forget(*key);
     } else {
       if (metrics_->reconciles_error != nullptr) metrics_->reconciles_error->Increment();
-      Log(absl::StrCat("reconcile ", *key, ": ", status.ToString(), " (retrying with backoff)"));
+      LOG(WARNING) << "reconcile " << *key << ": " << status << " (retrying with backoff)";
       queue_.AddRateLimited(*key);
     }
     queue_.Done(*key);
@@ -674,7 +666,7 @@ void Controller::StartReshard(const std::string& key, const Json& job,
   PublishReshardProgress();
   const int from = request.from_servers, to = request.to_servers;
   const std::vector<std::string> all = PsAddresses(job, std::max(from, to));
-  Log(absl::StrFormat("%s: resharding %d -> %d parameter servers", key, from, to));
+  LOG(INFO) << key << ": resharding " << from << " -> " << to << " parameter servers";
   const GrpcSecurity security = SecurityFor(job, options_.ps_security);
   task->thread = std::thread([this, key, task, all, to, security] {
     absl::Status status = [&]() -> absl::Status {
@@ -682,10 +674,9 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       SS_ASSIGN_OR_RETURN(ps::RepairReport repair,
                           ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24, security));
       if (repair.repaired) {
-        Log(
-            absl::StrFormat("%s: repaired an interrupted reshard: %d slots back at their "
-                            "sources, %d stray rows dropped, epoch %d",
-                            key, repair.slots_returned, repair.rows_dropped, repair.map.epoch()));
+        LOG(WARNING) << key << ": repaired an interrupted reshard: " << repair.slots_returned
+                     << " slots back at their sources, " << repair.rows_dropped
+                     << " stray rows dropped, epoch " << repair.map.epoch();
       }
       // A resumed scale-out starts from a map that already lists the new
       // servers; a resumed scale-in from one that still lists the drained.
@@ -693,7 +684,6 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       const std::vector<std::string> after(all.begin(), all.begin() + to);
       ps::ReshardOptions options{.slots_per_step = options_.reshard_slots_per_step};
       options.security = security;
-      options.log = [this](const std::string& line) { Log(line); };
       options.progress = [this, key, task](int64_t moved, int64_t total, uint64_t) {
         task->moved.store(moved);
         task->total.store(total);
@@ -747,7 +737,8 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
         finished->status.ok()
             ? EventSpec{"Normal", "Resharded", finished->summary}
             : EventSpec{"Warning", "ReshardFailed", std::string(finished->status.message())};
-    Log(absl::StrCat(key, ": ", event.reason, ": ", event.message));
+    LOG_AT_LEVEL(finished->status.ok() ? google::GLOG_INFO : google::GLOG_WARNING)
+        << key << ": " << event.reason << ": " << event.message;
     SS_RETURN_IF_ERROR(RecordEvent(*job, event));
     if (!finished->status.ok()) return finished->status;  // Retried with backoff.
   }
@@ -774,7 +765,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
   }
   if (actions.reshard.has_value()) StartReshard(key, *job, *actions.reshard);
   if (actions.delete_job) {
-    Log(absl::StrCat(key, ": ttlSecondsAfterFinished expired: deleting the job"));
+    LOG(INFO) << key << ": ttlSecondsAfterFinished expired: deleting the job";
     absl::Status s = client_->Delete(ObjectPath(*job));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }

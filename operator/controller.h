@@ -67,8 +67,6 @@ struct ControllerOptions {
   kube::RateLimiterOptions queue;
   // Receives the shadowsync_operator_* metrics; may be null.
   prometheus::Registry* registry = nullptr;
-  // Where log lines go; default stderr.
-  std::function<void(const std::string&)> log;
 };
 
 class Controller {
@@ -106,7 +104,6 @@ class Controller {
   struct ReshardTask;
 
   Controller(kube::KubeClient* client, ControllerOptions options);
-  void Log(const std::string& line) const;
   void Enqueue(const kube::Json& object);
   void EnqueueOwner(const kube::Json& child);
   void EnqueueAllJobs();

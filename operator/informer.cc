@@ -1,11 +1,11 @@
 #include "operator/informer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace shadowsync::kube {
 
@@ -184,8 +184,7 @@ void Informer::Run() {
     if (need_list) {
       const absl::Status listed = ListAndReplace();
       if (!listed.ok()) {
-        std::fprintf(stderr, "kube informer %s: list failed: %s\n", collection_path_.c_str(),
-                     listed.ToString().c_str());
+        LOG(WARNING) << "kube informer " << collection_path_ << ": list failed: " << listed;
         if (!sleep_backoff()) break;
         continue;
       }
@@ -210,16 +209,15 @@ void Informer::Run() {
     }
     if (absl::IsOutOfRange(watched)) {
       // History compacted past our RV: only a new LIST can resync.
-      std::fprintf(stderr, "kube informer %s: watch expired, relisting: %s\n",
-                   collection_path_.c_str(), watched.ToString().c_str());
+      LOG(INFO) << "kube informer " << collection_path_
+                << ": watch expired, relisting: " << watched;
       MutexLock lock(&mu_);
       ++stats_.relists_after_expiry;
       need_list = true;
       continue;
     }
-    std::fprintf(stderr, "kube informer %s: watch failed, re-watching from %s: %s\n",
-                 collection_path_.c_str(), last_resource_version().c_str(),
-                 watched.ToString().c_str());
+    LOG(WARNING) << "kube informer " << collection_path_ << ": watch failed, re-watching from "
+                 << last_resource_version() << ": " << watched;
     if (progressed) backoff = options_.initial_backoff;
     if (!sleep_backoff()) break;
   }

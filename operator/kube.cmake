@@ -7,6 +7,7 @@ shadowsync_cc_library(NAME kube
        ${CMAKE_CURRENT_SOURCE_DIR}/informer.cc
        ${CMAKE_CURRENT_SOURCE_DIR}/work_queue.cc
        ${CMAKE_CURRENT_SOURCE_DIR}/leader_election.cc
-  DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json yaml-cpp
+  DEPS shadowsync::base cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+       yaml-cpp
        absl::status absl::statusor absl::strings absl::str_format absl::time
        absl::random_random absl::flat_hash_map absl::flat_hash_set Threads::Threads)

@@ -3,7 +3,6 @@
 #include <cpprest/http_client.h>
 
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <fstream>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::kube {
 namespace {
@@ -427,9 +427,9 @@ class KubeClient::Impl {
         if (!parsed.ok()) {
           // One bad line must not stall the stream; the next event or the
           // re-watch carries the state forward.
-          std::fprintf(stderr, "kube: %s %s: skipping a malformed watch line (%s): %.200s\n",
-                       method.c_str(), collection_path.c_str(),
-                       std::string(parsed.status().message()).c_str(), line.c_str());
+          LOG(WARNING) << "kube: " << method << " " << collection_path
+                       << ": skipping a malformed watch line (" << parsed.status().message()
+                       << "): " << line.substr(0, 200);
           continue;
         }
         WatchEvent& event = *parsed;

@@ -2,7 +2,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::kube {
 namespace {
@@ -80,8 +80,7 @@ std::string TokenSource::Token() {
   } else {
     // Keep serving the old token: it is usually still valid for a while, and
     // the next request retries the read.
-    std::fprintf(stderr, "kube: re-reading the token failed, keeping the old one: %s\n",
-                 fresh.status().ToString().c_str());
+    LOG(WARNING) << "kube: re-reading the token failed, keeping the old one: " << fresh.status();
   }
   read_at_ = now;
   return token_;

@@ -1,12 +1,12 @@
 #include "operator/leader_election.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace shadowsync::kube {
 
@@ -97,8 +97,8 @@ void LeaderElector::SetLeading(bool leading) {
     if (leading_ == leading) return;
     leading_ = leading;
   }
-  std::fprintf(stderr, "leader election %s: %s %s leading\n", lease_path().c_str(),
-               config_.identity.c_str(), leading ? "started" : "stopped");
+  LOG(INFO) << "leader election " << lease_path() << ": " << config_.identity << " "
+            << (leading ? "started" : "stopped") << " leading";
   const auto& callback = leading ? on_started_leading_ : on_stopped_leading_;
   if (callback) callback();
 }
@@ -163,8 +163,7 @@ bool LeaderElector::TryAcquireOrRenew() {
     return true;
   }
   if (!current.ok()) {
-    std::fprintf(stderr, "leader election %s: %s\n", path.c_str(),
-                 current.status().ToString().c_str());
+    LOG(WARNING) << "leader election " << path << ": " << current.status();
     return false;
   }
 
@@ -198,8 +197,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   absl::StatusOr<Json> updated = client()->Update(path, lease);
   if (!updated.ok()) {
     if (!absl::IsAborted(updated.status())) {
-      std::fprintf(stderr, "leader election %s: %s\n", path.c_str(),
-                   updated.status().ToString().c_str());
+      LOG(WARNING) << "leader election " << path << ": " << updated.status();
     }
     return false;
   }
@@ -217,8 +215,7 @@ void LeaderElector::Release() {
   lease["spec"]["acquireTime"] = now_text;
   lease["spec"]["renewTime"] = now_text;
   if (absl::Status s = client()->Update(lease_path(), lease).status(); !s.ok()) {
-    std::fprintf(stderr, "leader election %s: release failed: %s\n", lease_path().c_str(),
-                 s.ToString().c_str());
+    LOG(WARNING) << "leader election " << lease_path() << ": release failed: " << s;
   }
 }
 
@@ -240,13 +237,13 @@ void LeaderElector::Run() {
       }
       const std::string holder = leader();
       if (!holder.empty() && holder != config_.identity) {
-        std::fprintf(stderr, "leader election %s: %s took the lease over\n", lease_path().c_str(),
-                     holder.c_str());
+        LOG(WARNING) << "leader election " << lease_path() << ": " << holder
+                     << " took the lease over";
         break;
       }
       if (absl::Now() - renewed_at >= config_.renew_deadline) {
-        std::fprintf(stderr, "leader election %s: failed to renew for %s\n", lease_path().c_str(),
-                     absl::FormatDuration(absl::Now() - renewed_at).c_str());
+        LOG(WARNING) << "leader election " << lease_path() << ": failed to renew for "
+                     << absl::FormatDuration(absl::Now() - renewed_at);
         break;
       }
     }

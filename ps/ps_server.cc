@@ -1,20 +1,15 @@
 #include "ps/ps_server.h"
 
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::ps {
-namespace {
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions options) {
   std::unique_ptr<PsServer> server(new PsServer());
@@ -30,8 +25,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     return absl::InvalidArgumentError(absl::StrCat(
         "ps: service.max_import_bytes: must be positive, got ", opts.service.max_import_bytes));
   }
-  Log(absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d", opts.store.db_path,
-                      opts.store.dim, opts.store.tables.size(), opts.store.num_slots));
+  LOG(INFO) << absl::StrFormat("ps opening store db=%s dim=%d tables=%d slots=%d",
+                               opts.store.db_path, opts.store.dim, opts.store.tables.size(),
+                               opts.store.num_slots);
   SS_ASSIGN_OR_RETURN(s.store_, RowStore::Open(opts.store));
   SS_ASSIGN_OR_RETURN(std::optional<PersistedShardMap> persisted,
                       LoadShardMapFile(opts.service.shard_map_path));
@@ -62,11 +58,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
       proto.set_addresses(static_cast<int>(persisted->self_index), s.advertise_address_);
     }
     SS_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromProto(proto));
-    Log(absl::StrFormat("ps using the persisted shard map epoch=%d self=%d", map.epoch(),
-                        persisted->self_index));
+    LOG(INFO) << "ps using the persisted shard map epoch=" << map.epoch()
+              << " self=" << persisted->self_index;
     installed = s.service_->InstallShardMap(map, persisted->self_index);
   } else if (opts.join) {
-    Log("ps joining: owns no slot until a SetShardMap assigns some");
+    LOG(INFO) << "ps joining: owns no slot until a SetShardMap assigns some";
     installed =
         s.store_->SetOwnership(s.store_->epoch(), std::vector<bool>(opts.store.num_slots, false));
   } else {
@@ -76,9 +72,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
     if (initial.epoch() >= s.store_->epoch()) {
       installed = s.service_->InstallShardMap(initial, opts.self_index);
     } else {
-      Log(absl::StrFormat(
-          "ps serving the stored ownership of epoch %d without a shard map until SetShardMap",
-          s.store_->epoch()));
+      LOG(INFO) << "ps serving the stored ownership of epoch " << s.store_->epoch()
+                << " without a shard map until SetShardMap";
     }
   }
   SS_RETURN_IF_ERROR(installed);
@@ -104,9 +99,9 @@ void PsServer::EvictionLoop() {
     }
     absl::StatusOr<int64_t> evicted = store_->EvictNow();
     if (!evicted.ok()) {
-      Log(absl::StrCat("ps eviction failed: ", evicted.status().ToString()));
+      LOG(WARNING) << "ps eviction failed: " << evicted.status();
     } else if (*evicted > 0) {
-      Log(absl::StrCat("ps evicted rows=", *evicted));
+      VLOG(1) << "ps evicted rows=" << *evicted;
     }
   }
 }
@@ -122,7 +117,7 @@ void PsServer::Close() {
   // The service drains its executors, which use the store.
   service_.reset();
   store_.reset();
-  Log("ps stopped: store closed");
+  LOG(INFO) << "ps stopped: store closed";
 }
 
 }  // namespace shadowsync::ps

@@ -13,15 +13,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::ps {
 namespace {
@@ -190,9 +189,8 @@ absl::Status PsService::InstallShardMap(const ShardMap& map, uint32_t self_index
     map_ = std::make_shared<const ShardMap>(map);
     self_index_ = self_index;
   }
-  std::cerr << absl::StrFormat(
-      "ps shard map installed epoch=%d self=%d servers=%d slots_owned=%d\n", map.epoch(),
-      self_index, map.num_servers(), owned_count);
+  LOG(INFO) << "ps shard map installed epoch=" << map.epoch() << " self=" << self_index
+            << " servers=" << map.num_servers() << " slots_owned=" << owned_count;
   return absl::OkStatus();
 }
 

@@ -1,16 +1,15 @@
 // PsService (ps/ps_service.h), the admin RPCs: SetShardMap, DropSlots,
 // Checkpoint and Stats, whose store work runs on the service's executor.
 #include <cstdint>
-#include <iostream>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "ps/ps_service.h"
 #include "ps/row_store.h"
 
@@ -85,7 +84,7 @@ grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* con
       if (request->path().empty()) return absl::InvalidArgumentError("path: empty");
       SS_ASSIGN_OR_RETURN(const int64_t rows, store_->Checkpoint(request->path()));
       response->set_rows(static_cast<uint64_t>(rows));
-      std::cerr << absl::StrFormat("ps checkpoint path=%s rows=%d\n", request->path(), rows);
+      LOG(INFO) << "ps checkpoint path=" << request->path() << " rows=" << rows;
       return absl::OkStatus();
     }();
     Finish(context, reactor, Rpc::kCheckpoint, start, status, 0, 0);

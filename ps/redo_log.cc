@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::ps::internal {
 namespace {
@@ -133,8 +134,8 @@ absl::Status ReadLog(const fs::path& path, bool newest,
     }
     if (torn) {
       if (!newest) {
-        std::fprintf(stderr, "redo log %s: bad record at offset %lld; skipping the rest\n",
-                     path.c_str(), static_cast<long long>(offset));
+        LOG(WARNING) << "redo log " << path << ": bad record at offset " << offset
+                     << "; skipping the rest";
         *complete = false;
       }
       return absl::OkStatus();

@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<std::pair<uint64_t, fs::path>>> ListLogs(const fs::pa
 // that is the write a kill interrupted (nothing follows it). In an older one
 // it can only follow a machine crash without sync_writes (the OS lost part of
 // the file): replay goes on with the next log, so every row still gets its
-// newest surviving value, and says so on stderr.
+// newest surviving value, and logs a warning.
 absl::Status ReadLog(const fs::path& path, bool newest,
                      const std::function<absl::Status(RecordType, std::string_view)>& apply,
                      int64_t* records, bool* complete);

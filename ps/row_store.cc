@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "common/hash.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "ps/cache_shard.h"
 #include "ps/row_codec.h"
 #include "ps/row_store_internal.h"
@@ -157,8 +157,8 @@ RowStoreImpl::~RowStoreImpl() {
     if (status.ok()) status = FromRocks(db_->SyncWAL(), "sync RocksDB WAL");
     if (status.ok()) status = DeleteLogsUpTo(generation);
     if (!status.ok()) {
-      std::fprintf(stderr, "row store %s: shutdown left redo logs to replay: %s\n",
-                   options_.db_path.c_str(), std::string(status.message()).c_str());
+      LOG(WARNING) << "row store " << options_.db_path
+                   << ": shutdown left redo logs to replay: " << status.message();
     }
   }
   // Best effort: every acknowledged write is in a WAL already.

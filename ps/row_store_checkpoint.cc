@@ -4,7 +4,6 @@
 // checkpoints (Checkpoint, RestoreCheckpoint).
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -17,6 +16,7 @@
 #include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "ps/cache_shard.h"
 #include "ps/redo_log.h"
 #include "ps/row_codec.h"
@@ -79,8 +79,7 @@ void RowStoreImpl::CheckpointLoop() {
     if (absl::Status s = RunCheckpoint(); !s.ok()) {
       // The store has failed (failure_ is set) or the disk is in trouble;
       // requests report it. Retry at the next interval.
-      std::fprintf(stderr, "row store %s: checkpoint failed: %s\n", options_.db_path.c_str(),
-                   std::string(s.message()).c_str());
+      LOG(ERROR) << "row store " << options_.db_path << ": checkpoint failed: " << s.message();
     }
     last = absl::Now();
   }

@@ -18,6 +18,8 @@ build_pkgs=(
   librocksdb-dev libabsl-dev zlib1g-dev
   # observability and Kubernetes API client
   prometheus-cpp-dev libcpprest-dev
+  # logging: glog, the one log library of every process (docs/architecture.md)
+  libgoogle-glog-dev
   # model math: OpenBLAS (pthread build) through CBLAS for fp32, oneDNN for bf16,
   # see docs/decisions.md
   libopenblas-dev libopenblas0-pthread libdnnl-dev

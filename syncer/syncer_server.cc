@@ -1,18 +1,13 @@
 #include "syncer/syncer_server.h"
 
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::syncer {
-namespace {
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOptions options) {
   SS_RETURN_IF_ERROR(GrpcServerProcess::ValidateOptions("syncer", options));
@@ -33,7 +28,7 @@ absl::StatusOr<std::unique_ptr<SyncerServer>> SyncerServer::Start(SyncerServerOp
                                      [&s] {
                                        s.service_.reset();
                                        s.metrics_.reset();
-                                       Log("syncer stopped");
+                                       LOG(INFO) << "syncer stopped";
                                      }};
   SS_ASSIGN_OR_RETURN(s.process_, GrpcServerProcess::Start("syncer", options, s.service_.get(),
                                                            {s.registry_}, std::move(hooks)));

@@ -1,16 +1,15 @@
 #include "syncer/syncer_service.h"
 
 #include <deque>
-#include <iostream>
 #include <optional>
 #include <span>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace shadowsync::syncer {
 namespace {
@@ -55,8 +54,6 @@ prometheus::Histogram::BucketBoundaries Buckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
           0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0, 30.0,  60.0};
 }
-
-void Log(const std::string& line) { std::cerr << line << "\n" << std::flush; }
 
 // The response's values field grown by `n` floats, to be filled in place.
 std::span<float> Grow(google::protobuf::RepeatedField<float>* field, int64_t n) {
@@ -141,10 +138,8 @@ void SyncerMetrics::OnRoundComplete(const std::string& group, uint64_t round, in
 void SyncerMetrics::OnMemberDropped(const std::string& group, const std::string& member,
                                     uint64_t round) {
   dropped_->Increment();
-  Log(
-      absl::StrFormat("syncer dropped member %s from group '%s' in round %d: no contribution "
-                      "within the member timeout",
-                      member, group, round));
+  LOG(WARNING) << "syncer dropped member " << member << " from group '" << group << "' in round "
+               << round << ": no contribution within the member timeout";
 }
 
 void SyncerMetrics::OnLiveMembers(const std::string& group, int live) {
@@ -226,10 +221,9 @@ SyncerService::SyncerService(SyncerMetrics* metrics, SyncerServiceOptions option
       rounds_(AllReduceOptions{.member_timeout = options_.member_timeout, .observer = metrics}),
       clocks_(SspClockOptions{.member_timeout = options_.member_timeout,
                               .on_dropped = [](const std::string& member, int64_t clock) {
-                                Log(absl::StrFormat(
-                                    "syncer dropped SSP clock member %s at clock %d: silent for "
-                                    "the member timeout",
-                                    member, clock));
+                                LOG(WARNING)
+                                    << "syncer dropped SSP clock member " << member << " at clock "
+                                    << clock << ": silent for the member timeout";
                               }}) {}
 
 SyncerService::~SyncerService() { Close(); }
@@ -421,7 +415,7 @@ grpc::ServerUnaryReactor* SyncerService::Leave(grpc::CallbackServerContext* cont
     if (!group.has_value()) clocks_.Leave(request->member());
     // Not logged per group: DS-Sync moves members between groups every round.
     if (groups > 0 && !group.has_value()) {
-      Log(absl::StrFormat("syncer member %s left %d group(s)", request->member(), groups));
+      LOG(INFO) << "syncer member " << request->member() << " left " << groups << " group(s)";
     }
     return absl::OkStatus();
   }();

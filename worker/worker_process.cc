@@ -1,7 +1,6 @@
 #include "worker/worker_process.h"
 
 #include <algorithm>
-#include <iostream>
 #include <memory>
 #include <utility>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/export.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -264,8 +264,8 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
       // A failed periodic save does not stop training; the next one retries
       // and the final one must succeed.
       if (absl::Status s = save_checkpoint(p.examples); !s.ok()) {
-        std::cerr << absl::StrFormat("trainer %d/%d: checkpoint not written: %s\n", options.index,
-                                     trainers, std::string(s.message()));
+        LOG(WARNING) << absl::StrFormat("trainer %d/%d: checkpoint not written: %s", options.index,
+                                        trainers, std::string(s.message()));
       }
     }
     const int64_t next = (static_cast<int64_t>(report.curve.size()) + 1) * options.eval_every;
@@ -286,8 +286,8 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     http->set_serving(true);
     if (options.on_ready) options.on_ready(http->port());
   }
-  std::cerr << absl::StrFormat(
-      "trainer %d/%d: %d threads, batch %d, sync %s, %d dense params, ps %s\n", options.index,
+  LOG(INFO) << absl::StrFormat(
+      "trainer %d/%d: %d threads, batch %d, sync %s, %d dense params, ps %s", options.index,
       trainers, to.threads, to.batch_size, std::string(EnumName(sync_config.algorithm)), num_params,
       options.ps_address);
   if (resume.has_value()) {
@@ -296,7 +296,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     std::copy(resume->dense_state.begin(), resume->dense_state.end(),
               trainer.dense_state().begin());
     report.resumed_from_examples = resume->examples;
-    std::cerr << absl::StrFormat("trainer %d/%d: resumed from %s at %d examples\n", options.index,
+    LOG(INFO) << absl::StrFormat("trainer %d/%d: resumed from %s at %d examples", options.index,
                                  trainers, options.checkpoint_path, resume->examples);
     resume.reset();  // The trainer holds the weights now.
   }
@@ -306,7 +306,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     if (init->dense_state.size() == trainer.dense_state().size()) {
       std::copy(init->dense_state.begin(), init->dense_state.end(), trainer.dense_state().begin());
     }
-    std::cerr << absl::StrFormat("trainer %d/%d: starting from the export %s\n", options.index,
+    LOG(INFO) << absl::StrFormat("trainer %d/%d: starting from the export %s", options.index,
                                  trainers, spec.init.from_model);
     init.reset();
     if (!options.eval_data.empty()) {

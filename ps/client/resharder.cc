@@ -14,6 +14,7 @@
 #include "common/grpc_util.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 
@@ -200,9 +201,6 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
                                       const std::vector<std::string>& after,
                                       const ReshardOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  auto log = [&](const std::string& line) {
-    if (options.log) options.log(line);
-  };
   if (after.empty()) return absl::InvalidArgumentError("the new server list is empty");
   const std::vector<std::string>& longer = after.size() >= before.size() ? after : before;
   const std::vector<std::string>& shorter = after.size() >= before.size() ? before : after;
@@ -244,7 +242,7 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
   if (n_after > n_before) {
     SS_ASSIGN_OR_RETURN(map, map.WithMoves({}, after));
     for (int i = 0; i < n_after; ++i) SS_RETURN_IF_ERROR(cluster.SetMap(i, map));
-    log(absl::StrFormat("reshard: epoch %d adds %d server(s)", map.epoch(), n_after - n_before));
+    LOG(INFO) << "reshard: epoch " << map.epoch() << " adds " << n_after - n_before << " server(s)";
   }
   const int n_map = map.num_servers();  // max(n_before, n_after) while moving
   const std::vector<SlotMove> moves = map.PlanRebalance(n_after);
@@ -322,8 +320,8 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     report.moved_after += step_after;
     ++report.steps;
     map = std::move(next);
-    log(absl::StrFormat("reshard: epoch %d moved %d slots, %d rows", map.epoch(), step.size(),
-                        step_after.rows));
+    LOG(INFO) << "reshard: epoch " << map.epoch() << " moved " << step.size() << " slots, "
+              << step_after.rows << " rows";
     if (options.progress) {
       options.progress(static_cast<int64_t>(first + step.size()), report.slots_moved, map.epoch());
     }
@@ -340,7 +338,8 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     }
     SS_ASSIGN_OR_RETURN(map, map.WithMoves({}, after));
     for (int i = 0; i < n_after; ++i) SS_RETURN_IF_ERROR(cluster.SetMap(i, map));
-    log(absl::StrFormat("reshard: epoch %d removes %d server(s)", map.epoch(), n_before - n_after));
+    LOG(INFO) << "reshard: epoch " << map.epoch() << " removes " << n_before - n_after
+              << " server(s)";
   }
   report.epoch_after = map.epoch();
   for (int i = 0; i < n_after; ++i) {

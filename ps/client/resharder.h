@@ -48,8 +48,6 @@ struct ReshardOptions {
   int slots_per_step = 256;
   // Deadline of each RPC (an export of a step's rows is one RPC).
   absl::Duration rpc_deadline = absl::Seconds(120);
-  // One line per step and phase; default: none.
-  std::function<void(const std::string&)> log;
   // After each step: slots moved so far, of `total`, and the epoch reached
   // (the operator's Resharding condition). Default: none.
   std::function<void(int64_t moved, int64_t total, uint64_t epoch)> progress;

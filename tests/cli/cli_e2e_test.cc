@@ -1,6 +1,7 @@
 // End-to-end runs of the real `shadowsync` binary, as a user would type them.
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,34 @@ current-context: x
                      &out),
             2);
   EXPECT_NE(out.find("workers: 0, want >= 1"), std::string::npos) << out;
+}
+
+// Logs go through glog at the level of --log-level (docs/architecture.md,
+// "Logs and output"). A syncer that cannot write its --ready-file (its
+// directory is missing) logs its start at INFO, then the failure at ERROR, and
+// exits 1: the default level shows both, `--log-level warning` only the error.
+TEST_F(CliTest, LogLevelFlagHidesInfoLinesButNotErrors) {
+  const std::string syncer = Bin() + " syncer --listen 127.0.0.1:0 --metrics-listen '' " +
+                             "--ready-file " + dir_.File("missing/syncer.ready");
+  // glog's prefix: severity, date, time, thread, file:line.
+  const std::regex started(R"((^|\n)I\d{8} [\d:.]+ +\d+ [\w.]+:\d+\] syncer listening grpc=)");
+  const std::regex failed(
+      R"((^|\n)E\d{8} [\d:.]+ +\d+ [\w.]+:\d+\] syncer: cannot write --ready-file )");
+  std::string out;
+  EXPECT_EQ(RunShell(syncer, &out), 1) << out;
+  EXPECT_TRUE(std::regex_search(out, started)) << out;
+  EXPECT_TRUE(std::regex_search(out, failed)) << out;
+
+  // After the subcommand too (the flag falls through to the main command).
+  out.clear();
+  EXPECT_EQ(RunShell(syncer + " --log-level warning", &out), 1) << out;
+  EXPECT_EQ(out.find("syncer listening"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, failed)) << out;
+
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " --log-level loud syncer", &out), 2) << out;
+  EXPECT_NE(out.find("log level 'loud' is not one of info|warning|error"), std::string::npos)
+      << out;
 }
 
 }  // namespace

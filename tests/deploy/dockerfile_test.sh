@@ -50,13 +50,15 @@ os_id=$(. /etc/os-release && echo "${ID}:${VERSION_ID:-}")
 # Essential dpkg is therefore in it. Checked by hand with
 #   apt-cache depends --recurse --no-recommends ... apt
 #   apt-cache show dpkg | grep Essential
-# and once in a `debootstrap --variant=minbase bookworm` tree (all seven present,
+# and once in a `debootstrap --variant=minbase bookworm` tree (the first seven present,
 # none of the runtime list); verified again below on every run:
 #   libc6       Pre-Depends of dpkg     libgcc-s1   Depends of libc6 and apt
 #   libstdc++6  Depends of apt          zlib1g      Pre-Depends of dpkg
 #   libbz2-1.0  Pre-Depends of dpkg     libzstd1    Pre-Depends of dpkg
 #   liblz4-1    Depends of libapt-pkg6.0 (apt's library)
-BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6 zlib1g libbz2-1.0 libzstd1 liblz4-1)
+#   liblzma5    Pre-Depends of dpkg (added later, by apt-cache only; glog needs it
+#               through libunwind8)
+BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6 zlib1g libbz2-1.0 libzstd1 liblz4-1 liblzma5)
 BASE_ROOTS=(apt dpkg)
 # Runtime packages that are not shared libraries (none yet): each needs a reason here.
 NON_LIBRARY_PACKAGES=()

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/sync/rendezvous.h"
 #include "worker/sync/round_body.h"
@@ -41,7 +41,7 @@ class ShadowStrategy final : public SyncStrategy {
     if (config_.final_average) {
       // Joined now, so that the last round waits for every trainer.
       if (absl::Status s = client_->Join(FinalGroup()); !s.ok()) {
-        std::cerr << "shadow sync: joining the final round: " << s.message() << "\n";
+        LOG(WARNING) << "shadow sync: joining the final round: " << s.message();
       }
     }
     if (config_.warmup_steps > 0) {
@@ -53,7 +53,7 @@ class ShadowStrategy final : public SyncStrategy {
         return absl::OkStatus();
       }
       if (!warming.ok()) {
-        std::cerr << "shadow sync: no warm-up (" << warming.status().message() << ")\n";
+        LOG(WARNING) << "shadow sync: no warm-up (" << warming.status().message() << ")";
       }
     }
     return StartShadow();
@@ -78,7 +78,7 @@ class ShadowStrategy final : public SyncStrategy {
     // A syncer that cannot be told drops this trainer after its member
     // timeout; the training itself is done.
     if (absl::Status s = client_->Leave(); !s.ok()) {
-      std::cerr << "shadow sync: leaving the rounds: " << s.message() << "\n";
+      LOG(WARNING) << "shadow sync: leaving the rounds: " << s.message();
     }
     MutexLock l(&mu_);
     return error_;
@@ -111,8 +111,8 @@ class ShadowStrategy final : public SyncStrategy {
         return;
       }
       if (outage_) {
-        std::cerr << "shadow sync: the syncer answers again after " << failures_
-                  << " failed attempt(s)\n";
+        LOG(INFO) << "shadow sync: the syncer answers again after " << failures_
+                  << " failed attempt(s)";
         outage_ = false;
         failures_ = 0;
       }
@@ -155,13 +155,13 @@ class ShadowStrategy final : public SyncStrategy {
   // its rounds would wait for nobody).
   absl::StatusOr<bool> JoinWarmup() {
     if (config_.resumed) {
-      std::cerr << "shadow sync: resuming a begun share; no warm-up\n";
+      LOG(INFO) << "shadow sync: resuming a begun share; no warm-up";
       return false;
     }
     // Also catches a trainer restarted before it had trained anything.
     SS_ASSIGN_OR_RETURN(const uint64_t rounds, client_->RoundsCompleted(WarmupGroup()));
     if (rounds > 0) {
-      std::cerr << "shadow sync: the job's warm-up has begun without this trainer; skipping it\n";
+      LOG(INFO) << "shadow sync: the job's warm-up has begun without this trainer; skipping it";
       return false;
     }
     // Every warm-up round averages all trainers: none starts without the others.
@@ -180,7 +180,7 @@ class ShadowStrategy final : public SyncStrategy {
       }
       SS_ASSIGN_OR_RETURN(const bool begun, ShadowRoundsBegun());
       if (begun) {
-        std::cerr << "shadow sync: the others are past the warm-up; skipping it\n";
+        LOG(INFO) << "shadow sync: the others are past the warm-up; skipping it";
         client_->LeaveGroup(WarmupGroup()).IgnoreError();
         return false;
       }
@@ -211,7 +211,7 @@ class ShadowStrategy final : public SyncStrategy {
     if (absl::Status s = body_.Start(replica_.params); !s.ok()) {
       // Training need not wait for the syncer: the loop rejoins it.
       if (!Transient(s)) return s;
-      std::cerr << "shadow sync: " << s.message() << "; starting without it\n";
+      LOG(WARNING) << "shadow sync: " << s.message() << "; starting without it";
     }
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
@@ -240,8 +240,8 @@ class ShadowStrategy final : public SyncStrategy {
       return s;
     } else {
       // The shadow loop rides out syncer outages; the warm-up does not wait.
-      std::cerr << "shadow sync: warm-up round failed (" << s.message()
-                << "); ending the warm-up\n";
+      LOG(WARNING) << "shadow sync: warm-up round failed (" << s.message()
+                   << "); ending the warm-up";
     }
     // Rounds still open for this trainer need not wait for it any longer.
     client_->LeaveGroup(WarmupGroup()).IgnoreError();
@@ -256,14 +256,14 @@ class ShadowStrategy final : public SyncStrategy {
     client_->LeaveGroup(config_.group).IgnoreError();
     absl::StatusOr<syncer::RoundResult> r = AverageReplica(FinalGroup());
     if (!r.ok()) {
-      std::cerr << "shadow sync: final round: " << r.status().message()
-                << "; keeping this replica\n";
+      LOG(WARNING) << "shadow sync: final round: " << r.status().message()
+                   << "; keeping this replica";
       return;
     }
     if (r->members < config_.num_trainers) {
-      std::cerr << "shadow sync: final round averaged " << r->members << " of "
-                << config_.num_trainers << " trainers (the others were done earlier than the "
-                << "syncer's member timeout allows, or had failed)\n";
+      LOG(WARNING) << "shadow sync: final round averaged " << r->members << " of "
+                   << config_.num_trainers << " trainers (the others were done earlier than the "
+                   << "syncer's member timeout allows, or had failed)";
     }
   }
 
@@ -284,7 +284,7 @@ class ShadowStrategy final : public SyncStrategy {
   // Backs off (bounded, interruptible by Stop), then rejoins. False once stopping.
   bool Retry(const absl::Status& s, std::span<const float> snapshot) {
     if (!outage_) {
-      std::cerr << "shadow sync: " << s.message() << "; retrying in the background\n";
+      LOG(WARNING) << "shadow sync: " << s.message() << "; retrying in the background";
       outage_ = true;
     }
     ++failures_;

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -197,8 +197,8 @@ absl::Status SyncSwitchStrategy::StartRestarted(uint64_t bsp_rounds) {
   SS_RETURN_IF_ERROR(asp_->Start(asp_replica_));
   mode_.store(SyncSwitchMode::kAsp, std::memory_order_release);
   if (switch_metrics_->asp_mode != nullptr) switch_metrics_->asp_mode->Set(1);
-  std::cerr << "sync-switch: restarted into a running job (" << bsp_rounds
-            << " BSP rounds done): ASP until the end, outside the BSP lockstep\n";
+  LOG(INFO) << "sync-switch: restarted into a running job (" << bsp_rounds
+            << " BSP rounds done): ASP until the end, outside the BSP lockstep";
   return absl::OkStatus();
 }
 
@@ -306,8 +306,8 @@ absl::Status SyncSwitchStrategy::Checkpoint() {
     (next == SyncSwitchMode::kAsp ? switch_metrics_->to_asp : switch_metrics_->to_bsp)->Increment();
     switch_metrics_->asp_mode->Set(next == SyncSwitchMode::kAsp ? 1 : 0);
   }
-  std::cerr << "sync-switch: " << ModeName(mode) << " -> " << ModeName(next) << " at round "
-            << round << " (" << reason << ")\n";
+  LOG(INFO) << "sync-switch: " << ModeName(mode) << " -> " << ModeName(next) << " at round "
+            << round << " (" << reason << ")";
   return absl::OkStatus();
 }
 
