@@ -203,6 +203,12 @@ struct Controller::Metrics {
                                 .Register(*registry);
     reshards_ok = &reshards_family.Add({{"result", "ok"}});
     reshards_error = &reshards_family.Add({{"result", "error"}});
+    auto& events_family = prometheus::BuildCounter()
+                              .Name("shadowsync_operator_events_total")
+                              .Help("Event writes (created or counted), by result.")
+                              .Register(*registry);
+    events_ok = &events_family.Add({{"result", "ok"}});
+    events_error = &events_family.Add({{"result", "error"}});
     queue_depth = &prometheus::BuildGauge()
                        .Name("shadowsync_operator_queue_depth")
                        .Help("Job keys waiting in the work queue.")
@@ -241,6 +247,8 @@ struct Controller::Metrics {
   prometheus::Counter* reconciles_error = nullptr;
   prometheus::Counter* reshards_ok = nullptr;
   prometheus::Counter* reshards_error = nullptr;
+  prometheus::Counter* events_ok = nullptr;
+  prometheus::Counter* events_error = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* leader = nullptr;
   prometheus::Gauge* reshards_running = nullptr;
@@ -592,7 +600,23 @@ absl::Status Controller::WriteStatus(const Json& job, const Json& status) {
   return client_->PatchStatus(path, Json{{"status", MergePatchFor(before, status)}}).status();
 }
 
-absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
+void Controller::RecordEvent(const Json& job, const EventSpec& event) {
+  const absl::Status status = WriteEvent(job, event);
+  {
+    MutexLock l(&mu_);
+    if (!status.ok()) ++stats_.event_errors;
+  }
+  prometheus::Counter* counter = status.ok() ? metrics_->events_ok : metrics_->events_error;
+  if (counter != nullptr) counter->Increment();
+  // An Event is a note for people: losing one must not hold up the status
+  // or the children, so the reconcile goes on.
+  if (!status.ok()) {
+    LOG(WARNING) << kube::ObjectKey(job) << ": event " << event.reason
+                 << " not recorded: " << status;
+  }
+}
+
+absl::Status Controller::WriteEvent(const Json& job, const EventSpec& event) {
   const std::string ns = NamespaceOf(job), name = NameOf(job);
   const std::string uid = job.value("/metadata/uid"_json_pointer, std::string());
   // One Event object per (job, reason, message), counted, as kubectl shows.
@@ -600,7 +624,31 @@ absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
       "%s.%016x", name, absl::HashOf(uid, event.reason, event.message) & 0xffffffffffffffffULL);
   const std::string collection =
       kube::ResourcePath{.version = "v1", .plural = "events", .ns = ns}.Collection();
+  const std::string path = collection + "/" + event_name;
+  const std::string cache_key = ns + "/" + event_name;
   const std::string now = Rfc3339(absl::Now());
+  // Only create and patch, the verbs deploy/rbac.yaml grants on events, as
+  // client-go's recorder: a repeat PATCHes the count and lastTimestamp of
+  // the Event this process wrote, known from event_counts_.
+  auto count_repeat = [&](int64_t count) -> absl::Status {
+    SS_ASSIGN_OR_RETURN(Json patched,
+                        client_->Patch(path, Json{{"count", count}, {"lastTimestamp", now}},
+                                       kube::PatchType::kStrategicMerge));
+    RememberEventCount(cache_key, patched.value("count", count));
+    return absl::OkStatus();
+  };
+  std::optional<int64_t> count;
+  {
+    MutexLock l(&mu_);
+    auto it = event_counts_.find(cache_key);
+    if (it != event_counts_.end()) count = it->second;
+  }
+  if (count.has_value()) {
+    absl::Status s = count_repeat(*count + 1);
+    // NotFound: the Event expired (the API server keeps them an hour by
+    // default); it starts over.
+    if (!absl::IsNotFound(s)) return s;
+  }
   Json object = {
       {"apiVersion", "v1"},
       {"kind", "Event"},
@@ -622,14 +670,24 @@ absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
       {"count", 1},
   };
   absl::StatusOr<Json> created = client_->Create(collection, object);
+  if (created.ok()) {
+    RememberEventCount(cache_key, 1);
+    return absl::OkStatus();
+  }
   if (!absl::IsAlreadyExists(created.status())) return created.status();
-  const std::string path = collection + "/" + event_name;
-  return kube::RetryOnConflict([&]() -> absl::Status {
-    SS_ASSIGN_OR_RETURN(Json existing, client_->Get(path));
-    existing["count"] = existing.value("count", 1) + 1;
-    existing["lastTimestamp"] = now;
-    return client_->Update(path, existing).status();
-  });
+  // Written before this process started (a restart, the previous leader):
+  // its count is not known here, and reading it would need get. A patch of
+  // lastTimestamp alone answers with the stored Event, count included.
+  SS_ASSIGN_OR_RETURN(Json touched, client_->Patch(path, Json{{"lastTimestamp", now}},
+                                                   kube::PatchType::kStrategicMerge));
+  return count_repeat(touched.value("count", 1) + 1);
+}
+
+void Controller::RememberEventCount(const std::string& key, int64_t count) {
+  MutexLock l(&mu_);
+  // Bounded like client-go's cache; a forgotten Event costs one more PATCH.
+  if (event_counts_.size() >= 4096 && !event_counts_.contains(key)) event_counts_.clear();
+  event_counts_[key] = count;
 }
 
 void Controller::PublishReshardProgress() {
@@ -739,7 +797,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
             : EventSpec{"Warning", "ReshardFailed", std::string(finished->status.message())};
     LOG_AT_LEVEL(finished->status.ok() ? google::GLOG_INFO : google::GLOG_WARNING)
         << key << ": " << event.reason << ": " << event.message;
-    SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+    RecordEvent(*job, event);
     if (!finished->status.ok()) return finished->status;  // Retried with backoff.
   }
 
@@ -750,7 +808,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
     absl::Status s = client_->Delete(path);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }
-  for (const EventSpec& event : actions.events) SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+  for (const EventSpec& event : actions.events) RecordEvent(*job, event);
   SS_RETURN_IF_ERROR(WriteStatus(*job, actions.status));
   {
     // Succeeded as soon as the trainers exited 0; their final counts come
