@@ -263,7 +263,8 @@ struct Controller::ReshardTask {
   std::atomic<int64_t> moved{0};
   std::atomic<int64_t> total{0};
   std::atomic<bool> done{false};
-  absl::Status status;  // Written before `done`.
+  absl::Status status;   // Written before `done`.
+  bool stopped = false;  // Stopped between steps (Stop(), the Lease lost); before `done`.
   std::string summary;
   std::thread thread;
 };
@@ -380,8 +381,10 @@ void Controller::OnStoppedLeading() {
 
 void Controller::Stop() {
   if (!started_.load() || stopped_.exchange(true)) return;
-  if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
-  leading_.store(false);
+  // Everything this leader does ends before the Lease goes: released first,
+  // a standby would take over and reshard the job this one still reshards.
+  // stopped_ makes the workers pass over the keys still queued, StartReshard
+  // refuse, and the running reshards stop after their current step.
   queue_.ShutDown();
   for (std::thread& t : workers_) t.join();
   workers_.clear();
@@ -393,6 +396,8 @@ void Controller::Stop() {
   for (auto& [key, task] : reshards) {
     if (task->thread.joinable()) task->thread.join();
   }
+  if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
+  leading_.store(false);
   for (kube::Informer* informer :
        {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
     if (informer != nullptr) informer->Stop();
@@ -418,8 +423,9 @@ Controller::Stats Controller::stats() const {
 void Controller::WorkerLoop() {
   while (std::optional<std::string> key = queue_.Get()) {
     if (metrics_->queue_depth != nullptr) metrics_->queue_depth->Set(queue_.Len());
-    if (!leading_.load()) {
-      // A standby: the new leader enqueues every job when it takes over.
+    if (!leading_.load() || stopped_.load()) {
+      // A standby, or stopping: the (next) leader enqueues every job when it
+      // takes over.
       queue_.Forget(*key);
       queue_.Done(*key);
       continue;
@@ -714,6 +720,9 @@ void Controller::StartReshard(const std::string& key, const Json& job,
   task->request = request;
   {
     MutexLock l(&mu_);
+    // Stop() joins what is in reshards_ once the workers are done; nothing
+    // new starts after it began.
+    if (stopped_.load()) return;
     auto it = reshards_.find(key);
     if (it != reshards_.end()) {
       if (!it->second->done.load()) return;  // One at a time per job.
@@ -742,6 +751,9 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       const std::vector<std::string> after(all.begin(), all.begin() + to);
       ps::ReshardOptions options{.slots_per_step = options_.reshard_slots_per_step};
       options.security = security;
+      // Between steps, so the servers agree on a map and the next leader
+      // continues from it without a repair.
+      options.stop_requested = [this] { return stopped_.load() || !leading_.load(); };
       options.progress = [this, key, task](int64_t moved, int64_t total, uint64_t) {
         task->moved.store(moved);
         task->total.store(total);
@@ -756,6 +768,8 @@ void Controller::StartReshard(const std::string& key, const Json& job,
           report.steps, report.moved_before.keys, report.moved_after.keys);
       return absl::OkStatus();
     }();
+    task->stopped = absl::IsCancelled(status) && (stopped_.load() || !leading_.load());
+    if (task->stopped) LOG(INFO) << key << ": " << status.message();
     task->status = status;
     task->done.store(true);
     queue_.Add(key);
@@ -784,6 +798,10 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
     if (finished->thread.joinable()) finished->thread.join();
     // Not from the reshard's thread: StartReshard joins it holding mu_.
     PublishReshardProgress();
+  }
+  // Stopped between steps when this replica lost the Lease: neither done nor
+  // failed; Reconcile asks for the rest.
+  if (finished != nullptr && !finished->stopped) {
     {
       MutexLock l(&mu_);
       ++(finished->status.ok() ? stats_.reshards : stats_.reshard_failures);

@@ -9,7 +9,7 @@
 //   SS_ASSIGN_OR_RETURN(auto client, kube::KubeClient::FromConfig(config));
 //   SS_ASSIGN_OR_RETURN(auto controller, Controller::Create(client.get(), options));
 //   SS_RETURN_IF_ERROR(controller->Start());
-//   ... controller->Stop();  // releases the Lease, joins every thread
+//   ... controller->Stop();  // ends its work, then releases the Lease
 //
 // A reshard cut by an operator restart is repaired and finished by the next
 // leader (docs/operator.md, "Controller"). Events are notes: one that cannot
@@ -82,9 +82,10 @@ class Controller {
 
   // Starts the informers, the workers and (if enabled) the elector.
   absl::Status Start();
-  // Releases the Lease, stops the workers and informers and waits for a
-  // running reshard to finish its step (a cut step would need a repair).
-  // Idempotent.
+  // Stops taking work, lets the workers finish their reconciles and every
+  // running reshard its current step (a cut step would need a repair), and
+  // only then releases the Lease: the next leader never works beside this
+  // one. Then stops the informers. Idempotent.
   void Stop();
 
   // Every informer has synced: /readyz.

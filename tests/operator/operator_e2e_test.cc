@@ -3,12 +3,16 @@
 // pod` process (real parameter servers, syncers and trainers on their own
 // loopback IPs). Jobs run to completion, trainers and parameter servers
 // scale live (2 -> 3 -> 2 with a key checksum), an operator killed in the
-// middle of a reshard is replaced and the reshard completes, and two
-// replicas contend for the Lease.
+// middle of a reshard is replaced and the reshard completes, one stopped
+// with SIGTERM ends its reshard before it releases the Lease, and two
+// replicas contend for the Lease. The operators run as their ServiceAccount
+// under deploy/rbac.yaml (operator_rbac.h): a call it does not grant fails
+// the test.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -19,11 +23,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/crd.h"
 #include "ps/client/resharder.h"
 #include "tests/operator/fake_kubelet.h"
+#include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
@@ -34,6 +40,8 @@ namespace {
 using nlohmann::json;
 
 constexpr char kJobs[] = "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs";
+constexpr char kLease[] =
+    "/apis/coordination.k8s.io/v1/namespaces/shadowsync-system/leases/shadowsync-operator";
 
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -72,7 +80,9 @@ class OperatorE2eTest : public ::testing::Test {
     ASSERT_TRUE(api_->Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                              op::ShadowSyncJobCrd())
                     .ok());
-    ASSERT_TRUE(api_->WriteKubeconfig(dir_.File("kubeconfig")).ok());
+    ASSERT_TRUE(testing::LoadOperatorRbac(*api_).ok());
+    ASSERT_TRUE(
+        api_->WriteKubeconfig(dir_.File("kubeconfig"), "default", testing::kOperatorUser).ok());
     // Every pod its own loopback IP, unique to this test process, and the
     // same ports on all of them, as in a cluster.
     octet_ = 1 + getpid() % 250;
@@ -86,6 +96,8 @@ class OperatorE2eTest : public ::testing::Test {
 
   void TearDown() override {
     for (pid_t pid : operators_) StopOperator(pid);
+    EXPECT_THAT(testing::ForbiddenRequests(*api_), ::testing::IsEmpty())
+        << "an operator made a call deploy/rbac.yaml does not allow";
     if (HasFailure()) {
       std::cerr << kubelet_->AllLogs();
       for (int i = 0; i < started_; ++i) {
@@ -124,6 +136,8 @@ class OperatorE2eTest : public ::testing::Test {
         absl::StrCat("--leader-elect=", leader_elect ? "true" : "false"),
         "--identity",
         identity,
+        "--lease-namespace",
+        testing::kOperatorNamespace,
         "--lease-duration-seconds",
         "3",
         "--ps-port",
@@ -201,6 +215,15 @@ class OperatorE2eTest : public ::testing::Test {
     ASSERT_TRUE(
         api_->Patch(absl::StrCat(kJobs, "/", job), {{"spec", spec}}, "application/merge-patch+json")
             .ok());
+  }
+  // The newest shard-map epoch of the first n servers (0 if none answers).
+  uint64_t MaxEpoch(int n) {
+    uint64_t epoch = 0;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
+      if (map.ok()) epoch = std::max(epoch, map->epoch());
+    }
+    return epoch;
   }
   // The slots server i owns in its own shard map; -1 if unreachable.
   int SlotsOwned(int i) {
@@ -517,13 +540,78 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   kubelet_->Signal("default", "big", "trainer", SIGCONT);
 }
 
+// Issue 30, finding 3: SIGTERM in the middle of a reshard. The operator ends
+// the reshard after its current step and only then releases the Lease: once
+// the Lease is released no shard map changes (else a standby taking over
+// at once would reshard beside it), the operator exits 0, and its successor
+// finishes the move from that step without a repair.
+TEST_F(OperatorE2eTest, SigtermEndsTheReshardBeforeReleasingTheLease) {
+  // Two slots per step: over a hundred steps, so SIGTERM lands mid-move.
+  const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
+  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
+  ASSERT_TRUE(
+      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // Rows in every slot.
+  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
+  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
+  ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  ASSERT_EQ(Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string()), "op-a");
+
+  kill(first, SIGTERM);
+  // Until it exits: the first look at the shard maps after the Lease is no
+  // longer op-a's.
+  std::optional<uint64_t> epoch_after_release;
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    if (!epoch_after_release.has_value() &&
+        Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string()) != "op-a") {
+      epoch_after_release = MaxEpoch(3);
+    }
+    exited = waitpid(first, &status, WNOHANG) == first;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(first, SIGKILL);
+    waitpid(first, nullptr, 0);
+  }
+  operators_.erase(operators_.begin());
+  ASSERT_TRUE(exited) << "no exit within 30 s of SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(epoch_after_release.has_value()) << "the Lease was not released";
+  EXPECT_EQ(Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string("?")), "");
+  EXPECT_EQ(*epoch_after_release, MaxEpoch(3))
+      << "a shard map changed after the Lease was released: two resharders could overlap";
+  EXPECT_LT(SlotsOwned(2), 341) << "the reshard finished before SIGTERM: the test proves nothing";
+  EXPECT_NE(testing::ReadFile(dir_.File("operator-0.log")).find("reshard stopped at epoch"),
+            std::string::npos);
+
+  StartOperator(/*leader_elect=*/true, "op-b");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return SlotsOwned(2) >= 341 &&
+               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
+               Condition("big", "Resharding").value("status", "") == "False";
+      },
+      std::chrono::seconds(180)))
+      << JobObject("big")["status"].dump(2);
+  absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, before) << "rows changed across the stopped reshard";
+  EXPECT_EQ(testing::ReadFile(dir_.File("operator-1.log")).find("repaired an interrupted reshard"),
+            std::string::npos)
+      << "the stop cut a step";
+  kubelet_->Signal("default", "big", "trainer", SIGCONT);
+}
+
 // Two replicas: one holds the Lease and acts; when it dies the other takes
 // over within the lease duration and acts on a change.
 TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
   const pid_t a = StartOperator(/*leader_elect=*/true, "op-a");
   const pid_t b = StartOperator(/*leader_elect=*/true, "op-b");
-  const std::string lease =
-      "/apis/coordination.k8s.io/v1/namespaces/default/leases/shadowsync-operator";
+  const std::string lease = kLease;
   std::string holder;
   ASSERT_TRUE(WaitFor(
       [&] {
