@@ -19,6 +19,8 @@
 #include "operator/kube_config.h"
 #include "operator/reconcile.h"
 #include "prometheus/registry.h"
+#include "tests/operator/fake_api_client.h"
+#include "tests/operator/job_json.h"
 #include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/test_util.h"
@@ -31,29 +33,6 @@ using json = nlohmann::json;
 constexpr char kJobs[] = "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs";
 constexpr char kEvents[] = "/api/v1/namespaces/default/events";
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
-
-json Job(const std::string& name) {
-  return {{"apiVersion", "shadowsync.io/v1alpha1"},
-          {"kind", "ShadowSyncJob"},
-          {"metadata", {{"name", name}, {"namespace", "default"}}},
-          {"spec",
-           {{"model",
-             {{"bottomMlp", {32}}, {"topMlp", {32}}, {"criteoTables", {{"hashBuckets", 5000}}}}},
-            {"data",
-             {{"format", "synthetic"}, {"synthetic", {{"examples", 6000}, {"evalExamples", 100}}}}},
-            {"trainer", {{"replicas", 1}}},
-            {"parameterServer", {{"replicas", 1}, {"slots", 1024}}},
-            {"syncer", {{"replicas", 1}}}}}};
-}
-
-bool Eventually(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -154,20 +133,21 @@ class ControllerTest : public ::testing::Test {
 // on events, not get or update), and the status follows to Running.
 TEST_F(ControllerTest, ASuspendedJobResumesToRunningAndItsRepeatedEventIsCounted) {
   ReadyPods("j");
-  SS_ASSERT_OK(api_->Create(kJobs, Job("j")));
+  SS_ASSERT_OK(api_->Create(kJobs, testing::JobJson("j", 6000, 1, 1)));
   StartController();
-  ASSERT_TRUE(Eventually([&] { return Phase("j") == "Running"; })) << JobObject("j").dump(2);
-  ASSERT_TRUE(Eventually([&] { return Events("j", "Running").size() == 1; }));
+  ASSERT_TRUE(kube::Eventually([&] { return Phase("j") == "Running"; })) << JobObject("j").dump(2);
+  ASSERT_TRUE(kube::Eventually([&] { return Events("j", "Running").size() == 1; }));
 
   Suspend("j", true);
-  ASSERT_TRUE(Eventually([&] { return Phase("j") == "Suspended"; })) << JobObject("j").dump(2);
+  ASSERT_TRUE(kube::Eventually([&] { return Phase("j") == "Suspended"; }))
+      << JobObject("j").dump(2);
   // Usually 1; a reconcile that read the job from a cache not yet showing
   // its Running status counts the Event again.
   const int64_t before = Events("j", "Running")[0]["count"];
   Suspend("j", false);
-  ASSERT_TRUE(Eventually([&] { return Phase("j") == "Running"; }))
+  ASSERT_TRUE(kube::Eventually([&] { return Phase("j") == "Running"; }))
       << JobObject("j")["status"].dump(2);
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(kube::Eventually([&] {
     const std::vector<json> running = Events("j", "Running");
     return running.size() == 1 && running[0]["count"] > before;
   })) << json(Events("j", "Running")).dump(2);
@@ -191,9 +171,9 @@ TEST_F(ControllerTest, ASuspendedJobResumesToRunningAndItsRepeatedEventIsCounted
 TEST_F(ControllerTest, AnEventThatCannotBeWrittenDoesNotHoldUpTheStatus) {
   api_->InjectFault({.method = "POST", .path_contains = "/events", .code = 500, .times = 1000000});
   ReadyPods("j");
-  SS_ASSERT_OK(api_->Create(kJobs, Job("j")));
+  SS_ASSERT_OK(api_->Create(kJobs, testing::JobJson("j", 6000, 1, 1)));
   StartController();
-  ASSERT_TRUE(Eventually([&] { return Phase("j") == "Running"; })) << JobObject("j").dump(2);
+  ASSERT_TRUE(kube::Eventually([&] { return Phase("j") == "Running"; })) << JobObject("j").dump(2);
   EXPECT_TRUE(Events("j", "Running").empty());
   EXPECT_GT(controller_->stats().event_errors, 0);
   EXPECT_EQ(controller_->stats().reconcile_errors, 0);

@@ -29,6 +29,7 @@
 #include "operator/crd.h"
 #include "ps/client/resharder.h"
 #include "tests/operator/fake_kubelet.h"
+#include "tests/operator/job_json.h"
 #include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"
@@ -50,25 +51,6 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return done();
-}
-
-json Job(const std::string& name, int64_t examples, int trainers, int ps) {
-  return {{"apiVersion", "shadowsync.io/v1alpha1"},
-          {"kind", "ShadowSyncJob"},
-          {"metadata", {{"name", name}, {"namespace", "default"}}},
-          {"spec",
-           {{"model",
-             {{"bottomMlp", {32}}, {"topMlp", {32}}, {"criteoTables", {{"hashBuckets", 5000}}}}},
-            {"data",
-             {{"format", "synthetic"},
-              {"synthetic", {{"examples", examples}, {"evalExamples", 1000}, {"seed", 4}}}}},
-            {"trainer",
-             {{"replicas", trainers}, {"threads", 1}, {"batchSize", 64}, {"learningRate", 0.02}}},
-            {"parameterServer", {{"replicas", ps}, {"slots", 1024}, {"cacheBytes", "16Mi"}}},
-            {"syncer", {{"replicas", 1}}},
-            {"sync", {{"algorithm", "shadow-easgd"}}},
-            {"checkpoint", {{"intervalSeconds", 1}}},
-            {"runPolicy", {{"backoffLimit", 3}}}}}};
 }
 
 class OperatorE2eTest : public ::testing::Test {
@@ -245,6 +227,35 @@ class OperatorE2eTest : public ::testing::Test {
     return before.ok() ? *before : ps::RowSetChecksum{};
   }
 
+  // Runs job "big" (2 trainers, 2 servers) until every slot holds rows,
+  // pauses its trainers, takes the rows' checksum into `before` and scales
+  // the servers to 3; returns once the new one owns its first slots.
+  void ScaleOutBigUntilMidway(ps::RowSetChecksum* before) {
+    ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
+    ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
+    ASSERT_TRUE(
+        WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+    // Rows in every slot, so that each step has something to move.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    *before = PauseAndChecksum("big", 2);
+    PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
+    ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  }
+  // The scale-out of ScaleOutBigUntilMidway completes, every row as `before`.
+  void ExpectBigScaledOut(const ps::RowSetChecksum& before) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return SlotsOwned(2) >= 341 &&
+                 JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
+                 Condition("big", "Resharding").value("status", "") == "False";
+        },
+        std::chrono::seconds(180)))
+        << JobObject("big")["status"].dump(2);
+    absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(*after, before) << "rows changed across the reshard";
+  }
+
   testing::ScratchDir dir_;
   std::unique_ptr<testing::FakeKubeApiServer> api_;
   std::unique_ptr<testing::FakeKubelet> kubelet_;
@@ -265,9 +276,9 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   api_->InjectFault(
       {.method = "PATCH", .path_contains = "shadowsyncjobs/tiny/status", .code = 503, .times = 2});
   // More trainers than examples: within the CRD's schema, refused by the validator.
-  json bad = Job("bad", 2, 3, 2);
+  json bad = testing::JobJson("bad", 2, 3, 2);
   ASSERT_TRUE(api_->Create(kJobs, bad).ok());
-  ASSERT_TRUE(api_->Create(kJobs, Job("tiny", 6000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("tiny", 6000, 2, 2)).ok());
 
   ASSERT_TRUE(
       WaitFor([&] { return Condition("bad", "Failed").value("reason", "") == "InvalidSpec"; },
@@ -334,7 +345,7 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
 // on another number of parameter servers and continues from it.
 TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   StartOperator(/*leader_elect=*/false);
-  json job = Job("exp", 60000, 2, 2);
+  json job = testing::JobJson("exp", 60000, 2, 2);
   job["metadata"]["annotations"] = {{"shadowsync.io/export-request", "first"}};
   job["spec"]["export"] = {{"keep", 5}};
   // Slowed down: training lasts at least 30000 / 64 steps x 20 ms = 9 s
@@ -404,7 +415,7 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   // A warm start from that export on 3 parameter servers instead of 2:
   // every row loaded (routed by the new shard map), and the first
   // evaluation, of the model as loaded, is the export's own.
-  json warm = Job("warm", 60000, 2, 3);
+  json warm = testing::JobJson("warm", 60000, 2, 3);
   warm["spec"]["init"] = {{"fromModel", "model-000002"}, {"volumeClaimName", "exp-exports"}};
   warm["spec"]["export"] = json::object();
   ASSERT_TRUE(api_->Create(kJobs, warm).ok());
@@ -434,7 +445,7 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
 // trainers paused around it, every row is still stored exactly once.
 TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
   StartOperator(/*leader_elect=*/false);
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)))
       << JobObject("big").dump(2);
   const pid_t trainer0 = kubelet_->Pid("default", "big-trainer-0");
@@ -487,15 +498,8 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
 TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   // Two slots per step: over a hundred steps to cut into.
   const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
-  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
-  ASSERT_TRUE(
-      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
-  // Rows in every slot, so that each step has something to move.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
-  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
-  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
-  ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  ps::RowSetChecksum before;
+  ASSERT_NO_FATAL_FAILURE(ScaleOutBigUntilMidway(&before));
   // The dashboards' resharding progress: slots moved of planned, mid-move.
   std::optional<double> moved, planned, running;
   ASSERT_TRUE(WaitFor(
@@ -518,17 +522,7 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   EXPECT_LT(SlotsOwned(2), 341) << "the reshard finished before the kill: the test proves nothing";
 
   StartOperator(/*leader_elect=*/true, "op-b");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return SlotsOwned(2) >= 341 &&
-               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
-               Condition("big", "Resharding").value("status", "") == "False";
-      },
-      std::chrono::seconds(180)))
-      << JobObject("big")["status"].dump(2);
-  absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(*after, before) << "rows changed across the interrupted reshard";
+  ASSERT_NO_FATAL_FAILURE(ExpectBigScaledOut(before));
   // Done: the gauges are back at 0 (data, not an empty panel).
   ASSERT_TRUE(WaitFor(
       [&] { return MetricValue(OperatorMetrics(1), "shadowsync_operator_reshards_running") == 0; },
@@ -548,14 +542,8 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
 TEST_F(OperatorE2eTest, SigtermEndsTheReshardBeforeReleasingTheLease) {
   // Two slots per step: over a hundred steps, so SIGTERM lands mid-move.
   const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
-  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
-  ASSERT_TRUE(
-      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // Rows in every slot.
-  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
-  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
-  ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  ps::RowSetChecksum before;
+  ASSERT_NO_FATAL_FAILURE(ScaleOutBigUntilMidway(&before));
   ASSERT_EQ(Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string()), "op-a");
 
   kill(first, SIGTERM);
@@ -589,17 +577,7 @@ TEST_F(OperatorE2eTest, SigtermEndsTheReshardBeforeReleasingTheLease) {
             std::string::npos);
 
   StartOperator(/*leader_elect=*/true, "op-b");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return SlotsOwned(2) >= 341 &&
-               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
-               Condition("big", "Resharding").value("status", "") == "False";
-      },
-      std::chrono::seconds(180)))
-      << JobObject("big")["status"].dump(2);
-  absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(*after, before) << "rows changed across the stopped reshard";
+  ASSERT_NO_FATAL_FAILURE(ExpectBigScaledOut(before));
   EXPECT_EQ(testing::ReadFile(dir_.File("operator-1.log")).find("repaired an interrupted reshard"),
             std::string::npos)
       << "the stop cut a step";
@@ -620,7 +598,7 @@ TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
       },
       std::chrono::seconds(30)));
   ASSERT_TRUE(holder == "op-a" || holder == "op-b") << holder;
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return StsReplicas("big-trainer") == 2; }, std::chrono::seconds(60)));
   // Only the holder acted: every Event is its own.
   absl::StatusOr<std::vector<json>> events = api_->List("/api/v1/namespaces/default/events");
