@@ -203,6 +203,12 @@ struct Controller::Metrics {
                                 .Register(*registry);
     reshards_ok = &reshards_family.Add({{"result", "ok"}});
     reshards_error = &reshards_family.Add({{"result", "error"}});
+    auto& events_family = prometheus::BuildCounter()
+                              .Name("shadowsync_operator_events_total")
+                              .Help("Event writes (created or counted), by result.")
+                              .Register(*registry);
+    events_ok = &events_family.Add({{"result", "ok"}});
+    events_error = &events_family.Add({{"result", "error"}});
     queue_depth = &prometheus::BuildGauge()
                        .Name("shadowsync_operator_queue_depth")
                        .Help("Job keys waiting in the work queue.")
@@ -241,6 +247,8 @@ struct Controller::Metrics {
   prometheus::Counter* reconciles_error = nullptr;
   prometheus::Counter* reshards_ok = nullptr;
   prometheus::Counter* reshards_error = nullptr;
+  prometheus::Counter* events_ok = nullptr;
+  prometheus::Counter* events_error = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* leader = nullptr;
   prometheus::Gauge* reshards_running = nullptr;
@@ -255,7 +263,8 @@ struct Controller::ReshardTask {
   std::atomic<int64_t> moved{0};
   std::atomic<int64_t> total{0};
   std::atomic<bool> done{false};
-  absl::Status status;  // Written before `done`.
+  absl::Status status;   // Written before `done`.
+  bool stopped = false;  // Stopped between steps (Stop(), the Lease lost); before `done`.
   std::string summary;
   std::thread thread;
 };
@@ -372,8 +381,10 @@ void Controller::OnStoppedLeading() {
 
 void Controller::Stop() {
   if (!started_.load() || stopped_.exchange(true)) return;
-  if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
-  leading_.store(false);
+  // Everything this leader does ends before the Lease goes: released first,
+  // a standby would take over and reshard the job this one still reshards.
+  // stopped_ makes the workers pass over the keys still queued, StartReshard
+  // refuse, and the running reshards stop after their current step.
   queue_.ShutDown();
   for (std::thread& t : workers_) t.join();
   workers_.clear();
@@ -385,6 +396,8 @@ void Controller::Stop() {
   for (auto& [key, task] : reshards) {
     if (task->thread.joinable()) task->thread.join();
   }
+  if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
+  leading_.store(false);
   for (kube::Informer* informer :
        {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
     if (informer != nullptr) informer->Stop();
@@ -410,8 +423,9 @@ Controller::Stats Controller::stats() const {
 void Controller::WorkerLoop() {
   while (std::optional<std::string> key = queue_.Get()) {
     if (metrics_->queue_depth != nullptr) metrics_->queue_depth->Set(queue_.Len());
-    if (!leading_.load()) {
-      // A standby: the new leader enqueues every job when it takes over.
+    if (!leading_.load() || stopped_.load()) {
+      // A standby, or stopping: the (next) leader enqueues every job when it
+      // takes over.
       queue_.Forget(*key);
       queue_.Done(*key);
       continue;
@@ -592,7 +606,23 @@ absl::Status Controller::WriteStatus(const Json& job, const Json& status) {
   return client_->PatchStatus(path, Json{{"status", MergePatchFor(before, status)}}).status();
 }
 
-absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
+void Controller::RecordEvent(const Json& job, const EventSpec& event) {
+  const absl::Status status = WriteEvent(job, event);
+  {
+    MutexLock l(&mu_);
+    if (!status.ok()) ++stats_.event_errors;
+  }
+  prometheus::Counter* counter = status.ok() ? metrics_->events_ok : metrics_->events_error;
+  if (counter != nullptr) counter->Increment();
+  // An Event is a note for people: losing one must not hold up the status
+  // or the children, so the reconcile goes on.
+  if (!status.ok()) {
+    LOG(WARNING) << kube::ObjectKey(job) << ": event " << event.reason
+                 << " not recorded: " << status;
+  }
+}
+
+absl::Status Controller::WriteEvent(const Json& job, const EventSpec& event) {
   const std::string ns = NamespaceOf(job), name = NameOf(job);
   const std::string uid = job.value("/metadata/uid"_json_pointer, std::string());
   // One Event object per (job, reason, message), counted, as kubectl shows.
@@ -600,7 +630,31 @@ absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
       "%s.%016x", name, absl::HashOf(uid, event.reason, event.message) & 0xffffffffffffffffULL);
   const std::string collection =
       kube::ResourcePath{.version = "v1", .plural = "events", .ns = ns}.Collection();
+  const std::string path = collection + "/" + event_name;
+  const std::string cache_key = ns + "/" + event_name;
   const std::string now = Rfc3339(absl::Now());
+  // Only create and patch, the verbs deploy/rbac.yaml grants on events, as
+  // client-go's recorder: a repeat PATCHes the count and lastTimestamp of
+  // the Event this process wrote, known from event_counts_.
+  auto count_repeat = [&](int64_t count) -> absl::Status {
+    SS_ASSIGN_OR_RETURN(Json patched,
+                        client_->Patch(path, Json{{"count", count}, {"lastTimestamp", now}},
+                                       kube::PatchType::kStrategicMerge));
+    RememberEventCount(cache_key, patched.value("count", count));
+    return absl::OkStatus();
+  };
+  std::optional<int64_t> count;
+  {
+    MutexLock l(&mu_);
+    auto it = event_counts_.find(cache_key);
+    if (it != event_counts_.end()) count = it->second;
+  }
+  if (count.has_value()) {
+    absl::Status s = count_repeat(*count + 1);
+    // NotFound: the Event expired (the API server keeps them an hour by
+    // default); it starts over.
+    if (!absl::IsNotFound(s)) return s;
+  }
   Json object = {
       {"apiVersion", "v1"},
       {"kind", "Event"},
@@ -622,14 +676,24 @@ absl::Status Controller::RecordEvent(const Json& job, const EventSpec& event) {
       {"count", 1},
   };
   absl::StatusOr<Json> created = client_->Create(collection, object);
+  if (created.ok()) {
+    RememberEventCount(cache_key, 1);
+    return absl::OkStatus();
+  }
   if (!absl::IsAlreadyExists(created.status())) return created.status();
-  const std::string path = collection + "/" + event_name;
-  return kube::RetryOnConflict([&]() -> absl::Status {
-    SS_ASSIGN_OR_RETURN(Json existing, client_->Get(path));
-    existing["count"] = existing.value("count", 1) + 1;
-    existing["lastTimestamp"] = now;
-    return client_->Update(path, existing).status();
-  });
+  // Written before this process started (a restart, the previous leader):
+  // its count is not known here, and reading it would need get. A patch of
+  // lastTimestamp alone answers with the stored Event, count included.
+  SS_ASSIGN_OR_RETURN(Json touched, client_->Patch(path, Json{{"lastTimestamp", now}},
+                                                   kube::PatchType::kStrategicMerge));
+  return count_repeat(touched.value("count", 1) + 1);
+}
+
+void Controller::RememberEventCount(const std::string& key, int64_t count) {
+  MutexLock l(&mu_);
+  // Bounded like client-go's cache; a forgotten Event costs one more PATCH.
+  if (event_counts_.size() >= 4096 && !event_counts_.contains(key)) event_counts_.clear();
+  event_counts_[key] = count;
 }
 
 void Controller::PublishReshardProgress() {
@@ -656,6 +720,9 @@ void Controller::StartReshard(const std::string& key, const Json& job,
   task->request = request;
   {
     MutexLock l(&mu_);
+    // Stop() joins what is in reshards_ once the workers are done; nothing
+    // new starts after it began.
+    if (stopped_.load()) return;
     auto it = reshards_.find(key);
     if (it != reshards_.end()) {
       if (!it->second->done.load()) return;  // One at a time per job.
@@ -684,6 +751,9 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       const std::vector<std::string> after(all.begin(), all.begin() + to);
       ps::ReshardOptions options{.slots_per_step = options_.reshard_slots_per_step};
       options.security = security;
+      // Between steps, so the servers agree on a map and the next leader
+      // continues from it without a repair.
+      options.stop_requested = [this] { return stopped_.load() || !leading_.load(); };
       options.progress = [this, key, task](int64_t moved, int64_t total, uint64_t) {
         task->moved.store(moved);
         task->total.store(total);
@@ -698,6 +768,8 @@ void Controller::StartReshard(const std::string& key, const Json& job,
           report.steps, report.moved_before.keys, report.moved_after.keys);
       return absl::OkStatus();
     }();
+    task->stopped = absl::IsCancelled(status) && (stopped_.load() || !leading_.load());
+    if (task->stopped) LOG(INFO) << key << ": " << status.message();
     task->status = status;
     task->done.store(true);
     queue_.Add(key);
@@ -726,6 +798,10 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
     if (finished->thread.joinable()) finished->thread.join();
     // Not from the reshard's thread: StartReshard joins it holding mu_.
     PublishReshardProgress();
+  }
+  // Stopped between steps when this replica lost the Lease: neither done nor
+  // failed; Reconcile asks for the rest.
+  if (finished != nullptr && !finished->stopped) {
     {
       MutexLock l(&mu_);
       ++(finished->status.ok() ? stats_.reshards : stats_.reshard_failures);
@@ -739,7 +815,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
             : EventSpec{"Warning", "ReshardFailed", std::string(finished->status.message())};
     LOG_AT_LEVEL(finished->status.ok() ? google::GLOG_INFO : google::GLOG_WARNING)
         << key << ": " << event.reason << ": " << event.message;
-    SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+    RecordEvent(*job, event);
     if (!finished->status.ok()) return finished->status;  // Retried with backoff.
   }
 
@@ -750,7 +826,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
     absl::Status s = client_->Delete(path);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }
-  for (const EventSpec& event : actions.events) SS_RETURN_IF_ERROR(RecordEvent(*job, event));
+  for (const EventSpec& event : actions.events) RecordEvent(*job, event);
   SS_RETURN_IF_ERROR(WriteStatus(*job, actions.status));
   {
     // Succeeded as soon as the trainers exited 0; their final counts come

@@ -9,12 +9,13 @@
 //   SS_ASSIGN_OR_RETURN(auto client, kube::KubeClient::FromConfig(config));
 //   SS_ASSIGN_OR_RETURN(auto controller, Controller::Create(client.get(), options));
 //   SS_RETURN_IF_ERROR(controller->Start());
-//   ... controller->Stop();  // releases the Lease, joins every thread
+//   ... controller->Stop();  // ends its work, then releases the Lease
 //
 // A reshard cut by an operator restart is repaired and finished by the next
-// leader (docs/operator.md, "Controller"). Thread-safe: ready(), leading()
-// and stats() may be called from any thread (the /readyz and /metrics
-// handlers); Start() and Stop() by the owner, Stop() idempotent.
+// leader (docs/operator.md, "Controller"). Events are notes: one that cannot
+// be written is logged and counted, never a failed reconcile. Thread-safe:
+// ready(), leading() and stats() may be called from any thread (the /readyz
+// and /metrics handlers); Start() and Stop() by the owner, Stop() idempotent.
 #ifndef SHADOWSYNC_OPERATOR_CONTROLLER_H_
 #define SHADOWSYNC_OPERATOR_CONTROLLER_H_
 
@@ -81,9 +82,10 @@ class Controller {
 
   // Starts the informers, the workers and (if enabled) the elector.
   absl::Status Start();
-  // Releases the Lease, stops the workers and informers and waits for a
-  // running reshard to finish its step (a cut step would need a repair).
-  // Idempotent.
+  // Stops taking work, lets the workers finish their reconciles and every
+  // running reshard its current step (a cut step would need a repair), and
+  // only then releases the Lease: the next leader never works beside this
+  // one. Then stops the informers. Idempotent.
   void Stop();
 
   // Every informer has synced: /readyz.
@@ -96,6 +98,7 @@ class Controller {
     int64_t reconcile_errors = 0;
     int64_t reshards = 0;  // finished successfully
     int64_t reshard_failures = 0;
+    int64_t event_errors = 0;  // Events that could not be written (logged).
   };
   Stats stats() const;
 
@@ -113,7 +116,10 @@ class Controller {
   std::optional<PsClusterState> ObservePs(const kube::Json& job, int servers);
   absl::Status ApplyChild(const kube::Json& desired, const Observed& observed);
   absl::Status WriteStatus(const kube::Json& job, const kube::Json& status);
-  absl::Status RecordEvent(const kube::Json& job, const EventSpec& event);
+  // WriteEvent; a failure is logged and counted, not returned.
+  void RecordEvent(const kube::Json& job, const EventSpec& event);
+  absl::Status WriteEvent(const kube::Json& job, const EventSpec& event);
+  void RememberEventCount(const std::string& key, int64_t count);
   void StartReshard(const std::string& key, const kube::Json& job, const ReshardRequest& request);
   // Sets the reshard gauges from the reshards still running.
   void PublishReshardProgress();
@@ -147,6 +153,8 @@ class Controller {
     int64_t sampled_examples = 0;
   };
   std::map<std::string, JobProgress> progress_ ABSL_GUARDED_BY(mu_);
+  // "namespace/name" of each Event this process wrote → its count.
+  std::map<std::string, int64_t> event_counts_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -249,6 +249,10 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
   report.slots_moved = static_cast<int64_t>(moves.size());
 
   for (size_t first = 0; first < moves.size(); first += options.slots_per_step) {
+    if (options.stop_requested && options.stop_requested()) {
+      return absl::CancelledError(absl::StrCat("reshard stopped at epoch ", map.epoch(), " with ",
+                                               first, " of ", moves.size(), " slots moved"));
+    }
     const std::vector<SlotMove> step(
         moves.begin() + static_cast<int64_t>(first),
         moves.begin() +

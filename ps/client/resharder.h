@@ -51,6 +51,11 @@ struct ReshardOptions {
   // After each step: slots moved so far, of `total`, and the epoch reached
   // (the operator's Resharding condition). Default: none.
   std::function<void(int64_t moved, int64_t total, uint64_t epoch)> progress;
+  // Asked before each step; true stops the reshard there with Cancelled:
+  // every server on the last step's map, nothing frozen, so that a later
+  // Reshard from that map's servers continues it (the operator stopping).
+  // Default: never.
+  std::function<bool()> stop_requested;
   // Mutual TLS and the bearer token of the calls to the servers.
   GrpcSecurity security;
 };

@@ -264,6 +264,10 @@ const cases = {
       const want = deploy.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'shadowsync-operator');
       const got = ofKind(def.objects, 'ClusterRole').find((r) => r.metadata.name === 'shadowsync-operator');
       assert.deepEqual(got.rules, want.rules);
+      const wantLease = deploy.find((o) => o.kind === 'Role' && o.metadata.name === 'shadowsync-operator-leader-election');
+      const gotLease = ofKind(def.objects, 'Role').find((r) => r.metadata.name === 'shadowsync-operator-leader-election');
+      assert.ok(gotLease, 'the default render has the leader-election Role');
+      assert.deepEqual(gotLease.rules, wantLease.rules, 'the leader-election Role');
     });
 
     check('the default Deployment is deploy/operator.yaml\'s (probes, resources, security, ports, args)', () => {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "operator/reconcile.h"
 #include "tests/util/json_schema.h"
 #include "tests/util/test_util.h"
+#include "tests/util/yaml_json.h"
 
 namespace shadowsync::op {
 namespace {
@@ -31,49 +31,17 @@ using ::testing::HasSubstr;
 using ::testing::IsSupersetOf;
 using ::testing::UnorderedElementsAreArray;
 
-// YAML -> JSON with the YAML 1.2 core schema for plain scalars; quoted
-// scalars are strings. A plain scalar that YAML 1.1 readers (kubectl's
-// go-yaml) would take for a boolean is reported: it must have been quoted.
+// A plain scalar that YAML 1.1 readers (kubectl's go-yaml) would take for a
+// boolean must have been quoted.
 json ToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (auto it = node.begin(); it != node.end(); ++it) {
-        o[it->first.Scalar()] = ToJson(it->second);
-      }
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const YAML::Node& item : node) a.push_back(ToJson(item));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() != "?") return s;  // Quoted.
-      static const std::regex kInt(R"([-+]?[0-9]+)");
-      static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-      static const std::regex kYaml11Bool(R"(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)");
-      if (s == "true" || s == "True" || s == "TRUE") return true;
-      if (s == "false" || s == "False" || s == "FALSE") return false;
-      if (s == "null" || s == "Null" || s == "NULL" || s == "~" || s.empty()) return nullptr;
-      if (std::regex_match(s, kInt)) return std::stoll(s);
-      if (std::regex_match(s, kFloat)) return std::stod(s);
-      if (std::regex_match(s, kYaml11Bool)) ADD_FAILURE() << "unquoted YAML 1.1 boolean " << s;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
+  return testing::YamlToJson(
+      node, [](const std::string& s) { ADD_FAILURE() << "unquoted YAML 1.1 boolean " << s; });
 }
 
 std::vector<json> LoadYamlDocuments(const std::string& path) {
-  std::vector<json> docs;
-  for (const YAML::Node& doc : YAML::LoadAllFromFile(path)) {
-    if (doc.IsNull()) continue;
-    docs.push_back(ToJson(doc));
-  }
-  return docs;
+  return testing::YamlDocumentsToJson(YAML::LoadAllFromFile(path), [](const std::string& s) {
+    ADD_FAILURE() << "unquoted YAML 1.1 boolean " << s;
+  });
 }
 
 // The schema node at a dot path such as ".status.replicaStatuses.trainer.active".

@@ -4,7 +4,7 @@
 shadowsync_cc_library(NAME fake_kube
   SRCS ${PROJECT_SOURCE_DIR}/tests/util/fake_kube_apiserver.cc
   DEPS absl::status absl::statusor absl::strings absl::time nlohmann_json::nlohmann_json
-       Threads::Threads)
+       Threads::Threads yaml-cpp)
 
 # The kubelet that runs the fake API server's pods, as processes or containers.
 shadowsync_cc_library(NAME fake_kubelet

@@ -145,14 +145,18 @@ bool ReadBody(Reader& r, Response* resp, absl::Time deadline) {
   return r.Exact(n, &resp->body, deadline);
 }
 
-// One request on a fresh connection.
+// One request on a fresh connection, with `token` as its bearer token
+// unless empty.
 Response Do(int port, const std::string& method, const std::string& target,
             const std::string& body = "", const std::string& content_type = "application/json",
-            const std::string& accept = "application/json") {
+            const std::string& accept = "application/json", const std::string& token = "") {
   Response resp;
   const int fd = Connect(port);
   if (fd < 0) return resp;
-  const std::string req = RequestText(method, target, body, content_type, accept);
+  std::string req = RequestText(method, target, body, content_type, accept);
+  if (!token.empty()) {
+    req.insert(req.find("\r\n") + 2, absl::StrCat("Authorization: Bearer ", token, "\r\n"));
+  }
   if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
     Reader r(fd);
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -1067,6 +1071,195 @@ TEST_F(FakeKubeApiServerTest, DirectApiSharesTheRevisionAndMapsErrors) {
   EXPECT_EQ((*patched)["metadata"]["generation"], 2);
   SS_EXPECT_OK(api_->Delete(absl::StrCat(kSts, "/s")));
   EXPECT_THAT(api_->Delete(absl::StrCat(kSts, "/s")), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+// --- identities and RBAC ---------------------------------------------------
+
+constexpr char kSa[] = "system:serviceaccount:default:robot";
+
+// Roles for kSa: cluster-wide reads of configmaps, the statefulsets' status
+// subresource only, and events create; leases in "default" through a
+// RoleBinding; pods of one name through its groups.
+constexpr char kRbacYaml[] = R"(apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: robot}
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["apps"]
+    resources: ["statefulsets/status"]
+    verbs: ["patch"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: robot}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: robot}
+subjects: [{kind: ServiceAccount, name: robot, namespace: default}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: leases, namespace: default}
+rules:
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["get", "create", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: leases, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}
+subjects: [{kind: ServiceAccount, name: robot}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: one-pod}
+rules:
+  - apiGroups: [""]
+    resources: ["pods"]
+    resourceNames: ["p1"]
+    verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: one-pod, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: one-pod}
+subjects: [{kind: Group, name: "system:serviceaccounts:default"}]
+)";
+
+class FakeKubeApiServerRbacTest : public FakeKubeApiServerTest {
+ protected:
+  void SetUp() override {
+    FakeKubeApiServerTest::SetUp();
+    WriteFile(dir_.File("rbac.yaml"), kRbacYaml);
+    SS_ASSERT_OK(api_->ApplyFile(dir_.File("rbac.yaml")));
+  }
+  Response As(const std::string& method, const std::string& target, const std::string& body = "",
+              const std::string& content_type = "application/json") {
+    return Do(port_, method, target, body, content_type, "application/json",
+              FakeKubeApiServer::TokenFor(kSa));
+  }
+  // The 403's message, after checking that it is a Forbidden Status.
+  std::string Denied(const Response& r) {
+    EXPECT_EQ(r.code, 403) << r.body;
+    const json status = r.Json();
+    EXPECT_EQ(status.value("kind", ""), "Status") << r.body;
+    EXPECT_EQ(status.value("reason", ""), "Forbidden") << r.body;
+    EXPECT_EQ(status.value("code", 0), 403) << r.body;
+    return status.value("message", "");
+  }
+
+  ScratchDir dir_;
+};
+
+TEST_F(FakeKubeApiServerRbacTest, GrantsWhatTheRolesGrantAndNothingElse) {
+  ASSERT_EQ(Post(kCms, ConfigMap("a")).code, 201);
+  ASSERT_EQ(Post(kSts, StatefulSet("s", 1)).code, 201);
+  EXPECT_EQ(As("GET", kCms).code, 200);
+  EXPECT_EQ(As("GET", absl::StrCat(kCms, "/a")).code, 200);
+  EXPECT_EQ(As("GET", absl::StrCat(kCms, "/none")).code, 404) << "authorized, then not found";
+  EXPECT_EQ(As("GET", "/api/v1/configmaps").code, 200) << "a ClusterRoleBinding: every namespace";
+  EXPECT_EQ(Denied(As("POST", kCms, ConfigMap("b").dump())),
+            "configmaps is forbidden: User \"system:serviceaccount:default:robot\" cannot create "
+            "resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+  const Response update = As("PUT", absl::StrCat(kCms, "/a"), ConfigMap("a").dump());
+  EXPECT_EQ(Denied(update),
+            "configmaps \"a\" is forbidden: User \"system:serviceaccount:default:robot\" cannot "
+            "update resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+  EXPECT_EQ(update.Json()["details"], json({{"name", "a"}, {"kind", "configmaps"}}));
+  EXPECT_THAT(Denied(As("DELETE", kCms)), ::testing::HasSubstr("cannot deletecollection"));
+  EXPECT_THAT(Denied(As("DELETE", absl::StrCat(kCms, "/a"))),
+              ::testing::HasSubstr("cannot delete"));
+
+  // A subresource is its own resource: the status of a StatefulSet, not its spec.
+  const json status = {{"status", {{"replicas", 1}}}};
+  EXPECT_EQ(
+      As("PATCH", absl::StrCat(kSts, "/s/status"), status.dump(), "application/merge-patch+json")
+          .code,
+      200);
+  const Response spec = As("PATCH", absl::StrCat(kSts, "/s"), R"({"spec":{"replicas":2}})",
+                           "application/merge-patch+json");
+  EXPECT_EQ(Denied(spec),
+            "statefulsets.apps \"s\" is forbidden: User \"system:serviceaccount:default:robot\" "
+            "cannot patch resource \"statefulsets\" in API group \"apps\" in the namespace "
+            "\"default\"");
+  EXPECT_EQ(spec.Json()["details"]["group"], "apps");
+  EXPECT_THAT(Denied(As("GET", absl::StrCat(kSts, "/s/status"))),
+              ::testing::HasSubstr("cannot get resource \"statefulsets/status\""));
+
+  // create but not patch on events.
+  const json event = {{"metadata", {{"name", "e"}}}, {"reason", "R"}};
+  EXPECT_EQ(As("POST", "/api/v1/namespaces/default/events", event.dump()).code, 201);
+  EXPECT_THAT(Denied(As("PATCH", "/api/v1/namespaces/default/events/e", R"({"count":2})",
+                        "application/strategic-merge-patch+json")),
+              ::testing::HasSubstr("cannot patch resource \"events\""));
+
+  // A RoleBinding grants in its namespace only.
+  const std::string leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+  const json lease = {{"metadata", {{"name", "l"}}}, {"spec", json::object()}};
+  EXPECT_EQ(As("POST", leases, lease.dump()).code, 201);
+  EXPECT_EQ(As("GET", absl::StrCat(leases, "/l")).code, 200);
+  EXPECT_THAT(Denied(As("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l")),
+              ::testing::HasSubstr("in the namespace \"kube-system\""));
+  EXPECT_THAT(Denied(As("GET", "/apis/coordination.k8s.io/v1/leases")),
+              ::testing::EndsWith("cannot list resource \"leases\" in API group "
+                                  "\"coordination.k8s.io\" at the cluster scope"));
+
+  // Through a group, for one resource name.
+  EXPECT_EQ(As("GET", absl::StrCat(kPods, "/p1")).code, 404);
+  EXPECT_THAT(Denied(As("GET", absl::StrCat(kPods, "/p2"))), ::testing::HasSubstr("\"p2\""));
+  EXPECT_THAT(Denied(As("GET", kPods)), ::testing::HasSubstr("cannot list"));
+
+  // Discovery is open to everyone; an admin (no token) may do anything.
+  EXPECT_EQ(As("GET", "/api/v1").code, 200);
+  EXPECT_EQ(As("GET", "/version").code, 200);
+  EXPECT_EQ(Post(kCms, ConfigMap("b")).code, 201);
+}
+
+TEST_F(FakeKubeApiServerRbacTest, WatchNeedsTheWatchVerb) {
+  Watch allowed(port_, absl::StrCat(kCms, "?watch=1"));
+  EXPECT_EQ(allowed.code(), 200) << "no token: the admin";
+  const Response pods = As("GET", absl::StrCat(kPods, "?watch=true"));
+  EXPECT_THAT(Denied(pods), ::testing::HasSubstr("cannot watch resource \"pods\""));
+  // get and list do not imply watch.
+  EXPECT_EQ(As("GET", absl::StrCat(kCms, "?watch=true&timeoutSeconds=1")).code, 200);
+}
+
+TEST_F(FakeKubeApiServerRbacTest, RecordsWhoAskedAndKubeconfigsCarryTheToken) {
+  api_->ClearRequests();
+  ASSERT_EQ(As("GET", kCms).code, 200);
+  ASSERT_EQ(Get(kCms).code, 200);
+  const std::vector<FakeKubeApiServer::Request> requests = api_->Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].user, kSa);
+  EXPECT_EQ(requests[1].user, kFakeAdminUser);
+  SS_ASSERT_OK(api_->WriteKubeconfig(dir_.File("sa"), "default", kSa));
+  EXPECT_THAT(ReadFile(dir_.File("sa")),
+              ::testing::HasSubstr(absl::StrCat("token: \"", FakeKubeApiServer::TokenFor(kSa))));
+  EXPECT_NE(FakeKubeApiServer::TokenFor(kSa), FakeKubeApiServer::TokenFor(kFakeAdminUser));
+}
+
+TEST_F(FakeKubeApiServerRbacTest, ApplyFileReplacesWhatExistsAndNamesWhatFails) {
+  json role = *api_->Get("/apis/rbac.authorization.k8s.io/v1/clusterroles/robot");
+  EXPECT_EQ(role["rules"].size(), 3u);
+  WriteFile(dir_.File("less.yaml"), R"(apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: robot}
+rules: [{apiGroups: [""], resources: ["configmaps"], verbs: ["get"]}]
+)");
+  SS_ASSERT_OK(api_->ApplyFile(dir_.File("less.yaml")));
+  role = *api_->Get("/apis/rbac.authorization.k8s.io/v1/clusterroles/robot");
+  EXPECT_EQ(role["rules"].size(), 1u);
+  EXPECT_THAT(Denied(As("GET", kCms)), ::testing::HasSubstr("cannot list"));
+
+  WriteFile(dir_.File("bad.yaml"), "apiVersion: v1\nkind: Role\nmetadata: {name: x}\n");
+  EXPECT_THAT(api_->ApplyFile(dir_.File("bad.yaml")),
+              StatusIs(absl::StatusCode::kNotFound, "Role x: no resource of kind Role in v1"));
+  EXPECT_THAT(api_->ApplyFile(dir_.File("missing.yaml")),
+              StatusIs(absl::StatusCode::kInvalidArgument, "missing.yaml"));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Lease leader election against the fake API server: acquisition, exactly
 // one leader among contenders, fast takeover after a release, takeover only
 // after lease_duration without one, the 409 race, and stepping down when
-// renewals fail past renew_deadline.
+// renewals fail past renew_deadline. The electors run as the operator's
+// ServiceAccount under deploy/rbac.yaml, with the Lease in its namespace.
 #include "operator/leader_election.h"
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "operator/kube_client.h"
 #include "operator/kube_config.h"
 #include "tests/operator/fake_api_client.h"
+#include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/test_util.h"
 
@@ -25,7 +27,7 @@ namespace {
 
 using ::shadowsync::testing::StatusIs;
 
-constexpr char kLeasePath[] = "/apis/coordination.k8s.io/v1/namespaces/default/leases/op";
+constexpr char kLeasePath[] = "/apis/coordination.k8s.io/v1/namespaces/shadowsync-system/leases/op";
 
 TEST(MicroTimeTest, FormatsAndParses) {
   const absl::Time t = absl::FromUnixMicros(1136214245000001);  // 2006-01-02T15:04:05.000001Z
@@ -47,10 +49,26 @@ struct Replica {
 
 class LeaderElectionTest : public FakeApiTest {
  protected:
+  void SetUp() override {
+    FakeApiTest::SetUp();
+    SS_ASSERT_OK(testing::LoadOperatorRbac(*api_));
+    const std::string kubeconfig = dir_.File("operator-kubeconfig");
+    SS_ASSERT_OK(api_->WriteKubeconfig(kubeconfig, "default", testing::kOperatorUser));
+    absl::StatusOr<KubeConfig> config = LoadKubeconfig(kubeconfig);
+    SS_ASSERT_OK(config);
+    absl::StatusOr<std::unique_ptr<KubeClient>> client = KubeClient::FromConfig(*config);
+    SS_ASSERT_OK(client);
+    client_ = *std::move(client);
+  }
+  void TearDown() override {
+    EXPECT_THAT(testing::ForbiddenRequests(*api_), ::testing::IsEmpty())
+        << "the elector made a call deploy/rbac.yaml does not allow";
+  }
+
   // Short but ordered durations: lease 2 s > renew deadline 1 s > retry 100 ms.
   static LeaderElectionConfig Config(const std::string& id) {
     LeaderElectionConfig c;
-    c.ns = "default";
+    c.ns = testing::kOperatorNamespace;
     c.lease_name = "op";
     c.identity = id;
     c.lease_duration = absl::Seconds(2);
@@ -183,7 +201,7 @@ TEST_F(LeaderElectionTest, WithoutReleaseTheOtherWaitsForTheLeaseToExpire) {
 TEST_F(LeaderElectionTest, ConcurrentTakeoverOfAReleasedLeaseHasOneWinner) {
   // A released lease: both candidates may take it at once; the loser's PUT
   // carries the stale resourceVersion and gets 409.
-  SS_ASSERT_OK(api_->Create("/apis/coordination.k8s.io/v1/namespaces/default/leases",
+  SS_ASSERT_OK(api_->Create("/apis/coordination.k8s.io/v1/namespaces/shadowsync-system/leases",
                             {{"apiVersion", "coordination.k8s.io/v1"},
                              {"kind", "Lease"},
                              {"metadata", {{"name", "op"}}},

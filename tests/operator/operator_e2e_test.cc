@@ -3,12 +3,16 @@
 // pod` process (real parameter servers, syncers and trainers on their own
 // loopback IPs). Jobs run to completion, trainers and parameter servers
 // scale live (2 -> 3 -> 2 with a key checksum), an operator killed in the
-// middle of a reshard is replaced and the reshard completes, and two
-// replicas contend for the Lease.
+// middle of a reshard is replaced and the reshard completes, one stopped
+// with SIGTERM ends its reshard before it releases the Lease, and two
+// replicas contend for the Lease. The operators run as their ServiceAccount
+// under deploy/rbac.yaml (operator_rbac.h): a call it does not grant fails
+// the test.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -19,11 +23,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/crd.h"
 #include "ps/client/resharder.h"
 #include "tests/operator/fake_kubelet.h"
+#include "tests/operator/job_json.h"
+#include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
@@ -34,6 +41,8 @@ namespace {
 using nlohmann::json;
 
 constexpr char kJobs[] = "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs";
+constexpr char kLease[] =
+    "/apis/coordination.k8s.io/v1/namespaces/shadowsync-system/leases/shadowsync-operator";
 
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -42,25 +51,6 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return done();
-}
-
-json Job(const std::string& name, int64_t examples, int trainers, int ps) {
-  return {{"apiVersion", "shadowsync.io/v1alpha1"},
-          {"kind", "ShadowSyncJob"},
-          {"metadata", {{"name", name}, {"namespace", "default"}}},
-          {"spec",
-           {{"model",
-             {{"bottomMlp", {32}}, {"topMlp", {32}}, {"criteoTables", {{"hashBuckets", 5000}}}}},
-            {"data",
-             {{"format", "synthetic"},
-              {"synthetic", {{"examples", examples}, {"evalExamples", 1000}, {"seed", 4}}}}},
-            {"trainer",
-             {{"replicas", trainers}, {"threads", 1}, {"batchSize", 64}, {"learningRate", 0.02}}},
-            {"parameterServer", {{"replicas", ps}, {"slots", 1024}, {"cacheBytes", "16Mi"}}},
-            {"syncer", {{"replicas", 1}}},
-            {"sync", {{"algorithm", "shadow-easgd"}}},
-            {"checkpoint", {{"intervalSeconds", 1}}},
-            {"runPolicy", {{"backoffLimit", 3}}}}}};
 }
 
 class OperatorE2eTest : public ::testing::Test {
@@ -72,7 +62,9 @@ class OperatorE2eTest : public ::testing::Test {
     ASSERT_TRUE(api_->Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                              op::ShadowSyncJobCrd())
                     .ok());
-    ASSERT_TRUE(api_->WriteKubeconfig(dir_.File("kubeconfig")).ok());
+    ASSERT_TRUE(testing::LoadOperatorRbac(*api_).ok());
+    ASSERT_TRUE(
+        api_->WriteKubeconfig(dir_.File("kubeconfig"), "default", testing::kOperatorUser).ok());
     // Every pod its own loopback IP, unique to this test process, and the
     // same ports on all of them, as in a cluster.
     octet_ = 1 + getpid() % 250;
@@ -86,6 +78,8 @@ class OperatorE2eTest : public ::testing::Test {
 
   void TearDown() override {
     for (pid_t pid : operators_) StopOperator(pid);
+    EXPECT_THAT(testing::ForbiddenRequests(*api_), ::testing::IsEmpty())
+        << "an operator made a call deploy/rbac.yaml does not allow";
     if (HasFailure()) {
       std::cerr << kubelet_->AllLogs();
       for (int i = 0; i < started_; ++i) {
@@ -124,6 +118,8 @@ class OperatorE2eTest : public ::testing::Test {
         absl::StrCat("--leader-elect=", leader_elect ? "true" : "false"),
         "--identity",
         identity,
+        "--lease-namespace",
+        testing::kOperatorNamespace,
         "--lease-duration-seconds",
         "3",
         "--ps-port",
@@ -202,6 +198,15 @@ class OperatorE2eTest : public ::testing::Test {
         api_->Patch(absl::StrCat(kJobs, "/", job), {{"spec", spec}}, "application/merge-patch+json")
             .ok());
   }
+  // The newest shard-map epoch of the first n servers (0 if none answers).
+  uint64_t MaxEpoch(int n) {
+    uint64_t epoch = 0;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
+      if (map.ok()) epoch = std::max(epoch, map->epoch());
+    }
+    return epoch;
+  }
   // The slots server i owns in its own shard map; -1 if unreachable.
   int SlotsOwned(int i) {
     absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
@@ -220,6 +225,35 @@ class OperatorE2eTest : public ::testing::Test {
     }
     EXPECT_TRUE(before.ok()) << before.status();
     return before.ok() ? *before : ps::RowSetChecksum{};
+  }
+
+  // Runs job "big" (2 trainers, 2 servers) until every slot holds rows,
+  // pauses its trainers, takes the rows' checksum into `before` and scales
+  // the servers to 3; returns once the new one owns its first slots.
+  void ScaleOutBigUntilMidway(ps::RowSetChecksum* before) {
+    ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
+    ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
+    ASSERT_TRUE(
+        WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+    // Rows in every slot, so that each step has something to move.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    *before = PauseAndChecksum("big", 2);
+    PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
+    ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  }
+  // The scale-out of ScaleOutBigUntilMidway completes, every row as `before`.
+  void ExpectBigScaledOut(const ps::RowSetChecksum& before) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return SlotsOwned(2) >= 341 &&
+                 JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
+                 Condition("big", "Resharding").value("status", "") == "False";
+        },
+        std::chrono::seconds(180)))
+        << JobObject("big")["status"].dump(2);
+    absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(*after, before) << "rows changed across the reshard";
   }
 
   testing::ScratchDir dir_;
@@ -242,9 +276,9 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   api_->InjectFault(
       {.method = "PATCH", .path_contains = "shadowsyncjobs/tiny/status", .code = 503, .times = 2});
   // More trainers than examples: within the CRD's schema, refused by the validator.
-  json bad = Job("bad", 2, 3, 2);
+  json bad = testing::JobJson("bad", 2, 3, 2);
   ASSERT_TRUE(api_->Create(kJobs, bad).ok());
-  ASSERT_TRUE(api_->Create(kJobs, Job("tiny", 6000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("tiny", 6000, 2, 2)).ok());
 
   ASSERT_TRUE(
       WaitFor([&] { return Condition("bad", "Failed").value("reason", "") == "InvalidSpec"; },
@@ -311,7 +345,7 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
 // on another number of parameter servers and continues from it.
 TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   StartOperator(/*leader_elect=*/false);
-  json job = Job("exp", 60000, 2, 2);
+  json job = testing::JobJson("exp", 60000, 2, 2);
   job["metadata"]["annotations"] = {{"shadowsync.io/export-request", "first"}};
   job["spec"]["export"] = {{"keep", 5}};
   // Slowed down: training lasts at least 30000 / 64 steps x 20 ms = 9 s
@@ -381,7 +415,7 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   // A warm start from that export on 3 parameter servers instead of 2:
   // every row loaded (routed by the new shard map), and the first
   // evaluation, of the model as loaded, is the export's own.
-  json warm = Job("warm", 60000, 2, 3);
+  json warm = testing::JobJson("warm", 60000, 2, 3);
   warm["spec"]["init"] = {{"fromModel", "model-000002"}, {"volumeClaimName", "exp-exports"}};
   warm["spec"]["export"] = json::object();
   ASSERT_TRUE(api_->Create(kJobs, warm).ok());
@@ -411,7 +445,7 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
 // trainers paused around it, every row is still stored exactly once.
 TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
   StartOperator(/*leader_elect=*/false);
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)))
       << JobObject("big").dump(2);
   const pid_t trainer0 = kubelet_->Pid("default", "big-trainer-0");
@@ -464,15 +498,8 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
 TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   // Two slots per step: over a hundred steps to cut into.
   const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
-  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
-  ASSERT_TRUE(
-      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
-  // Rows in every slot, so that each step has something to move.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
-  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
-  PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
-  ASSERT_TRUE(WaitFor([&] { return SlotsOwned(2) > 0; }, std::chrono::seconds(120)));
+  ps::RowSetChecksum before;
+  ASSERT_NO_FATAL_FAILURE(ScaleOutBigUntilMidway(&before));
   // The dashboards' resharding progress: slots moved of planned, mid-move.
   std::optional<double> moved, planned, running;
   ASSERT_TRUE(WaitFor(
@@ -495,17 +522,7 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   EXPECT_LT(SlotsOwned(2), 341) << "the reshard finished before the kill: the test proves nothing";
 
   StartOperator(/*leader_elect=*/true, "op-b");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return SlotsOwned(2) >= 341 &&
-               JobObject("big").value("/status/shardMap/numServers"_json_pointer, 0) == 3 &&
-               Condition("big", "Resharding").value("status", "") == "False";
-      },
-      std::chrono::seconds(180)))
-      << JobObject("big")["status"].dump(2);
-  absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(*after, before) << "rows changed across the interrupted reshard";
+  ASSERT_NO_FATAL_FAILURE(ExpectBigScaledOut(before));
   // Done: the gauges are back at 0 (data, not an empty panel).
   ASSERT_TRUE(WaitFor(
       [&] { return MetricValue(OperatorMetrics(1), "shadowsync_operator_reshards_running") == 0; },
@@ -517,13 +534,62 @@ TEST_F(OperatorE2eTest, ReshardResumesAfterTheOperatorIsKilled) {
   kubelet_->Signal("default", "big", "trainer", SIGCONT);
 }
 
+// Issue 30, finding 3: SIGTERM in the middle of a reshard. The operator ends
+// the reshard after its current step and only then releases the Lease: once
+// the Lease is released no shard map changes (else a standby taking over
+// at once would reshard beside it), the operator exits 0, and its successor
+// finishes the move from that step without a repair.
+TEST_F(OperatorE2eTest, SigtermEndsTheReshardBeforeReleasingTheLease) {
+  // Two slots per step: over a hundred steps, so SIGTERM lands mid-move.
+  const pid_t first = StartOperator(/*leader_elect=*/true, "op-a", /*slots_per_step=*/2);
+  ps::RowSetChecksum before;
+  ASSERT_NO_FATAL_FAILURE(ScaleOutBigUntilMidway(&before));
+  ASSERT_EQ(Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string()), "op-a");
+
+  kill(first, SIGTERM);
+  // Until it exits: the first look at the shard maps after the Lease is no
+  // longer op-a's.
+  std::optional<uint64_t> epoch_after_release;
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    if (!epoch_after_release.has_value() &&
+        Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string()) != "op-a") {
+      epoch_after_release = MaxEpoch(3);
+    }
+    exited = waitpid(first, &status, WNOHANG) == first;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(first, SIGKILL);
+    waitpid(first, nullptr, 0);
+  }
+  operators_.erase(operators_.begin());
+  ASSERT_TRUE(exited) << "no exit within 30 s of SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(epoch_after_release.has_value()) << "the Lease was not released";
+  EXPECT_EQ(Get(kLease).value("/spec/holderIdentity"_json_pointer, std::string("?")), "");
+  EXPECT_EQ(*epoch_after_release, MaxEpoch(3))
+      << "a shard map changed after the Lease was released: two resharders could overlap";
+  EXPECT_LT(SlotsOwned(2), 341) << "the reshard finished before SIGTERM: the test proves nothing";
+  EXPECT_NE(testing::ReadFile(dir_.File("operator-0.log")).find("reshard stopped at epoch"),
+            std::string::npos);
+
+  StartOperator(/*leader_elect=*/true, "op-b");
+  ASSERT_NO_FATAL_FAILURE(ExpectBigScaledOut(before));
+  EXPECT_EQ(testing::ReadFile(dir_.File("operator-1.log")).find("repaired an interrupted reshard"),
+            std::string::npos)
+      << "the stop cut a step";
+  kubelet_->Signal("default", "big", "trainer", SIGCONT);
+}
+
 // Two replicas: one holds the Lease and acts; when it dies the other takes
 // over within the lease duration and acts on a change.
 TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
   const pid_t a = StartOperator(/*leader_elect=*/true, "op-a");
   const pid_t b = StartOperator(/*leader_elect=*/true, "op-b");
-  const std::string lease =
-      "/apis/coordination.k8s.io/v1/namespaces/default/leases/shadowsync-operator";
+  const std::string lease = kLease;
   std::string holder;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -532,7 +598,7 @@ TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
       },
       std::chrono::seconds(30)));
   ASSERT_TRUE(holder == "op-a" || holder == "op-b") << holder;
-  ASSERT_TRUE(api_->Create(kJobs, Job("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return StsReplicas("big-trainer") == 2; }, std::chrono::seconds(60)));
   // Only the holder acted: every Event is its own.
   absl::StatusOr<std::vector<json>> events = api_->List("/api/v1/namespaces/default/events");

@@ -751,6 +751,42 @@ TEST_F(PsServiceTest, ReshardWithTrainingPausedKeepsEveryRowAndValue) {
   ExpectServingAndIntact();
 }
 
+// A reshard asked to stop (the operator stopping) ends between steps: every
+// server on the same map, nothing frozen; a second Reshard from that map's
+// servers moves the rest, every row kept.
+TEST_F(PsServiceTest, AStoppedReshardEndsBetweenStepsAndAnotherFinishesIt) {
+  StartCluster(2);
+  Load(6, 60);
+  AddJoiningServer("ps2");
+  int steps = 0;
+  ps::ReshardOptions options{.slots_per_step = 8};
+  options.progress = [&](int64_t, int64_t, uint64_t) { ++steps; };
+  options.stop_requested = [&] { return steps == 1; };
+  auto stopped = ps::Reshard(Addresses(2), Addresses(3), options);
+  EXPECT_THAT(stopped, StatusIs(absl::StatusCode::kCancelled, "with 8 of 21 slots moved"));
+  std::optional<ShardMap> agreed;
+  for (int i = 0; i < 3; ++i) {
+    auto map = ps::FetchShardMap(nodes_[i].address);
+    ASSERT_TRUE(map.ok()) << map.status();
+    if (agreed.has_value()) EXPECT_EQ(map->epoch(), agreed->epoch()) << "server " << i;
+    agreed = *map;
+  }
+  EXPECT_EQ(agreed->num_servers(), 3);  // The scale-out's map, one step done.
+  EXPECT_EQ(agreed->SlotsOwnedBy(2).size(), 8u);
+
+  options.stop_requested = nullptr;
+  auto rest = ps::Reshard(agreed->addresses(), Addresses(3), options);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->slots_moved, kSlots / 3 - 8);
+  auto total = ps::ClusterChecksum(Addresses(3));
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(total->rows, static_cast<int64_t>(touched_.size()));
+  auto final_map = ps::FetchShardMap(nodes_[0].address);
+  ASSERT_TRUE(final_map.ok()) << final_map.status();
+  map_ = *final_map;
+  ExpectServingAndIntact();
+}
+
 // The live case: a client pushes without pause while slots move 2 -> 3 -> 2.
 // Every update lands exactly once (the rows equal the oracle's, which saw the
 // same pushes in the same order), and the client never sees an error.

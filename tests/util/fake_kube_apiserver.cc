@@ -33,6 +33,7 @@
 #include "absl/strings/strip.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "tests/util/yaml_json.h"
 
 namespace shadowsync::testing {
 namespace {
@@ -1086,6 +1087,136 @@ struct Event {
 
 enum class UpdateMode { kMain, kStatus };
 
+// ---------------------------------------------------------------------------
+// Identities and RBAC (see the header).
+
+constexpr char kAdminToken[] = "fake-token";
+constexpr char kUserTokenPrefix[] = "fake-token-for:";
+
+struct UserInfo {
+  std::string name;
+  std::vector<std::string> groups;
+
+  bool InGroup(const std::string& group) const {
+    return std::find(groups.begin(), groups.end(), group) != groups.end();
+  }
+};
+
+UserInfo UserNamed(const std::string& name) {
+  if (name == kFakeAdminUser) return {name, {"system:masters", "system:authenticated"}};
+  UserInfo user{name, {}};
+  const std::vector<std::string> parts = absl::StrSplit(name, ':');
+  if (parts.size() == 4 && parts[0] == "system" && parts[1] == "serviceaccount") {
+    user.groups = {"system:serviceaccounts", "system:serviceaccounts:" + parts[2]};
+  }
+  user.groups.push_back("system:authenticated");
+  return user;
+}
+
+UserInfo Authenticate(const HttpRequest& req) {
+  const std::string header = req.Header("authorization");
+  absl::string_view token = header;
+  if (absl::ConsumePrefix(&token, "Bearer ") && absl::ConsumePrefix(&token, kUserTokenPrefix) &&
+      !token.empty()) {
+    return UserNamed(std::string(token));
+  }
+  return UserNamed(kFakeAdminUser);
+}
+
+// What a request asks to do, as kube-apiserver's RequestInfo names it.
+struct RequestAttributes {
+  bool resource_request = false;
+  std::string verb;
+  std::string group;
+  std::string resource;
+  std::string subresource;
+  std::string ns;
+  std::string name;
+};
+
+RequestAttributes AttributesOf(const std::string& method, const std::string& path, bool is_watch) {
+  RequestAttributes a;
+  a.verb = absl::AsciiStrToLower(method);
+  std::optional<ApiPath> p = ParseApiPath(path);
+  if (!p || p->plural.empty()) return a;
+  a.resource_request = true;
+  a.group = p->group;
+  a.resource = p->plural;
+  a.subresource = p->sub;
+  a.ns = p->ns;
+  a.name = p->name;
+  // A namespace is its own namespace (/api/v1/namespaces/<name>).
+  if (!p->has_namespace && a.resource == "namespaces") a.ns = a.name;
+  if (method == "GET" || method == "HEAD") {
+    a.verb = is_watch ? "watch" : a.name.empty() ? "list" : "get";
+  } else if (method == "POST") {
+    a.verb = "create";
+  } else if (method == "PUT") {
+    a.verb = "update";
+  } else if (method == "DELETE") {
+    a.verb = a.name.empty() ? "deletecollection" : "delete";
+  }
+  return a;
+}
+
+// `list` is an array holding `value` or "*".
+bool ListAllows(const json& list, const std::string& value) {
+  if (!list.is_array()) return false;
+  for (const json& v : list) {
+    if (v == "*" || v == value) return true;
+  }
+  return false;
+}
+
+bool RuleAllows(const json& rule, const RequestAttributes& a) {
+  if (!ListAllows(At(rule, "verbs"), a.verb) || !ListAllows(At(rule, "apiGroups"), a.group)) {
+    return false;
+  }
+  bool resource = false;
+  for (const json& r : At(rule, "resources")) {
+    resource = resource || r == "*" ||
+               (a.subresource.empty()
+                    ? r == a.resource
+                    : r == a.resource + "/" + a.subresource || r == "*/" + a.subresource);
+  }
+  if (!resource) return false;
+  const json& names = At(rule, "resourceNames");
+  if (!names.is_array() || names.empty()) return true;
+  return !a.name.empty() && std::find(names.begin(), names.end(), json(a.name)) != names.end();
+}
+
+// `subject` of a binding in `binding_ns` ("" for a ClusterRoleBinding) is `user`.
+bool SubjectMatches(const json& subject, const UserInfo& user, const std::string& binding_ns) {
+  const std::string kind = Str(At(subject, "kind"));
+  const std::string name = Str(At(subject, "name"));
+  if (kind == "User") return name == user.name;
+  if (kind == "Group") return user.InGroup(name);
+  if (kind == "ServiceAccount") {
+    std::string ns = Str(At(subject, "namespace"));
+    if (ns.empty()) ns = binding_ns;
+    return user.name == absl::StrCat("system:serviceaccount:", ns, ":", name);
+  }
+  return false;
+}
+
+// The 403 kube-apiserver's RBAC authorizer answers.
+ApiError Forbidden(const UserInfo& user, const RequestAttributes& a) {
+  const std::string group_resource = a.group.empty() ? a.resource : a.resource + "." + a.group;
+  const std::string resource =
+      a.subresource.empty() ? a.resource : a.resource + "/" + a.subresource;
+  const std::string scope =
+      a.ns.empty() ? " at the cluster scope" : absl::StrCat(" in the namespace \"", a.ns, "\"");
+  const std::string why = absl::StrCat("User \"", user.name, "\" cannot ", a.verb, " resource \"",
+                                       resource, "\" in API group \"", a.group, "\"", scope);
+  json details = {{"kind", a.resource}};
+  if (!a.name.empty()) details["name"] = a.name;
+  if (!a.group.empty()) details["group"] = a.group;
+  return Err(403,
+             a.name.empty() ? absl::StrCat(group_resource, " is forbidden: ", why)
+                            : absl::StrCat(group_resource, " \"", a.name, "\" is forbidden: ", why),
+             std::move(details));
+}
+
 constexpr char kTableMime[] = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
 }  // namespace
@@ -1180,6 +1311,30 @@ class FakeKubeApiServer::Impl {
                                    const std::string& content_type) {
     MutexLock l(&mu_);
     return ReplyJson(RouteObject(method, path, std::move(body), content_type, {}));
+  }
+
+  // Creates `obj`, or replaces it when it exists (ApplyFile).
+  absl::Status DirectApply(json obj) {
+    MutexLock l(&mu_);
+    const std::string api_version = Str(At(obj, "apiVersion"));
+    const std::string kind = Str(At(obj, "kind"));
+    const ResourceType* found = nullptr;
+    for (const auto& [key, rt] : types_) {
+      if (rt.api_version() == api_version && rt.kind == kind) found = &rt;
+    }
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no resource of kind ", kind, " in ", api_version));
+    }
+    const ResourceType rt = *found;  // a copy: CRD writes may unregister it
+    std::string ns = rt.namespaced ? MetaStr(obj, "namespace") : "";
+    if (rt.namespaced && ns.empty()) ns = "default";
+    Reply r = DoCreate(rt, ns, obj, false);
+    if (r.code == 409 && Str(At(r.body, "reason")) == "AlreadyExists") {
+      if (obj["metadata"].is_object()) obj["metadata"].erase("resourceVersion");
+      const std::string name = MetaStr(obj, "name");
+      r = DoUpdate(rt, ns, name, std::move(obj), UpdateMode::kMain, false);
+    }
+    return ReplyStatus(r);
   }
 
   int64_t resource_version() {
@@ -2381,12 +2536,54 @@ class FakeKubeApiServer::Impl {
   }
 
   void Record(const std::string& method, const std::string& path, const std::string& query,
-              int status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    requests_.push_back(Request{method, path, query, status});
+              int status, const UserInfo& user) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    requests_.push_back(Request{method, path, query, status, user.name});
     if (options_.log_requests) {
-      std::cerr << "fake-kube-apiserver: " << method << " " << path << (query.empty() ? "" : "?")
-                << query << " -> " << status << "\n";
+      std::cerr << "fake-kube-apiserver: " << user.name << " " << method << " " << path
+                << (query.empty() ? "" : "?") << query << " -> " << status << "\n";
     }
+  }
+
+  // RBAC (see the header): nullopt if `user` may do `a`, else the 403.
+  std::optional<ApiError> Authorize(const UserInfo& user, const RequestAttributes& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (user.InGroup("system:masters") || !a.resource_request) return std::nullopt;
+    constexpr char kRbac[] = "rbac.authorization.k8s.io";
+    const ResourceType* roles = FindType(kRbac, "v1", "roles");
+    const ResourceType* cluster_roles = FindType(kRbac, "v1", "clusterroles");
+    // Whether `binding` (in `ns`, "" for a ClusterRoleBinding) grants `a` to `user`.
+    auto grants = [&](const json& binding, const std::string& ns) {
+      bool named = false;
+      for (const json& subject : At(binding, "subjects")) {
+        named = named || SubjectMatches(subject, user, ns);
+      }
+      if (!named) return false;
+      const json& ref = At(binding, "roleRef");
+      const std::string kind = Str(At(ref, "kind"));
+      const json* role = nullptr;
+      if (kind == "ClusterRole" && cluster_roles != nullptr) {
+        role = FindObject(*cluster_roles, "", Str(At(ref, "name")));
+      } else if (kind == "Role" && !ns.empty() && roles != nullptr) {
+        role = FindObject(*roles, ns, Str(At(ref, "name")));
+      }
+      if (role == nullptr) return false;
+      for (const json& rule : At(*role, "rules")) {
+        if (RuleAllows(rule, a)) return true;
+      }
+      return false;
+    };
+    if (const ResourceType* t = FindType(kRbac, "v1", "clusterrolebindings")) {
+      for (const auto& [key, binding] : Bucket(*t)) {
+        if (grants(binding, "")) return std::nullopt;
+      }
+    }
+    if (const ResourceType* t = FindType(kRbac, "v1", "rolebindings");
+        t != nullptr && !a.ns.empty()) {
+      for (const auto& [key, binding] : Bucket(*t)) {
+        if (MetaStr(binding, "namespace") == a.ns && grants(binding, a.ns)) return std::nullopt;
+      }
+    }
+    return Forbidden(user, a);
   }
 
   // Sleeps `d` unless the server stops first.
@@ -2429,6 +2626,8 @@ class FakeKubeApiServer::Impl {
         absl::EqualsIgnoreCase(req.Header("connection"), "close") || req.version == "HTTP/1.0";
     const bool table = absl::StrContains(req.Header("accept"), "as=Table");
 
+    const UserInfo user = Authenticate(req);
+
     std::optional<FakeKubeFault> fault;
     {
       MutexLock l(&mu_);
@@ -2440,12 +2639,21 @@ class FakeKubeApiServer::Impl {
         Reply r = FromError(Err(fault->code, absl::StrCat("injected fault (", fault->code, ")")));
         {
           MutexLock l(&mu_);
-          Record(req.method, path, query, r.code);
+          Record(req.method, path, query, r.code, user);
         }
         return WriteReply(conn, r, close) && !close;
       }
     }
-    if (is_watch) return ServeWatch(conn, req, path, query, params, table) && !close;
+    {
+      MutexLock l(&mu_);
+      if (std::optional<ApiError> denied =
+              Authorize(user, AttributesOf(req.method, path, is_watch))) {
+        const Reply r = FromError(*denied);
+        Record(req.method, path, query, r.code, user);
+        return WriteReply(conn, r, close) && !close;
+      }
+    }
+    if (is_watch) return ServeWatch(conn, req, path, query, params, table, user) && !close;
 
     json body;
     std::string content_type = req.Header("content-type");
@@ -2471,7 +2679,7 @@ class FakeKubeApiServer::Impl {
       if (parsed) {
         r = Route(req.method, path, body, req.body, content_type, params, req.Header("accept"));
       }
-      Record(req.method, path, query, r.code);
+      Record(req.method, path, query, r.code, user);
     }
     return WriteReply(conn, r, close) && !close;
   }
@@ -2510,7 +2718,8 @@ class FakeKubeApiServer::Impl {
   // Streams a watch. False when the connection must close (dropped, stopped
   // or broken); true after a clean end.
   bool ServeWatch(Connection& conn, const HttpRequest& req, const std::string& path,
-                  const std::string& query, const Params& params, bool table) {
+                  const std::string& query, const Params& params, bool table,
+                  const UserInfo& user) {
     WatchSpec w;
     w.table = table;
     std::vector<std::string> lines;
@@ -2537,7 +2746,7 @@ class FakeKubeApiServer::Impl {
         bad = FromError(Err(400, absl::StrCat("invalid resource version: ", rv)));
       }
       if (bad.code != 200) {
-        Record(req.method, path, query, bad.code);
+        Record(req.method, path, query, bad.code, user);
         return WriteReply(conn, bad, false);
       }
       w.rt = *rt;
@@ -2571,7 +2780,7 @@ class FakeKubeApiServer::Impl {
       }
       drop_generation = drop_generation_;
       ++active_watches_;
-      Record(req.method, path, query, 200);
+      Record(req.method, path, query, 200, user);
     }
     struct Unregister {
       Impl* impl;
@@ -2703,8 +2912,12 @@ FakeKubeApiServer::~FakeKubeApiServer() = default;
 std::string FakeKubeApiServer::url() const { return impl_->url(); }
 int FakeKubeApiServer::port() const { return impl_->port(); }
 
-absl::Status FakeKubeApiServer::WriteKubeconfig(const std::string& path,
-                                                const std::string& ns) const {
+std::string FakeKubeApiServer::TokenFor(const std::string& user) {
+  return user == kFakeAdminUser ? kAdminToken : kUserTokenPrefix + user;
+}
+
+absl::Status FakeKubeApiServer::WriteKubeconfig(const std::string& path, const std::string& ns,
+                                                const std::string& user) const {
   std::ofstream out(path, std::ios::trunc);
   out << "apiVersion: v1\n"
       << "kind: Config\n"
@@ -2715,7 +2928,7 @@ absl::Status FakeKubeApiServer::WriteKubeconfig(const std::string& path,
       << "users:\n"
       << "- name: fake\n"
       << "  user:\n"
-      << "    token: fake-token\n"
+      << "    token: \"" << TokenFor(user) << "\"\n"
       << "contexts:\n"
       << "- name: fake\n"
       << "  context:\n"
@@ -2762,6 +2975,23 @@ absl::StatusOr<nlohmann::json> FakeKubeApiServer::Patch(const std::string& path,
                                                         const nlohmann::json& patch,
                                                         const std::string& content_type) {
   return impl_->DirectWrite("PATCH", path, patch, content_type);
+}
+
+absl::Status FakeKubeApiServer::ApplyFile(const std::string& yaml_path) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAllFromFile(yaml_path);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(yaml_path, ": ", e.what()));
+  }
+  for (nlohmann::json& object : YamlDocumentsToJson(docs)) {
+    const std::string what = absl::StrCat(object.value("kind", ""), " ",
+                                          object.value("/metadata/name"_json_pointer, ""));
+    if (absl::Status s = impl_->DirectApply(std::move(object)); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(yaml_path, ": ", what, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t FakeKubeApiServer::resource_version() const { return impl_->resource_version(); }

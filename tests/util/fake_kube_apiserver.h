@@ -4,10 +4,15 @@
 // 410, watch replay, /status, /scale, CRD registration and ownerReference
 // garbage collection behave as a real kube-apiserver's do. Real kubectl 1.31
 // runs against it in tests/operator/kubectl_test.cc to keep it honest.
+// Requests are authorized by RBAC for the identities tests give their
+// clients, so a client missing a permission in a cluster misses it here too.
 // Thread-safe: the HTTP threads and the direct store methods share one lock.
 //
 //   SS_ASSIGN_OR_RETURN(auto api, FakeKubeApiServer::Start());
 //   SS_RETURN_IF_ERROR(api->WriteKubeconfig(dir + "/kubeconfig"));
+//   SS_RETURN_IF_ERROR(api->ApplyFile("deploy/rbac.yaml"));  // Roles and bindings
+//   SS_RETURN_IF_ERROR(api->WriteKubeconfig(dir + "/sa", "default",
+//                                           "system:serviceaccount:ns:name"));
 //   ... point the operator (or kubectl) at api->url() ...
 //   api->UpdateStatus("/apis/apps/v1/namespaces/default/statefulsets/job-ps", sts);  // as kubelet
 //   api->InjectFault({.method = "PUT", .path_contains = "/shadowsyncjobs/", .code = 409});
@@ -94,6 +99,34 @@
 //    protobuf, so `helm install` cannot run against this server (helm
 //    template/lint need no server).
 //  - Injected faults apply to HTTP requests only, never to the direct methods.
+//
+// Identities and RBAC
+//  - Authentication by bearer token: TokenFor(user) (what WriteKubeconfig
+//    writes for `user`) authenticates as `user`; a ServiceAccount's user
+//    "system:serviceaccount:<ns>:<name>" is in the groups
+//    system:serviceaccounts and system:serviceaccounts:<ns>, every user in
+//    system:authenticated. Any other token, or none, is kFakeAdminUser, in
+//    group system:masters (a cluster admin, as kubectl's usual kubeconfig):
+//    so tests that pick no identity keep working unauthorized. kubectl is
+//    always the admin here: client-go sends a kubeconfig's credentials over
+//    TLS only, and this server speaks plain HTTP.
+//  - Authorization (HTTP only; the direct methods act as the admin): a
+//    system:masters request is allowed. Any other resource request is
+//    allowed only if a rule of a Role or ClusterRole stored in the fake
+//    grants it through a binding naming the user, one of its groups or its
+//    ServiceAccount: ClusterRoleBindings everywhere, RoleBindings in their
+//    namespace (to a Role there or a ClusterRole). A rule matches on verbs,
+//    apiGroups, resources ("shadowsyncjobs/status" for a subresource, "*"
+//    wildcards) and resourceNames. The verb is kube-apiserver's: GET of an
+//    object get, of a collection list, with watch=1|true watch; POST create;
+//    PUT update; PATCH patch; DELETE of an object delete, of a collection
+//    deletecollection. Non-resource paths (discovery, /version, /openapi,
+//    /healthz) are allowed to everyone, as the default system:discovery
+//    bindings allow them. Aggregated ClusterRoles (aggregationRule) are not
+//    computed. A denied request is 403 with a Status whose reason is
+//    Forbidden and whose message is the real one, e.g.
+//      events "j.1f" is forbidden: User "system:serviceaccount:a:b" cannot
+//      get resource "events" in API group "" in the namespace "default"
 #ifndef SHADOWSYNC_TESTS_UTIL_FAKE_KUBE_APISERVER_H_
 #define SHADOWSYNC_TESTS_UTIL_FAKE_KUBE_APISERVER_H_
 
@@ -108,6 +141,9 @@
 #include "nlohmann/json.hpp"
 
 namespace shadowsync::testing {
+
+// The identity of requests without a token of TokenFor(): a cluster admin.
+inline constexpr char kFakeAdminUser[] = "kubernetes-admin";
 
 struct FakeKubeApiServerOptions {
   std::string host = "127.0.0.1";  // Address to bind. Default: loopback.
@@ -143,9 +179,12 @@ class FakeKubeApiServer {
 
   std::string url() const;  // "http://127.0.0.1:PORT"
   int port() const;
-  // Writes a kubeconfig (cluster, user with a dummy token, context with
+  // Writes a kubeconfig (cluster, user with TokenFor(`user`), context with
   // namespace `ns`, current-context) pointing at url().
-  absl::Status WriteKubeconfig(const std::string& path, const std::string& ns = "default") const;
+  absl::Status WriteKubeconfig(const std::string& path, const std::string& ns = "default",
+                               const std::string& user = kFakeAdminUser) const;
+  // The bearer token that authenticates as `user` (see "Identities and RBAC").
+  static std::string TokenFor(const std::string& user);
 
   // Direct store access: same semantics and same resourceVersion counter as
   // HTTP; paths are API paths, e.g.
@@ -166,6 +205,11 @@ class FakeKubeApiServer {
   // e.g. "application/merge-patch+json".
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
                                        const std::string& content_type);
+  // Creates every object of a multi-document YAML file, replacing one that
+  // exists (as `kubectl apply -f` would, without the three-way merge), e.g.
+  // deploy/rbac.yaml. Namespaced objects without a namespace go to
+  // "default"; the namespaces must exist. Stops at the first error.
+  absl::Status ApplyFile(const std::string& yaml_path);
 
   int64_t resource_version() const;  // The current global revision.
   // Forgets the watch history: a watch from an older resourceVersion than
@@ -180,12 +224,14 @@ class FakeKubeApiServer {
 
   // Every HTTP request answered, in order. `method` is the HTTP method
   // (watches are "GET" with watch=... in `query`, recorded when the stream
-  // starts); `query` is the raw query string; `status` the HTTP status.
+  // starts); `query` is the raw query string; `status` the HTTP status;
+  // `user` who asked (see "Identities and RBAC").
   struct Request {
     std::string method;
     std::string path;
     std::string query;
     int status = 0;
+    std::string user;
   };
   std::vector<Request> Requests() const;
   void ClearRequests();
