@@ -256,11 +256,16 @@ TEST_F(ClockRpcTest, LockStepOverTwoReplicasAndLeave) {
 
 TEST_F(ClockRpcTest, TimedOutMemberReleasesTheWaiter) {
   ASSERT_NO_FATAL_FAILURE(StartAndJoin(1, absl::Milliseconds(300)));
+  // b's last report: the timeout runs from there, however long a takes to
+  // ask (under tsan, a's call came 94 ms later and waited only 206 ms).
+  const absl::Time b_last = absl::Now();
+  SS_ASSERT_OK(b_->Clock(0, 0));
   auto r = a_->Clock(2, 0);  // b never reports again
   SS_ASSERT_OK(r);
+  EXPECT_GE(absl::Now() - b_last, absl::Milliseconds(300));
   EXPECT_TRUE(r->released);
   EXPECT_EQ(r->live_members, 1);
-  EXPECT_GE(r->waited, absl::Milliseconds(250));
+  EXPECT_GT(r->waited, absl::ZeroDuration());
 }
 
 TEST_F(ClockRpcTest, ShortMaxWaitAnswersUnreleased) {
