@@ -388,8 +388,15 @@ TEST_F(StalenessStrategiesTest, PsPlusBlocksLessPerStepThanAspOnASlowSyncer) {
   };
   SyncConfig asp;
   asp.algorithm = SyncAlgorithm::kAsp;
-  const double asp_blocked = blocked_per_step(asp, "asp");
-  const double ps_plus_blocked = blocked_per_step(PsPlus(StalenessLrRule::kInverse), "ps-plus");
+  // The least of three interleaved runs of each: under ctest -j2 another
+  // test's CPU use once made a single ps-plus run block longer (87 ms a
+  // step) than a single asp run (79 ms); the overlap shows in the quietest.
+  double asp_blocked = 1e9, ps_plus_blocked = 1e9;
+  for (int run = 0; run < 3; ++run) {
+    asp_blocked = std::min(asp_blocked, blocked_per_step(asp, "asp"));
+    ps_plus_blocked =
+        std::min(ps_plus_blocked, blocked_per_step(PsPlus(StalenessLrRule::kInverse), "ps-plus"));
+  }
   std::cerr << "blocked per step: asp " << asp_blocked * 1e3 << " ms, ps-plus "
             << ps_plus_blocked * 1e3 << " ms\n";
   EXPECT_LT(ps_plus_blocked, asp_blocked);
