@@ -24,12 +24,6 @@
 namespace shadowsync::exporter {
 namespace {
 
-using internal::Clock;
-using internal::Connect;
-using internal::GetMap;
-using internal::Since;
-using internal::Stub;
-
 // One server's ExportSlots stream, read ahead on a thread of its own: every
 // server sends while the merge writes another server's rows, instead of
 // stalling on its flow-control window until the merge comes back to it.
@@ -37,7 +31,7 @@ class ServerStream {
  public:
   ServerStream(std::string address, const RowStreamOptions& options,
                const std::vector<uint32_t>& slots, bool weights_only)
-      : address_(std::move(address)), stub_(Connect(address_, options.security)) {
+      : address_(std::move(address)), stub_(internal::Connect(address_, options.security)) {
     context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
     v1::ExportSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
@@ -135,7 +129,7 @@ class ServerStream {
   }
 
   const std::string address_;
-  std::unique_ptr<Stub> stub_;
+  std::unique_ptr<internal::Stub> stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader_;
   std::thread thread_;
@@ -156,8 +150,8 @@ class ServerStream {
 absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
                                                 const RowStreamOptions& options,
                                                 model::ExportWriter* writer) {
-  const Clock::time_point start = Clock::now();
-  SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
+  const auto start = internal::Clock::now();
+  SS_ASSIGN_OR_RETURN(const ShardMap map, internal::GetMap(ps_address, options));
   const model::ExportInfo& info = writer->info();
   if (map.num_slots() != info.num_slots) {
     return absl::FailedPreconditionError(absl::StrCat("export: the servers have ", map.num_slots(),
@@ -222,7 +216,7 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
     SS_RETURN_IF_ERROR(finished);
   }
   SS_RETURN_IF_ERROR(status);
-  stats.seconds = Since(start);
+  stats.seconds = internal::Since(start);
   return stats;
 }
 

@@ -26,12 +26,6 @@
 namespace shadowsync::exporter {
 namespace {
 
-using internal::Clock;
-using internal::Connect;
-using internal::GetMap;
-using internal::Since;
-using internal::Stub;
-
 // ImportSlots streams to one server: rows go out in chunks of one slot, and
 // a stream is closed (staged rows applied, count and checksum verified)
 // every `import_stream_rows` rows. The caller fills a stream's chunks; the
@@ -47,7 +41,7 @@ class ServerSink {
       : address_(std::move(address)),
         options_(options),
         weights_only_(weights_only),
-        stub_(Connect(address_, options.security)) {
+        stub_(internal::Connect(address_, options.security)) {
     for (int i = 0; i < kSendersPerServer; ++i) senders_.emplace_back([this] { Send(); });
   }
   // Without Close (the import failed elsewhere): the open streams are
@@ -219,7 +213,7 @@ class ServerSink {
   const std::string address_;
   const RowStreamOptions& options_;
   const bool weights_only_;
-  std::unique_ptr<Stub> stub_;
+  std::unique_ptr<internal::Stub> stub_;
   // The caller's side: the stream being filled.
   Stream stream_;
   v1::SlotChunk* chunk_ = nullptr;  // Its open chunk, in stream_.
@@ -432,10 +426,10 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
                                                 const ShadowSyncJob& job,
                                                 const std::string& ps_address,
                                                 const RowStreamOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const auto start = internal::Clock::now();
   const model::ExportInfo want = ExportInfoForJob(job);
   SS_RETURN_IF_ERROR(reader.CheckShape(want.config, want.embeddings.tables));
-  SS_ASSIGN_OR_RETURN(const ShardMap map, GetMap(ps_address, options));
+  SS_ASSIGN_OR_RETURN(const ShardMap map, internal::GetMap(ps_address, options));
   // The servers' rows: dim values, then their optimizer's state. The
   // export's state is sent if it has the servers' optimizer's; otherwise
   // the weights only, and the servers start the state at zero.
@@ -514,7 +508,7 @@ absl::StatusOr<RowStreamStats> ImportServerRows(const model::ExportReader& reade
   SS_RETURN_IF_ERROR(read_status);
   // Sinks not closed (an error) abandon their open streams.
   for (auto& sink : sinks) SS_RETURN_IF_ERROR(sink->Close());
-  stats.seconds = Since(start);
+  stats.seconds = internal::Since(start);
   return stats;
 }
 
