@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<GrpcServerProcess>> GrpcServerProcess::Start(
     for (const std::weak_ptr<prometheus::Collectable>& c : collectables) {
       p.http_->RegisterCollectable(c);
     }
+    if (hooks.health) p.http_->SetHealthCheck(hooks.health);
   }
   p.hooks_ = std::move(hooks);
   p.started_ = true;

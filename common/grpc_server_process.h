@@ -61,8 +61,12 @@ struct GrpcServerProcessOptions {
 
 class GrpcServerProcess {
  public:
-  // What the owning server adds to Shutdown(). Either may be empty.
+  // What the owning server adds to its health and to Shutdown(). Any may be
+  // empty.
   struct Hooks {
+    // The HTTP endpoint's health check (MetricsHttpServer::SetHealthCheck): a
+    // failure only a restart mends turns /healthz, /readyz and /livez to 503.
+    std::function<absl::Status()> health;
     // Runs before gRPC stops accepting calls: answer the calls that would
     // otherwise keep the drain waiting (the syncer's open all-reduce rounds).
     std::function<void()> before_drain;

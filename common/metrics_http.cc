@@ -11,6 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -70,61 +73,83 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
 }
 
 namespace shadowsync {
+
+struct MetricsHttpServer::HealthState {
+  std::atomic<bool> serving{false};
+  std::atomic<bool> ready{true};
+  Mutex mu;
+  std::function<absl::Status()> check ABSL_GUARDED_BY(mu);
+
+  absl::Status Check() ABSL_LOCKS_EXCLUDED(mu) {
+    std::function<absl::Status()> copy;
+    {
+      MutexLock lock(&mu);
+      copy = check;
+    }
+    return copy ? copy() : absl::OkStatus();
+  }
+};
+
 namespace {
 
-// /healthz of every endpoint in the process, keyed by HTTP port: civetweb's
+using HealthState = MetricsHttpServer::HealthState;
+
+// The health of every endpoint in the process, keyed by HTTP port: civetweb's
 // begin_request callback is a plain function without a user pointer, so it
-// finds its server's flag by the port the request arrived on.
+// finds its server's state by the port the request arrived on.
 class HealthRegistry {
  public:
   static HealthRegistry& Get() {
     static auto* registry = new HealthRegistry();  // Never destroyed: used by HTTP threads.
     return *registry;
   }
-  struct Flags {
-    std::shared_ptr<std::atomic<bool>> serving, ready;
-  };
-  void Register(int port, Flags flags) {
+  void Register(int port, std::shared_ptr<HealthState> state) {
     MutexLock lock(&mu_);
-    by_port_[port] = std::move(flags);
+    by_port_[port] = std::move(state);
   }
   void Unregister(int port) {
     MutexLock lock(&mu_);
     by_port_.erase(port);
   }
-  // Serving, not yet serving / stopping, or unknown port (also not serving).
-  bool Serving(int port) {
+  // Null for an unknown port.
+  std::shared_ptr<HealthState> Find(int port) {
     ReaderMutexLock lock(&mu_);
     auto it = by_port_.find(port);
-    return it != by_port_.end() && it->second.serving->load(std::memory_order_acquire);
-  }
-  bool Ready(int port) {
-    ReaderMutexLock lock(&mu_);
-    auto it = by_port_.find(port);
-    return it != by_port_.end() && it->second.serving->load(std::memory_order_acquire) &&
-           it->second.ready->load(std::memory_order_acquire);
+    return it == by_port_.end() ? nullptr : it->second;
   }
 
  private:
   Mutex mu_;
-  absl::flat_hash_map<int, Flags> by_port_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, std::shared_ptr<HealthState>> by_port_ ABSL_GUARDED_BY(mu_);
 };
 
-// Answers /healthz and /readyz itself and leaves every other URI (/metrics)
-// to the exposer.
+// The answer to /healthz, /readyz or /livez from `state` (null: the server
+// is gone), as a code and a body.
+std::pair<int, std::string> Probe(std::string_view uri, HealthState* state) {
+  if (state == nullptr) return {503, "not serving\n"};
+  if (absl::Status health = state->Check(); !health.ok()) {
+    return {503, absl::StrCat("failed: ", health.message(), "\n")};
+  }
+  const bool up =
+      uri == "/livez" || (state->serving.load(std::memory_order_acquire) &&
+                          (uri == "/healthz" || state->ready.load(std::memory_order_acquire)));
+  return up ? std::pair<int, std::string>{200, "ok\n"}
+            : std::pair<int, std::string>{503, "not serving\n"};
+}
+
+// Answers /healthz, /readyz and /livez itself and leaves every other URI
+// (/metrics) to the exposer.
 int HandleHealthz(mg_connection* conn) {
   const mg_request_info* info = mg_get_request_info(conn);
   if (info == nullptr || info->local_uri == nullptr) return 0;
-  const bool healthz = std::strcmp(info->local_uri, "/healthz") == 0;
-  if (!healthz && std::strcmp(info->local_uri, "/readyz") != 0) return 0;
-  const bool serving = healthz ? HealthRegistry::Get().Serving(info->server_port)
-                               : HealthRegistry::Get().Ready(info->server_port);
-  const char* body = serving ? "ok\n" : "not serving\n";
-  const int code = serving ? 200 : 503;
+  const std::string_view uri = info->local_uri;
+  if (uri != "/healthz" && uri != "/readyz" && uri != "/livez") return 0;
+  const std::shared_ptr<HealthState> state = HealthRegistry::Get().Find(info->server_port);
+  const auto [code, body] = Probe(uri, state.get());
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-            code, serving ? "OK" : "Service Unavailable", std::strlen(body), body);
+            code, code == 200 ? "OK" : "Service Unavailable", body.size(), body.c_str());
   return code;
 }
 
@@ -162,6 +187,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->address_ = address;
+  server->health_ = std::make_shared<HealthState>();
   CivetCallbacks callbacks;
   callbacks.begin_request = &HandleHealthz;
   t_starting_civetweb = true;
@@ -174,7 +200,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
-  HealthRegistry::Get().Register(server->port_, {server->serving_, server->ready_});
+  HealthRegistry::Get().Register(server->port_, server->health_);
   return server;
 }
 
@@ -183,6 +209,19 @@ MetricsHttpServer::~MetricsHttpServer() {
   set_serving(false);
   HealthRegistry::Get().Unregister(port_);
   StopExposer(std::move(exposer_), DialableAddress(address_, port_));
+}
+
+void MetricsHttpServer::set_serving(bool serving) {
+  health_->serving.store(serving, std::memory_order_release);
+}
+
+void MetricsHttpServer::set_ready(bool ready) {
+  health_->ready.store(ready, std::memory_order_release);
+}
+
+void MetricsHttpServer::SetHealthCheck(std::function<absl::Status()> check) {
+  MutexLock lock(&health_->mu);
+  health_->check = std::move(check);
 }
 
 void MetricsHttpServer::RegisterCollectable(

@@ -1,7 +1,9 @@
 // The HTTP endpoint of every server process: Prometheus /metrics from the
 // registered collectables, /healthz (200 "ok" while serving, 503 before
-// and while stopping) and /readyz (also 503 while not ready), on civetweb
-// through prometheus-cpp's Exposer.
+// and while stopping), /readyz (also 503 while not ready) and /livez (503
+// only while the health check fails: a liveness probe must not kill a
+// process that is starting or draining), on civetweb through prometheus-cpp's
+// Exposer.
 // Thread-safe.
 //
 //   SS_ASSIGN_OR_RETURN(auto http, MetricsHttpServer::Start("0.0.0.0:7001"));
@@ -11,10 +13,11 @@
 #ifndef SHADOWSYNC_COMMON_METRICS_HTTP_H_
 #define SHADOWSYNC_COMMON_METRICS_HTTP_H_
 
-#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace prometheus {
@@ -40,9 +43,17 @@ class MetricsHttpServer {
   int port() const { return port_; }
   void RegisterCollectable(const std::weak_ptr<prometheus::Collectable>& collectable);
   void RemoveCollectable(const std::weak_ptr<prometheus::Collectable>& collectable);
-  void set_serving(bool serving) { serving_->store(serving, std::memory_order_release); }
+  void set_serving(bool serving);
   // /readyz: serving and ready. Default ready (then /readyz is /healthz).
-  void set_ready(bool ready) { ready_->store(ready, std::memory_order_release); }
+  void set_ready(bool ready);
+  // Run by every /healthz, /readyz and /livez request, on civetweb's threads,
+  // so it must be quick and thread-safe. While it fails, all three answer 503
+  // with its message: a failure only a restart mends (the parameter server's
+  // failed store). Replaces an earlier check; empty = none.
+  void SetHealthCheck(std::function<absl::Status()> check);
+
+  // Shared with civetweb's threads, which may still read it after the server.
+  struct HealthState;
 
  private:
   MetricsHttpServer() = default;
@@ -50,9 +61,7 @@ class MetricsHttpServer {
   std::string address_;
   int port_ = 0;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  // Read by the /healthz handler on civetweb's threads.
-  std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
-  std::shared_ptr<std::atomic<bool>> ready_ = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<HealthState> health_;
 };
 
 }  // namespace shadowsync

@@ -229,6 +229,12 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                      {{"httpGet", {{"path", "/healthz"}, {"port", "metrics"}}},
                       {"periodSeconds", 5},
                       {"failureThreshold", 3}}},
+                    // /livez fails only on what a restart mends (a parameter
+                    // server's failed store), never while starting or draining.
+                    {"livenessProbe",
+                     {{"httpGet", {{"path", "/livez"}, {"port", "metrics"}}},
+                      {"periodSeconds", 10},
+                      {"failureThreshold", 3}}},
                     {"volumeMounts",
                      {{{"name", kConfigVolume}, {"mountPath", opt.config_dir}, {"readOnly", true}},
                       {{"name", kDataVolume}, {"mountPath", opt.data_dir}},

@@ -39,9 +39,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
 
   SS_ASSIGN_OR_RETURN(
       s.process_,
-      GrpcServerProcess::Start(
-          "ps", opts, s.service_.get(), {s.registry_, s.store_collectable_},
-          {.before_drain = [&s] { s.StopEviction(); }, .after_stop = [&s] { s.Close(); }}));
+      GrpcServerProcess::Start("ps", opts, s.service_.get(), {s.registry_, s.store_collectable_},
+                               {.health = [&s] { return s.store_->health(); },
+                                .before_drain = [&s] { s.StopEviction(); },
+                                .after_stop = [&s] { s.Close(); }}));
   // On any error below, ~PsServer tears down whatever was started.
   s.advertise_address_ =
       opts.advertise_address.empty() ? s.process_->local_address() : opts.advertise_address;

@@ -298,8 +298,8 @@ absl::Status RowStoreImpl::WriteBatchLocked(const char* what,
   const rocksdb::Status written = DbWrite(options, &batch_);
   if (written.ok()) return absl::OkStatus();
   absl::Status status = FromRocks(written, absl::StrCat(what, " in ", options_.db_path));
-  failure_ = absl::UnavailableError(
-      absl::StrCat("row store failed (restart to recover): ", status.message()));
+  FailLocked(absl::UnavailableError(
+      absl::StrCat("row store failed (restart to recover): ", status.message())));
   return status;
 }
 

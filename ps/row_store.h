@@ -239,6 +239,9 @@ class RowStore {
 
   virtual RowStoreStats stats() const = 0;
   virtual const RowStoreOptions& options() const = 0;
+  // OK, or the storage failure after which the store refuses every write
+  // until a restart replays its redo log. Cheap; never waits for a writer.
+  virtual absl::Status health() const = 0;
 };
 
 }  // namespace shadowsync::ps

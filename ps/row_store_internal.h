@@ -30,6 +30,7 @@
 #include "common/hash.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/embedding_table.h"
 #include "model/optimizer.h"
 #include "ps/admission.h"
@@ -231,6 +232,10 @@ class RowStoreImpl final : public RowStore {
   absl::StatusOr<int64_t> EvictNow() override;
   RowStoreStats stats() const override;
   const RowStoreOptions& options() const override { return options_; }
+  absl::Status health() const override ABSL_LOCKS_EXCLUDED(health_mu_) {
+    MutexLock lock(&health_mu_);
+    return health_;
+  }
 
  private:
   // What the store knows of a slot's rows (slot_state_). Every row of an
@@ -359,7 +364,16 @@ class RowStoreImpl final : public RowStore {
   absl::Status RunCheckpoint() ABSL_LOCKS_EXCLUDED(write_mu_);
   void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(write_mu_) {
     MutexLock w(&write_mu_);
-    if (failure_.ok()) failure_ = status;
+    FailLocked(status);
+  }
+  // Fails the store with `status` unless it has failed already.
+  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_LOCKS_EXCLUDED(health_mu_) {
+    if (!failure_.ok()) return;
+    failure_ = status;
+    LOG(ERROR) << "row store " << options_.db_path << " failed: " << status;
+    MutexLock lock(&health_mu_);
+    health_ = status;
   }
   void CheckpointLoop();
   absl::Status DeleteLogsUpTo(uint64_t generation) const;
@@ -424,7 +438,11 @@ class RowStoreImpl final : public RowStore {
   Mutex write_mu_;
   // Set by a storage failure after a request was logged; every later write
   // fails with it. Restarting replays the log.
+  // Set only through FailLocked.
   absl::Status failure_ ABSL_GUARDED_BY(write_mu_);
+  // A copy of failure_ for health(), which must not wait behind a long write.
+  mutable Mutex health_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
   int64_t rows_stored_ ABSL_GUARDED_BY(write_mu_) = 0;
   // Per slot: kSlotUnknown, kSlotEmpty or kSlotMayHaveRows.
   std::vector<uint8_t> slot_state_ ABSL_GUARDED_BY(write_mu_);

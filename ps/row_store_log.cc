@@ -180,7 +180,7 @@ absl::Status RowStoreImpl::RotateLogLocked() {
 absl::Status RowStoreImpl::AppendLocked(std::string_view record, bool carried) {
   logged_since_open_ = true;
   absl::Status status = log_->Append(record);
-  if (status.code() == absl::StatusCode::kDataLoss) failure_ = status;
+  if (status.code() == absl::StatusCode::kDataLoss) FailLocked(status);
   const int64_t before = log_bytes_.load(std::memory_order_relaxed);
   log_bytes_.store(log_->size(), std::memory_order_relaxed);
   if (!carried && status.ok()) {
@@ -191,7 +191,7 @@ absl::Status RowStoreImpl::AppendLocked(std::string_view record, bool carried) {
 
 absl::Status RowStoreImpl::SyncLogLocked() {
   absl::Status status = log_->Sync();
-  if (!status.ok()) failure_ = status;
+  if (!status.ok()) FailLocked(status);
   return status;
 }
 

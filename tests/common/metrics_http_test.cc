@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -97,6 +98,42 @@ TEST(MetricsHttpServerTest, OtherThreadsKeepTheStackSizeTheyAskFor) {
   ASSERT_EQ(pthread_attr_getstacksize(&attr, &size), 0);
   EXPECT_EQ(size, 256u * 1024);
   pthread_attr_destroy(&attr);
+}
+
+// /healthz and /readyz follow serving and ready; /livez only the health
+// check, so a liveness probe spares a process that is starting or draining
+// and restarts one whose check fails. A failing check turns all three to 503
+// with its message, and they recover when it passes again.
+TEST(MetricsHttpServerTest, TheHealthCheckDecidesLivezAndOverridesServing) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+  std::string body;
+  auto codes = [&] {
+    return std::vector<int>{testing::HttpGet(port, "/healthz", &body),
+                            testing::HttpGet(port, "/readyz", &body),
+                            testing::HttpGet(port, "/livez", &body)};
+  };
+  EXPECT_EQ(codes(), (std::vector<int>{503, 503, 200})) << "starting";
+  (*http)->set_serving(true);
+  (*http)->set_ready(false);
+  EXPECT_EQ(codes(), (std::vector<int>{200, 503, 200})) << "serving, not ready";
+  (*http)->set_ready(true);
+  EXPECT_EQ(codes(), (std::vector<int>{200, 200, 200}));
+
+  std::atomic<bool> failed{true};
+  (*http)->SetHealthCheck([&failed] {
+    return failed.load() ? absl::UnavailableError("store failed: disk full") : absl::OkStatus();
+  });
+  for (const char* path : {"/healthz", "/readyz", "/livez"}) {
+    EXPECT_EQ(testing::HttpGet(port, path, &body), 503) << path;
+    EXPECT_EQ(body, "failed: store failed: disk full\n") << path;
+  }
+  failed = false;
+  EXPECT_EQ(codes(), (std::vector<int>{200, 200, 200}));
+  (*http)->set_serving(false);  // Draining.
+  EXPECT_EQ(codes(), (std::vector<int>{503, 503, 200}));
+  (*http)->SetHealthCheck(nullptr);
 }
 
 }  // namespace

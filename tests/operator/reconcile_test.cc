@@ -344,6 +344,7 @@ TEST(ReconcileTest, StatefulSetsRunThePodCommand) {
       EXPECT_FALSE(ports.contains("grpc"));
     }
     EXPECT_EQ(main["readinessProbe"]["httpGet"], json({{"path", "/healthz"}, {"port", "metrics"}}));
+    EXPECT_EQ(main["livenessProbe"]["httpGet"], json({{"path", "/livez"}, {"port", "metrics"}}));
     std::map<std::string, json> env;
     for (const json& e : main["env"]) env[e["name"]] = e;
     EXPECT_EQ(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -1611,6 +1612,59 @@ TEST_F(PsServiceTest, MetricsAndHealthzOverHttp) {
   EXPECT_THAT(body, HasSubstr("shadowsync_ps_rows_stored " + std::to_string(touched_.size())));
   nodes_[0].server->Shutdown();
   EXPECT_NE(testing::HttpGet(port, "/healthz", &body), 200);
+}
+
+// A store that has failed refuses every push until a restart, so its health
+// endpoints must say so: a liveness probe on /livez restarts the pod instead
+// of trainers crash-looping on refused pushes behind a /healthz that says ok.
+// The failure is real: a file-size limit (as a full disk would) makes
+// RocksDB's WAL refuse the checkpoint's flush.
+TEST_F(PsServiceTest, AFailedStoreTurnsHealthzReadyzAndLivezTo503) {
+  // Every push stores new rows (cold at the next checkpoint, which flushes
+  // them into RocksDB), and the redo log rotates every 64 KB: RocksDB's
+  // WAL, not the redo log, reaches the limit below.
+  constexpr uint64_t kManyRows = uint64_t{1} << 40;
+  ps::PsServerOptions o = Options("ps0");
+  o.store.tables = testing::NumberedTables(kTables, kManyRows);
+  o.store.checkpoint_log_bytes = 64 << 10;
+  o.store.checkpoint_interval = absl::Milliseconds(50);
+  nodes_.push_back(Start(std::move(o)));
+  ASSERT_NE(nodes_[0].server, nullptr);
+  map_ = ShardMap::Balanced(kSlots, {nodes_[0].address}, /*epoch=*/2);
+  ASSERT_TRUE(SetMap(0, *map_, 0).ok());
+  const int port = nodes_[0].server->metrics_port();
+  std::string body;
+  ASSERT_EQ(testing::HttpGet(port, "/livez", &body), 200);
+  ASSERT_EQ(testing::HttpGet(port, "/healthz", &body), 200);
+
+  std::unique_ptr<ps::PsClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto sigxfsz = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a core dump.
+  rlimit limit = saved;
+  limit.rlim_cur = 512 << 10;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  absl::Status push;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    push = client->Push(RandomGrads(RandomIds(200, kManyRows)));
+    if (absl::StrContains(push.message(), "row store failed")) break;
+    absl::SleepFor(absl::Milliseconds(5));  // Lets checkpoints keep the redo logs small.
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, sigxfsz);
+  ASSERT_THAT(push, StatusIs(absl::StatusCode::kUnavailable, "row store failed"));
+
+  // The limit is gone, yet the store stays failed: only a restart recovers.
+  EXPECT_THAT(client->Push(RandomGrads(RandomIds(5, kManyRows))),
+              StatusIs(absl::StatusCode::kUnavailable, "row store failed"));
+  for (const char* path : {"/livez", "/healthz", "/readyz"}) {
+    EXPECT_EQ(testing::HttpGet(port, path, &body), 503) << path;
+    EXPECT_THAT(body, HasSubstr("row store failed")) << path;
+  }
+  std::vector<model::TableRows> ids = RandomIds(5, kManyRows);
+  EXPECT_TRUE(client->Lookup(ids).ok()) << "reads go on from the cache and RocksDB";
 }
 
 }  // namespace
