@@ -741,9 +741,12 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       SS_ASSIGN_OR_RETURN(ps::RepairReport repair,
                           ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24, security));
       if (repair.repaired) {
-        LOG(WARNING) << key << ": repaired an interrupted reshard: " << repair.slots_returned
-                     << " slots back at their sources, " << repair.rows_dropped
-                     << " stray rows dropped, epoch " << repair.map.epoch();
+        LOG(WARNING) << key << ": repaired an interrupted reshard: "
+                     << (repair.rolled_forward
+                             ? std::string("its step completed")
+                             : absl::StrCat(repair.slots_returned, " slots back at their sources"))
+                     << ", " << repair.rows_dropped << " stray rows dropped, epoch "
+                     << repair.map.epoch();
       }
       // A resumed scale-out starts from a map that already lists the new
       // servers; a resumed scale-in from one that still lists the drained.

@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -247,6 +249,14 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
   const int n_map = map.num_servers();  // max(n_before, n_after) while moving
   const std::vector<SlotMove> moves = map.PlanRebalance(n_after);
   report.slots_moved = static_cast<int64_t>(moves.size());
+  // options.kill_point: once it fails, Reshard returns without another call.
+  bool killed = false;
+  auto point = [&](std::string_view name, int server) -> absl::Status {
+    if (!options.kill_point) return absl::OkStatus();
+    absl::Status status = options.kill_point(name, server);
+    killed = !status.ok();
+    return status;
+  };
 
   for (size_t first = 0; first < moves.size(); first += options.slots_per_step) {
     if (options.stop_requested && options.stop_requested()) {
@@ -266,13 +276,16 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     }
     // 1. Freeze: the sources stop serving the moving slots.
     for (int i = 0; i < n_map; ++i) {
-      if (is_source[i]) SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
+      if (!is_source[i]) continue;
+      SS_RETURN_IF_ERROR(point("freeze", i));
+      SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
     }
     // 2. Copy and verify; on a failure, give the slots back to the sources.
     RowSetChecksum step_before, step_after;
     absl::Status copied = [&]() -> absl::Status {
       for (const auto& [pair, slots] : pairs) {
         const int from = static_cast<int>(pair.first), to = static_cast<int>(pair.second);
+        SS_RETURN_IF_ERROR(point("copy", from));
         SS_RETURN_IF_ERROR(cluster.Drop(to, slots).status());
         SS_ASSIGN_OR_RETURN(RowSetChecksum sent, cluster.Move(from, to, slots));
         SS_ASSIGN_OR_RETURN(RowSetChecksum stored, cluster.Move(to, -1, slots));
@@ -288,17 +301,33 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
       }
       return absl::OkStatus();
     }();
+    if (killed) return copied;
     if (!copied.ok()) {
-      std::vector<SlotMove> back;
-      for (const SlotMove& m : step) back.push_back({.slot = m.slot, .from = m.to, .to = m.from});
-      absl::StatusOr<ShardMap> restored = next.WithMoves(back, next.addresses());
-      if (restored.ok()) {
+      // The sources first, and no one else unless every source has it: the
+      // others never left the previous map. A target holding the rollback
+      // while a source stayed frozen (it crashed) would make RepairShardMaps
+      // take the rollback for the step and drop the source's rows.
+      absl::Status rolled_back = [&]() -> absl::Status {
+        std::vector<SlotMove> back;
+        for (const SlotMove& m : step) back.push_back({.slot = m.slot, .from = m.to, .to = m.from});
+        SS_ASSIGN_OR_RETURN(ShardMap restored, next.WithMoves(back, next.addresses()));
         for (int i = 0; i < n_map; ++i) {
-          if (is_source[i]) (void)cluster.SetMap(i, *restored);
+          if (!is_source[i]) continue;
+          SS_RETURN_IF_ERROR(point("rollback", i));
+          SS_RETURN_IF_ERROR(cluster.SetMap(i, restored));
         }
         for (int i = 0; i < n_map; ++i) {
-          if (!is_source[i]) (void)cluster.SetMap(i, *restored);
+          if (!is_source[i]) SS_RETURN_IF_ERROR(cluster.SetMap(i, restored));
         }
+        return absl::OkStatus();
+      }();
+      if (killed) return rolled_back;
+      if (!rolled_back.ok()) {
+        return absl::Status(
+            copied.code(),
+            absl::StrCat("reshard step at epoch ", next.epoch(), " failed: ", copied.message(),
+                         "; and its rollback stopped (RepairShardMaps gives the ", step.size(),
+                         " slots back to their sources): ", rolled_back.message()));
       }
       return absl::Status(
           copied.code(),
@@ -307,11 +336,14 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     }
     // 3. The targets (and everyone else) adopt the map and serve.
     for (int i = 0; i < n_map; ++i) {
-      if (!is_source[i]) SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
+      if (is_source[i]) continue;
+      SS_RETURN_IF_ERROR(point("adopt", i));
+      SS_RETURN_IF_ERROR(cluster.SetMap(i, next));
     }
     // 4. The sources let go of the rows, all of which were frozen since 1.
     int64_t dropped = 0;
     for (const auto& [pair, slots] : pairs) {
+      SS_RETURN_IF_ERROR(point("drop", static_cast<int>(pair.first)));
       SS_ASSIGN_OR_RETURN(const int64_t d, cluster.Drop(static_cast<int>(pair.first), slots));
       dropped += d;
     }
@@ -383,12 +415,24 @@ absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& add
   }
   RepairReport report{.map = *newest};
   if (newest->epoch() != oldest->epoch()) {
-    // Back to the older owner wherever the two differ: the step's sources.
+    // The step's slots are those whose owner differs; their owners in the
+    // oldest map are the step's sources.
     std::vector<SlotMove> back;
+    std::vector<bool> is_source(addresses.size());
     for (uint32_t slot = 0; slot < newest->num_slots(); ++slot) {
       const uint32_t now = newest->owner_of_slot(slot), before = oldest->owner_of_slot(slot);
-      if (now != before) back.push_back({.slot = slot, .from = now, .to = before});
+      if (now == before) continue;
+      back.push_back({.slot = slot, .from = now, .to = before});
+      if (before < is_source.size()) is_source[before] = true;
     }
+    // Another server serving the newest map: the step had copied and
+    // verified every slot, and its targets may have taken pushes since.
+    for (size_t i = 0; i < maps.size(); ++i) {
+      if (!is_source[i] && maps[i].has_value() && maps[i]->epoch() == newest->epoch()) {
+        report.rolled_forward = !back.empty();
+      }
+    }
+    if (report.rolled_forward) back.clear();
     // The longer list: a step of a scale-out already knows the new servers,
     // and a drained one is still in both until the last epoch.
     const std::vector<std::string>& servers =

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -58,6 +59,14 @@ struct ReshardOptions {
   std::function<bool()> stop_requested;
   // Mutual TLS and the bearer token of the calls to the servers.
   GrpcSecurity security;
+  // Fault injection (tests, bench/run.sh reshard-chaos): called before each
+  // call of a step to server `server`, at the named points "freeze" (a
+  // source stops serving the step's slots), "copy" (a source's slots are
+  // copied to a target), "rollback" (a failed step gives a source its slots
+  // back), "adopt" (a non-source installs the step's map) and "drop" (a source
+  // drops the moved rows). A non-OK status ends Reshard there at once, as if
+  // its process had died: nothing is rolled back. Default: none.
+  std::function<absl::Status(std::string_view point, int server)> kill_point;
 };
 
 struct ReshardReport {
@@ -97,19 +106,26 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
 
 // What RepairShardMaps found and did.
 struct RepairReport {
-  ShardMap map;                // the one map every server now has
-  bool repaired = false;       // the servers disagreed; `map` is a new epoch
-  int64_t slots_returned = 0;  // slots of the interrupted step, back at their sources
-  int64_t rows_dropped = 0;    // rows of slots their server does not own (partial copies)
+  ShardMap map;                 // the one map every server now has
+  bool repaired = false;        // the servers disagreed; `map` is a new epoch
+  bool rolled_forward = false;  // the interrupted step was completed, not undone
+  int64_t slots_returned = 0;   // slots of the interrupted step, back at their sources
+  int64_t rows_dropped = 0;     // rows of slots their server does not own (partial copies)
 };
 
-// After a Reshard whose caller died mid-step (an operator restart), the
-// servers at `addresses` (every one that may be involved, in index order)
-// may disagree on the shard map. The newest map is the step's, which the
-// sources got first; a server still at an older one names the step's slots
-// (those whose owner differs). They go back to their sources in a new epoch
-// installed everywhere: a source drops nothing before every server serves
-// the step's map, so it still holds every row. Then every server drops the
+// After a Reshard whose caller died mid-step (an operator restart), or whose
+// rollback did not reach every source, the servers at `addresses` (every one
+// that may be involved, in index order) may disagree on the shard map. The
+// newest and the oldest map differ in the step's slots, which the oldest
+// map's owners (the step's sources) still hold: a source drops nothing before
+// every server serves the step's map, and a rollback reaches the sources
+// before anyone else. Two cases:
+//  - Only sources hold the newest map (the step froze them, or the copy was
+//    cut short, or its rollback reached only some of them): the slots go back
+//    to their sources.
+//  - Another server holds it: the copy was complete and verified, and the
+//    targets may have accepted pushes since, so the step goes forward.
+// Either way a new epoch is installed everywhere. Then every server drops the
 // rows of slots it does not own, left by a copy or a drop that did not
 // finish. Agreeing servers keep their map (only that clean-up runs). A
 // server without any map yet (`ps --join`, never reached) is skipped.

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/hash.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
@@ -1016,6 +1017,124 @@ TEST_F(PsServiceTest, RepairAfterAnInterruptedStepThenReshardKeepsEveryRowOnce) 
   auto stats = Stats(2);
   ASSERT_TRUE(stats.ok());
   EXPECT_GE(stats->slots_owned(), kSlots / 3);
+}
+
+// Issue 30, finding 1: a source that went down during its step's copy cannot
+// take the rollback. Before, the other servers took it anyway, the source
+// came back one epoch behind them, and RepairShardMaps, taking the rollback
+// for the step, moved the slots to the target and dropped the source's only
+// copy. Now the rollback stops at that source, and the repair gives the
+// slots back to it.
+TEST_F(PsServiceTest, ASourceDownDuringTheCopyGetsItsSlotsBackFromTheRepair) {
+  StartCluster(2);
+  Load(6, 60);
+  AddJoiningServer("ps2");
+  auto before = ps::ClusterChecksum(Addresses(2));
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  ps::ReshardOptions options{.slots_per_step = 8};
+  int down = -1;
+  int down_port = 0;
+  options.kill_point = [&](std::string_view point, int server) {
+    if (point == "copy" && down < 0) {
+      down = server;
+      down_port = nodes_[server].server->grpc_port();
+      nodes_[server].server->Shutdown();
+    }
+    return absl::OkStatus();
+  };
+  auto failed = ps::Reshard(Addresses(2), Addresses(3), options);
+  ASSERT_GE(down, 0);
+  EXPECT_THAT(failed.status(), StatusIs(absl::StatusCode::kUnavailable, "rollback stopped"));
+
+  ps::PsServerOptions restarted = Options(absl::StrCat("ps", down));
+  restarted.grpc_address = absl::StrCat("127.0.0.1:", down_port);
+  nodes_[down] = Start(std::move(restarted));
+  ASSERT_NE(nodes_[down].server, nullptr);
+  auto repair = ps::RepairShardMaps(Addresses(3));
+  ASSERT_TRUE(repair.ok()) << repair.status();
+  EXPECT_TRUE(repair->repaired);
+  EXPECT_FALSE(repair->rolled_forward);
+  EXPECT_EQ(repair->slots_returned, 8);
+  EXPECT_TRUE(repair->map.SlotsOwnedBy(2).empty());
+  auto after = ps::ClusterChecksum(Addresses(3));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, *before);
+  map_ = repair->map;
+  ExpectServingAndIntact();
+
+  options.kill_point = nullptr;
+  auto done = ps::Reshard(Addresses(3), Addresses(3), options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->cluster_after, *before);
+}
+
+// Issue 30, finding 2: once a step's first target serves the step's map, it
+// takes pushes; a repair that rolled the step back dropped them. The
+// resharder dies between two targets of a scale-in step, a client pushes to
+// the rows the first target serves, and the repair completes the step.
+TEST_F(PsServiceTest, RepairAfterATargetServedCompletesTheStepAndKeepsItsPushes) {
+  StartCluster(3);
+  Load(6, 60);
+  ps::ReshardOptions options{.slots_per_step = 8};
+  int adopted = 0;
+  options.kill_point = [&](std::string_view point, int) {
+    if (point == "adopt" && ++adopted == 2) return absl::AbortedError("killed");
+    return absl::OkStatus();
+  };
+  EXPECT_THAT(ps::Reshard(Addresses(3), Addresses(2), options).status(),
+              StatusIs(absl::StatusCode::kAborted, "killed"));
+  auto step = ps::FetchShardMap(nodes_[0].address);  // Server 0 took the step's map.
+  auto previous = ps::FetchShardMap(nodes_[1].address);
+  ASSERT_TRUE(step.ok() && previous.ok());
+  ASSERT_GT(step->epoch(), previous->epoch());
+  std::set<uint32_t> served;  // Moved from server 2 to server 0, served by 0.
+  for (uint32_t slot = 0; slot < kSlots; ++slot) {
+    if (step->owner_of_slot(slot) == 0 && previous->owner_of_slot(slot) == 2) served.insert(slot);
+  }
+  ASSERT_FALSE(served.empty());
+
+  map_ = *step;
+  std::unique_ptr<ps::PsClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  for (int push = 0; push < 5; ++push) {
+    std::vector<model::TableRows> rows(kTables);
+    for (int t = 0; t < kTables; ++t) {
+      while (rows[t].ids.size() < 10) {
+        const uint64_t id = rng_() % kBuckets;
+        if (served.contains(SlotOf(t, id, kSlots)) &&
+            std::find(rows[t].ids.begin(), rows[t].ids.end(), id) == rows[t].ids.end()) {
+          rows[t].ids.push_back(id);
+        }
+      }
+    }
+    auto grads = RandomGrads(std::move(rows));
+    Remember(grads);
+    Push(*client, grads);  // Acknowledged by server 0.
+  }
+
+  auto repair = ps::RepairShardMaps(Addresses(3));
+  ASSERT_TRUE(repair.ok()) << repair.status();
+  EXPECT_TRUE(repair->repaired);
+  EXPECT_TRUE(repair->rolled_forward);
+  EXPECT_EQ(repair->slots_returned, 0);
+  for (uint32_t slot = 0; slot < kSlots; ++slot) {
+    EXPECT_EQ(repair->map.owner_of_slot(slot), step->owner_of_slot(slot)) << slot;
+  }
+  map_ = repair->map;
+  ExpectServingAndIntact();
+  auto total = ps::ClusterChecksum(Addresses(3));
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(total->rows, static_cast<int64_t>(touched_.size()));
+
+  options.kill_point = nullptr;
+  auto rest = ps::Reshard(Addresses(3), Addresses(2), options);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  map_ = ShardMap::Balanced(kSlots, Addresses(2), 1);  // Any map: the client follows WRONG_OWNER.
+  auto final_map = ps::FetchShardMap(nodes_[0].address);
+  ASSERT_TRUE(final_map.ok());
+  map_ = *final_map;
+  ExpectServingAndIntact();
 }
 
 // A resumed job's servers come back on new ports: Readdress teaches every
