@@ -18,11 +18,14 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/launcher.h"
 #include "common/grpc_security.h"
@@ -87,6 +90,15 @@ class Launch {
   // lost data is an error: the job must not go on.
   absl::Status PollControl();
   absl::StatusOr<nlohmann::json> ScaleTo(int n, bool pause);
+  // On --resume of a launcher killed during a reshard to `n` servers:
+  // ps_addresses_ lists every server the reshard involved, serving on new
+  // ports. Repairs their shard maps, then completes the reshard.
+  absl::Status FinishInterruptedReshard(int n);
+  // Stops ps-`first` and every later server, which have left the job.
+  void StopServersFrom(int first);
+  // ReshardOptions::kill_point of the launcher's reshards, from
+  // $SHADOWSYNC_KILL_POINT (docs/resharding.md).
+  std::function<absl::Status(std::string_view, int)> KillPoint();
   // Exports of the model (exporter/job_export.h). While training runs, an
   // export runs in the background after the trainers were asked for fresh
   // checkpoints (SIGUSR1); one at a time. `request_id` (a `shadowsync
@@ -105,7 +117,8 @@ class Launch {
   // Writes control/<kind>-<id>.result.json through a rename.
   void AnswerControl(const std::string& kind, const std::string& id,
                      const nlohmann::json& result) const;
-  // What a resume needs to know beyond the job: the parameter servers now.
+  // What a resume needs to know beyond the job: the parameter servers now,
+  // and the reshard under way (resharding_to_).
   void WriteLaunchState() const;
   void ShowProgress(bool final);
   // Logs where a child's /metrics and log file are.
@@ -120,6 +133,8 @@ class Launch {
   std::string run_dir_;
   std::vector<Child> children_;
   std::vector<std::string> ps_addresses_;  // ps-i at [i]; changes with scale
+  int resharding_to_ = 0;                  // While a reshard runs: its server count.
+  int kill_point_calls_ = 0;               // Of KillPoint()'s point, so far.
   std::vector<std::string> syncer_addresses_;
   std::vector<std::string> checkpoints_;  // trainer-i's at [i]
   std::vector<std::string> eval_data_;

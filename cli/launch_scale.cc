@@ -3,15 +3,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "ps/client/resharder.h"
 
@@ -67,20 +73,13 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
             << (pause ? " with training paused" : "");
   ps::ReshardOptions o;
   o.security = security_;
+  o.kill_point = KillPoint();
+  // A launcher killed from here on leaves servers that may disagree on the
+  // shard map: launch.json tells a resume to repair them and finish.
+  resharding_to_ = n;
+  WriteLaunchState();
   absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
-
-  // Servers from index `first` on leave the job.
-  auto stop_from = [&](int first) {
-    for (auto it = children_.begin(); it != children_.end();) {
-      if (it->role == Role::kPs && std::stoi(it->name.substr(3)) >= first) {
-        Stop(*it);
-        retired_peak_rss_[it->name] = it->peak_rss_kb * 1024;
-        it = children_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  };
+  resharding_to_ = 0;
   if (!report.ok()) {
     // Completed steps stand (a failed one was rolled back): the servers'
     // map says which of them are in the job now.
@@ -88,7 +87,7 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
         ps::FetchShardMap(ps_addresses_.front(), absl::Seconds(30), security_);
     if (map.ok()) {
       ps_addresses_ = map->addresses();
-      stop_from(map->num_servers());
+      StopServersFrom(map->num_servers());
       WriteLaunchState();
     }
     return report.status();
@@ -102,8 +101,7 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
     // pipe) and must restart.
     resume();
     std::this_thread::sleep_for(kDrainedLinger);
-    stop_from(n);
-    for (int i = n; i < current; ++i) fs::remove_all(absl::StrCat(run_dir_, "/ps-", i));
+    StopServersFrom(n);
   }
   WriteLaunchState();
   nlohmann::json r = ps::ReshardReportToJson(*report);
@@ -115,6 +113,79 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
                      r["cluster_before"].dump(), ", after ", r["cluster_after"].dump()));
   }
   return r;
+}
+
+absl::Status Launch::FinishInterruptedReshard(int n) {
+  SS_ASSIGN_OR_RETURN(const ps::RepairReport repair,
+                      ps::RepairShardMaps(ps_addresses_, absl::Seconds(120), security_));
+  if (repair.repaired) {
+    LOG(WARNING) << "repaired the interrupted reshard's shard maps: "
+                 << (repair.rolled_forward
+                         ? std::string("its step completed")
+                         : absl::StrCat(repair.slots_returned, " slots back at their sources"))
+                 << ", " << repair.rows_dropped << " stray rows dropped";
+  }
+  // The map may still list servers a scale-in drains, or not yet those a
+  // scale-out adds (they joined owning nothing).
+  const int in_map = static_cast<int>(repair.map.num_servers());
+  if (in_map > static_cast<int>(ps_addresses_.size())) {
+    return absl::DataLossError(absl::StrCat("the shard map lists ", in_map,
+                                            " parameter servers; the resumed reshard knows ",
+                                            ps_addresses_.size()));
+  }
+  const std::vector<std::string> before(ps_addresses_.begin(), ps_addresses_.begin() + in_map);
+  SS_RETURN_IF_ERROR(ps::Readdress(before, absl::Seconds(30), security_).status());
+  const std::vector<std::string> after(ps_addresses_.begin(), ps_addresses_.begin() + n);
+  LOG(INFO) << "finishing the interrupted reshard: " << in_map << " -> " << n
+            << " parameter server(s)";
+  ps::ReshardOptions o;
+  o.security = security_;
+  o.kill_point = KillPoint();
+  SS_ASSIGN_OR_RETURN(const ps::ReshardReport report, ps::Reshard(before, after, o));
+  StopServersFrom(n);
+  ps_addresses_ = after;
+  resharding_to_ = 0;
+  WriteLaunchState();
+  nlohmann::json r = ps::ReshardReportToJson(report);
+  r["paused"] = true;  // No trainer runs before a resume has finished it.
+  r["resumed"] = true;
+  reshards_.push_back(r);
+  return absl::OkStatus();
+}
+
+void Launch::StopServersFrom(int first) {
+  for (auto it = children_.begin(); it != children_.end();) {
+    if (it->role == Role::kPs && std::stoi(it->name.substr(3)) >= first) {
+      Stop(*it);
+      retired_peak_rss_[it->name] = it->peak_rss_kb * 1024;
+      fs::remove_all(absl::StrCat(run_dir_, "/", it->name));
+      it = children_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::function<absl::Status(std::string_view, int)> Launch::KillPoint() {
+  // <point>[#<n>]: SIGKILL at the n-th call (default the first) at `point`,
+  // counted over the launcher's reshards.
+  const char* env = std::getenv("SHADOWSYNC_KILL_POINT");
+  if (env == nullptr || *env == '\0') return nullptr;
+  const std::string_view spec = env;
+  const size_t hash = spec.find('#');
+  const std::string point(spec.substr(0, hash));
+  int nth = 1;
+  if (hash != std::string_view::npos && !absl::SimpleAtoi(std::string(spec.substr(hash + 1)), &nth))
+    nth = 1;
+  return [this, point, nth](std::string_view at, int server) {
+    if (at == point && ++kill_point_calls_ == nth) {
+      LOG(WARNING) << "SHADOWSYNC_KILL_POINT: killing the launcher at reshard point " << at
+                   << " (server " << server << ")";
+      google::FlushLogFiles(google::GLOG_INFO);
+      raise(SIGKILL);
+    }
+    return absl::OkStatus();
+  };
 }
 
 }  // namespace shadowsync::cli::internal

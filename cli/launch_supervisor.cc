@@ -212,8 +212,10 @@ Child Launch::PsChild(int i, const std::string& address, bool join) const {
 }
 
 void Launch::WriteLaunchState() const {
-  const nlohmann::json state = {{"parameter_servers", ps_addresses_.size()},
-                                {"ps_addresses", ps_addresses_}};
+  nlohmann::json state = {{"parameter_servers", ps_addresses_.size()},
+                          {"ps_addresses", ps_addresses_}};
+  // The servers may disagree on the shard map until a resume repairs it.
+  if (resharding_to_ > 0) state["resharding_to"] = resharding_to_;
   const std::string path = run_dir_ + "/launch.json";
   if (absl::Status s = WriteFileAtomically(path, state.dump(2) + "\n"); !s.ok()) {
     EndProgress();

@@ -60,8 +60,18 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       return absl::DataLossError(
           absl::StrCat(run_dir_, "/launch.json: parameter_servers = ", num_ps, ", want >= 1"));
     }
+    if (state.contains("resharding_to")) {
+      resharding_to_ = static_cast<int>(Int(state, "resharding_to"));
+      if (resharding_to_ < 1) {
+        return absl::DataLossError(absl::StrCat(
+            run_dir_, "/launch.json: resharding_to = ", resharding_to_, ", want >= 1"));
+      }
+    }
     LOG(INFO) << "resuming the job in " << run_dir_ << " with " << num_ps
-              << " parameter server(s) and the trainers' checkpoints";
+              << " parameter server(s) and the trainers' checkpoints"
+              << (resharding_to_ > 0
+                      ? absl::StrCat("; a reshard to ", resharding_to_, " was under way")
+                      : std::string());
   } else {
     // A run starts fresh: a previous run's servers would reopen their state
     // with the shard map of its ports. Generated data (data/) is kept.
@@ -108,12 +118,17 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
 
   const std::string& bin = options_.binary;
   std::vector<std::string> ps_addresses;
-  for (int i = 0; i < num_ps; ++i) {
+  // An interrupted scale-out's new servers too: they joined owning nothing,
+  // and start so again unless a shard map reached them.
+  const int servers = std::max(num_ps, resharding_to_);
+  for (int i = 0; i < servers; ++i) {
     SS_ASSIGN_OR_RETURN(int port, FreePort());
     ps_addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }
   ps_addresses_ = ps_addresses;
-  for (int i = 0; i < num_ps; ++i) children_.push_back(PsChild(i, ps_addresses[i], false));
+  for (int i = 0; i < servers; ++i) {
+    children_.push_back(PsChild(i, ps_addresses[i], /*join=*/i >= num_ps));
+  }
   // Dense checkpoints: a restarted or resumed trainer continues from its own.
   const std::string checkpoint_dir = spec.checkpoint.path.empty() ? run_dir_ : spec.checkpoint.path;
   fs::create_directories(checkpoint_dir);
@@ -174,7 +189,9 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
     SS_RETURN_IF_ERROR(Spawn(c));
     SS_RETURN_IF_ERROR(AwaitReady(c));
   }
-  if (options_.resume) {
+  if (options_.resume && resharding_to_ > 0) {
+    SS_RETURN_IF_ERROR(FinishInterruptedReshard(resharding_to_));
+  } else if (options_.resume) {
     // The servers came back on new ports, each knowing only its own.
     SS_RETURN_IF_ERROR(ps::Readdress(ps_addresses_, absl::Seconds(30), security_).status());
   }

@@ -442,8 +442,13 @@ absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& add
     report.slots_returned = static_cast<int64_t>(back.size());
   }
   for (int i = 0; i < cluster.size(); ++i) {
-    if (!maps[i].has_value()) continue;
-    if (report.repaired) SS_RETURN_IF_ERROR(cluster.SetMap(i, report.map));
+    // A server without a map that the map lists: a scale-out's new server
+    // that the step adding it to every map did not reach.
+    const bool listed = i < static_cast<int>(report.map.num_servers());
+    if (!maps[i].has_value() && !listed) continue;
+    if (report.repaired || !maps[i].has_value()) {
+      SS_RETURN_IF_ERROR(cluster.SetMap(i, report.map));
+    }
     std::vector<uint32_t> foreign;
     for (uint32_t slot = 0; slot < report.map.num_slots(); ++slot) {
       if (report.map.owner_of_slot(slot) != static_cast<uint32_t>(i)) foreign.push_back(slot);

@@ -128,7 +128,8 @@ struct RepairReport {
 // Either way a new epoch is installed everywhere. Then every server drops the
 // rows of slots it does not own, left by a copy or a drop that did not
 // finish. Agreeing servers keep their map (only that clean-up runs). A
-// server without any map yet (`ps --join`, never reached) is skipped.
+// server without any map yet (`ps --join`) gets it if the map lists it, and
+// is skipped otherwise.
 absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
                                              absl::Duration rpc_deadline = absl::Seconds(120),
                                              const GrpcSecurity& security = {});

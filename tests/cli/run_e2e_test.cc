@@ -460,6 +460,55 @@ TEST_F(RunTest, ResumesAfterTheLauncherWasKilled) {
   EXPECT_NE(out.find("nothing to resume"), std::string::npos) << out;
 }
 
+// Issue 30, finding 4: a launcher killed during `shadowsync scale` left
+// servers on different shard maps, and `run --resume` refused them. Now
+// launch.json records the reshard under way, and a resume repairs the maps,
+// finishes the reshard before any trainer starts, and trains to the end.
+// The launcher dies at its kill point between the two servers that adopt
+// the first step of a 3 -> 2 scale-in, so the repair completes that step.
+TEST_F(RunTest, ResumesAfterTheLauncherWasKilledMidReshard) {
+  const std::string run = dir_.File("run");
+  std::string text = WriteJobText(300000);
+  const std::string two = "parameterServer: {replicas: 2";
+  text.replace(text.find(two), two.size(), "parameterServer: {replicas: 3");
+  const std::string job = dir_.File("job.yaml");
+  testing::WriteFile(job, text);
+  ASSERT_EQ(setenv("SHADOWSYNC_KILL_POINT", "adopt#2", 1), 0);
+  const pid_t launcher = StartLauncher(Bin(), job, run);
+  ASSERT_EQ(unsetenv("SHADOWSYNC_KILL_POINT"), 0);
+  ASSERT_TRUE(std::filesystem::exists(run + "/trainer-1.ready")) << testing::ReadFile(run + ".log");
+  SS_ASSERT_OK(WriteFileAtomically(run + "/control/scale.json", R"({"id": "in", "ps": 2})"));
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << testing::ReadFile(run + ".log");
+  for (int i = 0; i < 200 && !ProcessesMentioning(run + "/").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(ProcessesMentioning(run + "/").empty());
+  const auto state = nlohmann::json::parse(testing::ReadFile(run + "/launch.json"));
+  EXPECT_EQ(state["parameter_servers"], 3);
+  EXPECT_EQ(state["resharding_to"], 2);
+
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " run " + job + " --out " + run + " --resume", &out), 0) << out;
+  EXPECT_NE(out.find("a reshard to 2 was under way"), std::string::npos) << out;
+  EXPECT_NE(out.find("its step completed"), std::string::npos) << out;
+  EXPECT_NE(out.find("finishing the interrupted reshard: 3 -> 2"), std::string::npos) << out;
+  const auto r = nlohmann::json::parse(testing::ReadFile(run + "/report.json"));
+  EXPECT_TRUE(r["resumed"].get<bool>());
+  EXPECT_EQ(r["examples"], 300000);
+  EXPECT_EQ(r["parameter_servers"], 2);
+  ASSERT_EQ(r["reshards"].size(), 1u);
+  const auto& reshard = r["reshards"][0];
+  EXPECT_TRUE(reshard["resumed"].get<bool>());
+  EXPECT_GT(reshard["slots_moved"].get<int64_t>(), 0) << reshard;
+  EXPECT_EQ(reshard["moved_before"], reshard["moved_after"]) << reshard;
+  EXPECT_EQ(reshard["cluster_before"], reshard["cluster_after"]) << reshard;
+  EXPECT_FALSE(std::filesystem::exists(run + "/ps-2"));
+  EXPECT_LT(r["eval_ne"].get<double>(), 1.0);
+}
+
 // The parameter servers' row count and checksums, through their Stats RPC.
 ps::RowSetChecksum Checksum(const std::string& run) {
   const auto state = nlohmann::json::parse(testing::ReadFile(run + "/launch.json"));
