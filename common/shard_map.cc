@@ -11,6 +11,10 @@ namespace shadowsync {
 absl::StatusOr<ShardMap> ShardMap::Create(uint64_t epoch, uint32_t num_slots,
                                           std::vector<uint32_t> owner,
                                           std::vector<std::string> addresses) {
+  if (epoch > kMaxEpoch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard map: epoch = ", epoch, ", must be <= 2^53 (", kMaxEpoch, ")"));
+  }
   if (num_slots < 1) {
     return absl::InvalidArgumentError("shard map: num_slots = 0, must be >= 1");
   }

@@ -26,9 +26,14 @@ struct SlotMove {
 
 class ShardMap {
  public:
-  // Validates: num_slots >= 1, owner.size() == num_slots, every owner index
-  // < addresses.size(), and at least one address. InvalidArgument names the
-  // offending field ("shard map: owner[17] = 5 but only 3 servers").
+  // The largest epoch: exact as a JSON number, and never near overflow
+  // (every reshard step adds one).
+  static constexpr uint64_t kMaxEpoch = uint64_t{1} << 53;
+
+  // Validates: epoch <= kMaxEpoch, num_slots >= 1, owner.size() == num_slots,
+  // every owner index < addresses.size(), and at least one address.
+  // InvalidArgument names the offending field ("shard map: owner[17] = 5 but
+  // only 3 servers").
   static absl::StatusOr<ShardMap> Create(uint64_t epoch, uint32_t num_slots,
                                          std::vector<uint32_t> owner,
                                          std::vector<std::string> addresses);

@@ -17,6 +17,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (options.service.shard_map_path.empty()) {
     options.service.shard_map_path = options.store.db_path + "/SHADOWSYNC_SHARD_MAP";
   }
+  if (options.service.checkpoint_dir.empty()) {
+    options.service.checkpoint_dir = options.store.db_path + "/checkpoints";
+  }
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 

@@ -54,7 +54,8 @@ struct PsServerOptions : GrpcServerProcessOptions {
 
   RowStoreOptions store;
   // Limits and executor size. service.shard_map_path defaults to
-  // <store.db_path>/SHADOWSYNC_SHARD_MAP.
+  // <store.db_path>/SHADOWSYNC_SHARD_MAP, service.checkpoint_dir to
+  // <store.db_path>/checkpoints.
   PsServiceOptions service;
 
   // Period of RowStore::EvictNow(); 0 disables the loop. Default: 10s.

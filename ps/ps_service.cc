@@ -27,6 +27,9 @@ namespace {
 
 using google::protobuf::RepeatedPtrField;
 
+// How far past a server's epoch a SetShardMap may go.
+constexpr uint64_t kMaxEpochStep = uint64_t{1} << 20;
+
 // --- Shard map persistence ---------------------------------------------------
 
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
@@ -170,6 +173,14 @@ absl::Status PsService::InstallShardMap(const ShardMap& map, uint32_t self_index
   if (map.epoch() < current_epoch) {
     return absl::FailedPreconditionError(absl::StrCat(
         "map.epoch = ", map.epoch(), " is older than this server's epoch ", current_epoch));
+  }
+  // Every step of a reshard or repair adds one: a far jump is a mistake (or
+  // worse) that would leave later maps nowhere to go. A server without a map
+  // yet takes the cluster's epoch, whatever it is.
+  if (current != nullptr && map.epoch() - current_epoch > kMaxEpochStep) {
+    return absl::InvalidArgumentError(absl::StrCat("map.epoch = ", map.epoch(), " is more than ",
+                                                   kMaxEpochStep, " past this server's epoch ",
+                                                   current_epoch));
   }
   if (!options_.shard_map_path.empty()) {
     v1::SetShardMapRequest persisted;

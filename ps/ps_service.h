@@ -124,6 +124,10 @@ struct PsServiceOptions {
   // Where every accepted shard map (with self_index) is persisted, so a
   // restarted server answers GetShardMap; empty = not persisted.
   std::string shard_map_path;
+  // The only directory Checkpoint writes into: a request names a checkpoint
+  // under it (a relative path without ".."), never a path of its own choice.
+  // Empty = Checkpoint is refused.
+  std::string checkpoint_dir;
   // Threads running the admin RPCs and ImportSlots streams. Default: 2.
   int admin_threads = 2;
   // Threads reading and sending ExportSlots streams, and their nice value:
@@ -237,6 +241,8 @@ class PsService final : public v1::ParameterServer::CallbackService {
   // request and copies them into `rows`, indexed by table.
   absl::Status ParseTables(const google::protobuf::RepeatedPtrField<v1::TableRows>& tables,
                            bool with_values, std::vector<model::TableRows>& rows) const;
+  // Where a Checkpoint named `name` goes: under options_.checkpoint_dir.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
   // WRONG_OWNER for the first id of `tables` in a slot this server does not
   // own by the installed map; OK if all are owned or no map is installed.
   absl::Status CheckOwned(const google::protobuf::RepeatedPtrField<v1::TableRows>& tables) const;

@@ -1,7 +1,10 @@
 // PsService (ps/ps_service.h), the admin RPCs: SetShardMap, DropSlots,
 // Checkpoint and Stats, whose store work runs on the service's executor.
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +17,38 @@
 #include "ps/row_store.h"
 
 namespace shadowsync::ps {
+namespace {
+
+// `name` under `dir`, or InvalidArgument naming the request's path: the
+// caller picks a checkpoint's name, never where the server writes.
+absl::StatusOr<std::string> ConfinedPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) {
+    return absl::FailedPreconditionError("this server takes no checkpoints (no checkpoint_dir)");
+  }
+  const std::filesystem::path relative(name);
+  if (name.empty() || relative.is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path = \"", name, "\": must name a checkpoint under the server's checkpoint directory"));
+  }
+  for (const std::filesystem::path& part : relative) {
+    if (part == ".." || part == ".") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path = \"", name, "\": must not contain '.' or '..'"));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("create ", dir, ": ", ec.message()));
+  }
+  return (std::filesystem::path(dir) / relative).string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PsService::CheckpointPath(const std::string& name) const {
+  return ConfinedPath(options_.checkpoint_dir, name);
+}
 
 grpc::ServerUnaryReactor* PsService::SetShardMap(grpc::CallbackServerContext* context,
                                                  const v1::SetShardMapRequest* request,
@@ -81,10 +116,11 @@ grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* con
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
-      if (request->path().empty()) return absl::InvalidArgumentError("path: empty");
-      SS_ASSIGN_OR_RETURN(const int64_t rows, store_->Checkpoint(request->path()));
+      SS_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->path()));
+      SS_ASSIGN_OR_RETURN(const int64_t rows, store_->Checkpoint(path));
       response->set_rows(static_cast<uint64_t>(rows));
-      LOG(INFO) << "ps checkpoint path=" << request->path() << " rows=" << rows;
+      response->set_path(path);
+      LOG(INFO) << "ps checkpoint path=" << path << " rows=" << rows;
       return absl::OkStatus();
     }();
     Finish(context, reactor, Rpc::kCheckpoint, start, status, 0, 0);

@@ -27,7 +27,6 @@ constexpr int kDim = 4;
 
 struct Fixture {
   std::string dir;
-  int checkpoints = 0;
   std::unique_ptr<shadowsync::ps::PsServer> server;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
 };
@@ -146,11 +145,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v1::CheckpointRequest request;
       v1::CheckpointResponse response;
       if (!Parse(data, size, &request)) break;
-      // The path is the server's filesystem, not the fuzzer's to choose.
-      const std::string path = f->dir + "-ckpt-" + std::to_string(f->checkpoints++);
-      request.set_path(path);
+      // Any path: the server confines it to its checkpoint directory.
       (void)f->stub->Checkpoint(Context().get(), request, &response);
-      std::filesystem::remove_all(path);
+      std::filesystem::remove_all(f->dir + "/checkpoints");
       break;
     }
     case 8: {

@@ -1213,14 +1213,27 @@ TEST_F(PsServiceTest, CheckpointRestoresTheSameRows) {
   Load(3, 50);
   auto stats = Stats(0);
   ASSERT_TRUE(stats.ok());
-  const std::string path = dir_.File("checkpoint");
   grpc::ClientContext context;
   v1::CheckpointRequest request;
-  request.set_path(path);
+  request.set_path("daily/1");
   v1::CheckpointResponse response;
   grpc::Status s = nodes_[0].stub->Checkpoint(&context, request, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.rows(), stats->rows_stored());
+  const std::string path = dir_.File("ps0") + "/checkpoints/daily/1";
+  EXPECT_EQ(response.path(), path);
+
+  // The server writes under its own checkpoint directory only.
+  for (const std::string& bad : {std::string(""), dir_.File("elsewhere"),
+                                 std::string("../../elsewhere"), std::string("a/../../b")}) {
+    grpc::ClientContext refused_context;
+    v1::CheckpointRequest refused;
+    refused.set_path(bad);
+    const grpc::Status r = nodes_[0].stub->Checkpoint(&refused_context, refused, &response);
+    EXPECT_EQ(r.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(r.error_message(), HasSubstr("path = \"" + bad + "\"")) << bad;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("elsewhere")));
 
   ps::RowStoreOptions o = Options("restored").store;
   auto restored = ps::RowStore::RestoreCheckpoint(path, o);
@@ -1487,6 +1500,18 @@ TEST_F(PsServiceBadInputTest, MalformedShardMaps) {
   bad.mutable_map()->set_owner(0, 1);
   EXPECT_GRPC_ERROR(SetMapProto(0, bad), FAILED_PRECONDITION,
                     "map.epoch = 2 equals this server's epoch but the map differs");
+  // Epochs at their extremes: past 2^53, and further past the server's than
+  // any reshard goes (2^20), which would leave later maps nowhere to go.
+  for (const uint64_t epoch : {UINT64_MAX, ShardMap::kMaxEpoch + 1}) {
+    bad = request;
+    bad.mutable_map()->set_epoch(epoch);
+    EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT,
+                      absl::StrCat("shard map: epoch = ", epoch, ", must be <= 2^53"));
+  }
+  bad = request;
+  bad.mutable_map()->set_epoch(2 + (uint64_t{1} << 20) + 1);
+  EXPECT_GRPC_ERROR(SetMapProto(0, bad), INVALID_ARGUMENT,
+                    "map.epoch = 1048579 is more than 1048576 past this server's epoch 2");
   // The current map again is fine (a retried call).
   EXPECT_TRUE(SetMap(0, *map_, 0).ok());
 
