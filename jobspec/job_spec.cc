@@ -262,6 +262,10 @@ Problems JobProblems(const ShadowSyncJob& job) {
   Fields(checker, job);
   ValidateMetadata(job.metadata, problems);
   ValidateSpec(job.spec, problems);
+  CheckPodTemplate(job.spec.trainer.pod_template, "spec.trainer.template", problems);
+  CheckPodTemplate(job.spec.parameter_server.pod_template, "spec.parameterServer.template",
+                   problems);
+  CheckPodTemplate(job.spec.syncer.pod_template, "spec.syncer.template", problems);
   SortByFieldOrder(problems);
   return problems;
 }

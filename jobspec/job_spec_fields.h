@@ -197,8 +197,9 @@ void Fields(V& v, S& s) {
                   .doc = "Injected slowness for straggler experiments; absent = none. Local "
                          "launcher and Kubernetes alike."});
   v(s.pod_template, {.name = "template",
-                     .doc = "Pod template for trainer pods (image, resources, ...), kept as "
-                            "given. Kubernetes only; the local launcher ignores it."});
+                     .doc = "Pod template for trainer pods (image, resources, ...), limited to "
+                            "an allow-list of fields (docs/operator.md). Kubernetes only; the "
+                            "local launcher checks it and ignores it."});
 }
 
 template <typename V, Is<AdmissionSpec> S>
@@ -252,7 +253,9 @@ void Fields(V& v, S& s) {
   v(s.eviction, {.name = "eviction", .doc = "Row eviction."});
   v(s.storage, {.name = "storage", .doc = "Persistent storage per server, for RocksDB."});
   v(s.pod_template,
-    {.name = "template", .doc = "Pod template for parameter-server pods. Kubernetes only."});
+    {.name = "template",
+     .doc = "Pod template for parameter-server pods, limited to an allow-list of fields "
+            "(docs/operator.md). Kubernetes only."});
 }
 
 template <typename V, Is<SyncerSpec> S>
@@ -261,7 +264,9 @@ void Fields(V& v, S& s) {
                  .doc = "Sync servers; dense parameters are split by range over them. 0 only "
                         "with algorithm none.",
                  .min = 0});
-  v(s.pod_template, {.name = "template", .doc = "Pod template for syncer pods. Kubernetes only."});
+  v(s.pod_template, {.name = "template",
+                     .doc = "Pod template for syncer pods, limited to an allow-list of fields "
+                            "(docs/operator.md). Kubernetes only."});
 }
 
 template <typename V, Is<EasgdSpec> S>

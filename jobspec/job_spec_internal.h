@@ -12,6 +12,7 @@
 //   job_spec_parse.cc     YAML or JSON text -> JSON value, with YAML source lines
 //   job_spec_schema.cc    the OpenAPI schema, the Markdown reference, JobFieldPaths
 //   job_spec_internal.cc  problem and message formatting
+//   pod_template.cc       the allow-list of spec.<role>.template
 //   yaml_scalar.h         the YAML 1.2 core schema's plain-scalar resolution
 //   text_checks.h         UTF-8, DNS names, label keys; ParseQuantity
 //
@@ -91,6 +92,10 @@ absl::StatusOr<json> JsonTextToJson(std::string_view text, std::string_view sour
 // Every range and cross-field problem of `job`, in field-table order; what
 // ValidateJob reports. (job_spec.cc)
 Problems JobProblems(const ShadowSyncJob& job);
+
+// Every field of the pod template at `path` (spec.<role>.template) outside
+// its allow-list, and a root runAsUser. (pod_template.cc)
+void CheckPodTemplate(const json& pod_template, const std::string& path, Problems& problems);
 
 // ---------------------------------------------------------------------------
 // Range checks: the bounds of the field table applied to values. Used by

@@ -182,7 +182,7 @@ std::string DocType(const FieldInfo& f) {
     std::string range = RangeText(f, true);
     return absl::StrCat("quantity", range.empty() ? "" : ", ", range);
   } else if constexpr (std::is_same_v<T, json>) {
-    return "object (pod template, kept as given)";
+    return "object (pod template, allow-listed fields)";
   } else if constexpr (kIsOptional<T>) {
     return absl::StrCat(DocType<typename T::value_type>(f), " (optional)");
   } else if constexpr (kIsVector<T>) {

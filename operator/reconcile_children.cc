@@ -114,6 +114,25 @@ json MergeContainer(json ours, const json& user) {
   return ours;
 }
 
+// Requests that let the scheduler place a pod where it fits, unless the
+// template sets resources: a trainer's Hogwild threads, a parameter
+// server's row cache (plus RocksDB and gRPC), a syncer's dense replicas.
+// No limits: a limit the job author did not choose would only OOM-kill.
+json DefaultResources(const JobSpec& spec, Role role) {
+  switch (role) {
+    case Role::kTrainer:
+      return {{"requests", {{"cpu", std::to_string(spec.trainer.threads)}, {"memory", "1Gi"}}}};
+    case Role::kPs:
+      return {{"requests",
+               {{"cpu", "1"},
+                {"memory",
+                 std::to_string(spec.parameter_server.cache_bytes.value + (int64_t{1} << 30))}}}};
+    case Role::kSyncer:
+      return {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}};
+  }
+  return json::object();
+}
+
 // spec.<role>.template (a PodTemplateSpec) merged into the operator's pod
 // template. restartPolicy stays Always (required by StatefulSets).
 json MergePodTemplate(json ours, const json& user, Role role) {
@@ -220,6 +239,7 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                     {"imagePullPolicy", opt.image_pull_policy},
                     {"args", std::move(args)},
                     {"ports", std::move(ports)},
+                    {"resources", DefaultResources(spec, role)},
                     {"env",
                      {field_env("POD_NAME", "metadata.name"),
                       field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -312,6 +332,8 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                    {"volumes", std::move(volumes)},
                    {"restartPolicy", "Always"},
                    {"enableServiceLinks", false},
+                   // The pods never call the Kubernetes API.
+                   {"automountServiceAccountToken", false},
                    {"terminationGracePeriodSeconds", role == Role::kPs ? 60 : 30},
                    {"securityContext",
                     {{"runAsNonRoot", true},

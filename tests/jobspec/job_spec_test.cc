@@ -836,6 +836,45 @@ TEST_F(JobSpecTest, ValidationReportsAllProblemsInFieldOrder) {
             "spec.parameterServer.slots: must be in [1, 1048576], got 0");
 }
 
+// spec.<role>.template shapes where and how pods run, never what they may
+// reach: every field outside the allow-list is named, with where it stands.
+TEST_F(JobSpecTest, PodTemplatesAllowOnlyListedFields) {
+  const std::string message = ValidationError([](ShadowSyncJob& j) {
+    j.spec.trainer.pod_template = nlohmann::json::parse(R"({
+      "metadata": {"labels": {"a": "b"}},
+      "spec": {
+        "nodeSelector": {"pool": "cpu"},
+        "serviceAccountName": "cluster-admin",
+        "hostNetwork": true,
+        "securityContext": {"runAsUser": 0, "sysctls": []},
+        "volumes": [{"name": "ok", "emptyDir": {}}, {"name": "root", "hostPath": {"path": "/"}}],
+        "containers": [
+          {"name": "trainer", "resources": {"requests": {"cpu": "4"}},
+           "securityContext": {"privileged": true},
+           "ports": [{"containerPort": 80, "hostPort": 80}]}]}})");
+    j.spec.parameter_server.pod_template =
+        nlohmann::json::parse(R"({"spec": {"initContainers": [{"name": "i", "stdin": true}]}})");
+    j.spec.syncer.pod_template = nlohmann::json::parse(R"({"kind": "Pod"})");
+  });
+  for (const std::string path :
+       {"spec.trainer.template.spec.serviceAccountName", "spec.trainer.template.spec.hostNetwork",
+        "spec.trainer.template.spec.securityContext.sysctls",
+        "spec.trainer.template.spec.volumes[1].hostPath",
+        "spec.trainer.template.spec.containers[0].securityContext.privileged",
+        "spec.trainer.template.spec.containers[0].ports[0].hostPort",
+        "spec.parameterServer.template.spec.initContainers[0].stdin",
+        "spec.syncer.template.kind"}) {
+    EXPECT_THAT(message, HasSubstr(path + ": not allowed in a pod template; allowed here: "))
+        << path;
+  }
+  EXPECT_THAT(message, HasSubstr("spec.trainer.template.spec.securityContext.runAsUser: must not "
+                                 "be 0: job pods never run as root"));
+  EXPECT_THAT(message, Not(HasSubstr("template.spec.nodeSelector:")));
+  EXPECT_THAT(message, Not(HasSubstr("volumes[0]")));
+  EXPECT_THAT(message, Not(HasSubstr("containers[0].resources:")));
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 8) << message;  // 9 problems.
+}
+
 TEST_F(JobSpecTest, LoadJobFileValidatesWithLines) {
   ScratchDir dir;
   const std::string path = dir.File("job.yaml");

@@ -325,8 +325,16 @@ TEST(ReconcileTest, StatefulSetsRunThePodCommand) {
     const json& pod = sts["spec"]["template"];
     EXPECT_EQ(pod["metadata"]["labels"]["shadowsync.io/role"], role);
     EXPECT_EQ(pod["spec"]["restartPolicy"], "Always");
+    EXPECT_EQ(pod["spec"]["automountServiceAccountToken"], false);
     EXPECT_EQ(pod["spec"]["securityContext"]["runAsNonRoot"], true);
     const json& main = pod["spec"]["containers"][0];
+    // Requests the scheduler can place by; no limits the author did not set.
+    const json& requests = main["resources"]["requests"];
+    EXPECT_EQ(requests["cpu"], k.role == Role::kTrainer ? "2" : k.role == Role::kPs ? "1" : "500m");
+    if (k.role == Role::kPs) {  // The row cache (1Gi by default) plus 1Gi.
+      EXPECT_EQ(requests["memory"], std::to_string(int64_t{2} << 30));
+    }
+    EXPECT_FALSE(main["resources"].contains("limits"));
     EXPECT_EQ(main["name"], role);
     EXPECT_EQ(main["image"], "shadowsync:0.1.0");
     const std::vector<std::string> args = main["args"];
@@ -471,7 +479,6 @@ TEST(ReconcileTest, PodTemplatesMergeTheUserTemplate) {
     "spec": {
       "nodeSelector": {"pool": "cpu"},
       "tolerations": [{"key": "dedicated", "operator": "Exists"}],
-      "restartPolicy": "Never",
       "volumes": [{"name": "criteo", "persistentVolumeClaim": {"claimName": "criteo"}}],
       "containers": [
         {"name": "trainer", "image": "registry/shadowsync:9",
@@ -492,7 +499,7 @@ TEST(ReconcileTest, PodTemplatesMergeTheUserTemplate) {
   ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
   const json& main = pod["spec"]["containers"][0];
   EXPECT_EQ(main["image"], "registry/shadowsync:9");
-  EXPECT_EQ(main["resources"]["requests"]["cpu"], "4");
+  EXPECT_EQ(main["resources"]["requests"], json({{"cpu", "4"}}));  // Theirs, whole.
   EXPECT_EQ(main["args"][0], "pod");
   EXPECT_EQ(main["args"].back(), "--verbose");
   const auto env = main["env"].get<std::vector<json>>();
