@@ -5,9 +5,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/hash.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -29,6 +32,23 @@ std::unique_ptr<Stub> Connect(const std::string& address, const GrpcSecurity& se
   return v1::ParameterServer::NewStub(CreateChannel(address, security, BulkStreamChannelArgs()));
 }
 
+class Cluster;
+
+// One call's context, with the cluster's deadline, cancellable through
+// Cluster::CancelAll while it lives.
+class Call {
+ public:
+  explicit Call(Cluster& cluster);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  grpc::ClientContext* context() { return &context_; }
+
+ private:
+  Cluster& cluster_;
+  grpc::ClientContext context_;
+};
+
 class Cluster {
  public:
   Cluster(std::vector<std::string> addresses, absl::Duration deadline, const GrpcSecurity& security)
@@ -37,45 +57,53 @@ class Cluster {
   }
 
   int size() const { return static_cast<int>(addresses_.size()); }
+
+  // Cancels every call in flight, and every later one as it starts: a
+  // stopping Reshard need not wait out their deadlines. Thread-safe.
+  void CancelAll() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  }
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return cancelled_;
+  }
   const std::string& address(int i) const { return addresses_[i]; }
 
   absl::StatusOr<ShardMap> GetMap(int i) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineFromNow(deadline_));
+    Call call(*this);
     v1::ShardMap proto;
-    SS_RETURN_IF_ERROR(
-        FromGrpcStatus(stubs_[i]->GetShardMap(&context, {}, &proto), "GetShardMap", addresses_[i]));
+    SS_RETURN_IF_ERROR(FromGrpcStatus(stubs_[i]->GetShardMap(call.context(), {}, &proto),
+                                      "GetShardMap", addresses_[i]));
     return ShardMap::FromProto(proto);
   }
 
   absl::Status SetMap(int i, const ShardMap& map) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineFromNow(deadline_));
+    Call call(*this);
     v1::SetShardMapRequest request;
     *request.mutable_map() = map.ToProto();
     request.set_self_index(static_cast<uint32_t>(i));
     v1::SetShardMapResponse response;
-    return FromGrpcStatus(stubs_[i]->SetShardMap(&context, request, &response),
+    return FromGrpcStatus(stubs_[i]->SetShardMap(call.context(), request, &response),
                           absl::StrCat("SetShardMap(epoch ", map.epoch(), ")"), addresses_[i]);
   }
 
   absl::StatusOr<RowSetChecksum> Stats(int i) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineFromNow(deadline_));
+    Call call(*this);
     v1::StatsResponse response;
     SS_RETURN_IF_ERROR(
-        FromGrpcStatus(stubs_[i]->Stats(&context, {}, &response), "Stats", addresses_[i]));
+        FromGrpcStatus(stubs_[i]->Stats(call.context(), {}, &response), "Stats", addresses_[i]));
     return RowSetChecksum{static_cast<int64_t>(response.rows_stored()), response.key_checksum(),
                           response.value_checksum()};
   }
 
   absl::StatusOr<int64_t> Drop(int i, const std::vector<uint32_t>& slots) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineFromNow(deadline_));
+    Call call(*this);
     v1::DropSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
     v1::DropSlotsResponse response;
-    SS_RETURN_IF_ERROR(FromGrpcStatus(stubs_[i]->DropSlots(&context, request, &response),
+    SS_RETURN_IF_ERROR(FromGrpcStatus(stubs_[i]->DropSlots(call.context(), request, &response),
                                       "DropSlots", addresses_[i]));
     return static_cast<int64_t>(response.rows_dropped());
   }
@@ -83,17 +111,15 @@ class Cluster {
   // Streams `slots` of server `from` into server `to` (to == -1: nowhere, a
   // read-back), checksumming every row that passes.
   absl::StatusOr<RowSetChecksum> Move(int from, int to, const std::vector<uint32_t>& slots) {
-    grpc::ClientContext export_context;
-    export_context.set_deadline(DeadlineFromNow(deadline_));
+    Call export_call(*this);
     v1::ExportSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
     std::unique_ptr<grpc::ClientReader<v1::SlotChunk>> reader =
-        stubs_[from]->ExportSlots(&export_context, request);
-    grpc::ClientContext import_context;
-    import_context.set_deadline(DeadlineFromNow(deadline_));
+        stubs_[from]->ExportSlots(export_call.context(), request);
+    Call import_call(*this);
     v1::ImportSlotsResponse imported;
     std::unique_ptr<grpc::ClientWriter<v1::SlotChunk>> writer;
-    if (to >= 0) writer = stubs_[to]->ImportSlots(&import_context, &imported);
+    if (to >= 0) writer = stubs_[to]->ImportSlots(import_call.context(), &imported);
 
     RowSetChecksum sum;
     v1::SlotChunk chunk, done;
@@ -135,9 +161,25 @@ class Cluster {
 
  private:
   std::vector<std::string> addresses_;
+  friend class Call;
   absl::Duration deadline_;
   std::vector<std::unique_ptr<Stub>> stubs_;
+  mutable Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 };
+
+Call::Call(Cluster& cluster) : cluster_(cluster) {
+  context_.set_deadline(DeadlineFromNow(cluster.deadline_));
+  MutexLock lock(&cluster.mu_);
+  if (cluster.cancelled_) context_.TryCancel();  // Cancelled as soon as it starts.
+  cluster.in_flight_.insert(&context_);
+}
+
+Call::~Call() {
+  MutexLock lock(&cluster_.mu_);
+  cluster_.in_flight_.erase(&context_);
+}
 
 // The servers' common shard map; an error naming who is where if they differ.
 absl::StatusOr<ShardMap> AgreedMap(Cluster& cluster, int n) {
@@ -199,23 +241,13 @@ absl::StatusOr<RowSetChecksum> ClusterChecksum(const std::vector<std::string>& a
   return total;
 }
 
-absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
-                                      const std::vector<std::string>& after,
-                                      const ReshardOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  if (after.empty()) return absl::InvalidArgumentError("the new server list is empty");
-  const std::vector<std::string>& longer = after.size() >= before.size() ? after : before;
-  const std::vector<std::string>& shorter = after.size() >= before.size() ? before : after;
-  if (!std::equal(shorter.begin(), shorter.end(), longer.begin())) {
-    return absl::InvalidArgumentError(absl::StrCat("the new server list (", Join(after),
-                                                   ") must extend the current one (", Join(before),
-                                                   ") or be a prefix of it"));
-  }
-  if (options.slots_per_step < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slots_per_step = ", options.slots_per_step, ", must be >= 1"));
-  }
-  Cluster cluster(longer, options.rpc_deadline, options.security);
+namespace {
+
+// Reshard's work once its arguments are checked; `start` for the report.
+absl::StatusOr<ReshardReport> RunReshard(Cluster& cluster, const std::vector<std::string>& before,
+                                         const std::vector<std::string>& after,
+                                         const ReshardOptions& options,
+                                         std::chrono::steady_clock::time_point start) {
   const int n_before = static_cast<int>(before.size());
   const int n_after = static_cast<int>(after.size());
   ReshardReport report{.servers_before = n_before, .servers_after = n_after};
@@ -386,6 +418,63 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
     return absl::DataLossError("the moved rows' checksums differ before and after");
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
+                                      const std::vector<std::string>& after,
+                                      const ReshardOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (after.empty()) return absl::InvalidArgumentError("the new server list is empty");
+  const std::vector<std::string>& longer = after.size() >= before.size() ? after : before;
+  const std::vector<std::string>& shorter = after.size() >= before.size() ? before : after;
+  if (!std::equal(shorter.begin(), shorter.end(), longer.begin())) {
+    return absl::InvalidArgumentError(absl::StrCat("the new server list (", Join(after),
+                                                   ") must extend the current one (", Join(before),
+                                                   ") or be a prefix of it"));
+  }
+  if (options.slots_per_step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots_per_step = ", options.slots_per_step, ", must be >= 1"));
+  }
+  Cluster cluster(longer, options.rpc_deadline, options.security);
+  // A stop asked for mid-step gives the step stop_grace to end, then cancels
+  // its calls instead of waiting out their deadlines (a hung server): the
+  // step is left as if Reshard had died, for RepairShardMaps.
+  Mutex mu;
+  bool finished = false;  // Guarded by mu.
+  std::thread watcher;
+  if (options.stop_requested) {
+    watcher = std::thread([&] {
+      std::optional<absl::Time> asked;
+      MutexLock lock(&mu);
+      while (!mu.AwaitWithTimeout([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finished; },
+                                  absl::Milliseconds(50))) {
+        if (!asked.has_value() && options.stop_requested()) asked = absl::Now();
+        if (asked.has_value() && absl::Now() - *asked >= options.stop_grace) {
+          cluster.CancelAll();
+          return;
+        }
+      }
+    });
+  }
+  absl::StatusOr<ReshardReport> report = RunReshard(cluster, before, after, options, start);
+  if (watcher.joinable()) {
+    {
+      MutexLock lock(&mu);
+      finished = true;
+    }
+    watcher.join();
+  }
+  if (!report.ok() && cluster.cancelled()) {
+    return absl::CancelledError(absl::StrCat(
+        "reshard stopped: its calls in flight were cancelled ",
+        absl::FormatDuration(options.stop_grace),
+        " after the stop was asked (RepairShardMaps completes or undoes a step cut short): ",
+        report.status().message()));
+  }
   return report;
 }
 

@@ -52,11 +52,17 @@ struct ReshardOptions {
   // After each step: slots moved so far, of `total`, and the epoch reached
   // (the operator's Resharding condition). Default: none.
   std::function<void(int64_t moved, int64_t total, uint64_t epoch)> progress;
-  // Asked before each step; true stops the reshard there with Cancelled:
+  // Asked before each step, and every 50 ms from another thread (so it must
+  // be thread-safe); true stops the reshard with Cancelled. Between steps:
   // every server on the last step's map, nothing frozen, so that a later
   // Reshard from that map's servers continues it (the operator stopping).
   // Default: never.
   std::function<bool()> stop_requested;
+  // Once stop_requested says so mid-step, how long the step may still run
+  // before its calls are cancelled (a hung server cannot hold a stopping
+  // operator past its grace period). The step is then left as if Reshard
+  // had died: RepairShardMaps completes or undoes it. Default: 10s.
+  absl::Duration stop_grace = absl::Seconds(10);
   // Mutual TLS and the bearer token of the calls to the servers.
   GrpcSecurity security;
   // Fault injection (tests, bench/run.sh reshard-chaos): called before each
