@@ -49,6 +49,16 @@ ps export-packed 4 ps.proto ExportSlotsRequest 'slots: [0, 1, 2] weights_only: t
 ps drop 6 ps.proto DropSlotsRequest 'slots: [3]'
 ps checkpoint 7 ps.proto CheckpointRequest 'path: "x"'
 ps stats 8 ps.proto StatsRequest ''
+# Every integer field at its extremes (issue 30): each must be refused with a
+# clear error or served, never crash or hang the server.
+ps lookup-max 0 ps.proto LookupRequest 'epoch: 18446744073709551615 tables { table: 4294967295 ids: 18446744073709551615 }'
+ps lookup-max-id 0 ps.proto LookupRequest 'epoch: 0 tables { table: 0 ids: 18446744073709551615 ids: 0 }'
+ps push-max 1 ps.proto PushGradientsRequest 'epoch: 18446744073709551615 tables { table: 4294967295 ids: 18446744073709551615 values: [1, 1, 1, 1] }'
+ps push-max-id 1 ps.proto PushGradientsRequest 'tables { table: 0 ids: 18446744073709551615 values: [1, 1, 1, 1] }'
+ps set-map-max 3 ps.proto SetShardMapRequest 'map { epoch: 18446744073709551615 num_slots: 4294967295 owner: [4294967295] addresses: "127.0.0.1:1" } self_index: 4294967295'
+ps set-map-max-epoch 3 ps.proto SetShardMapRequest 'map { epoch: 18446744073709551615 num_slots: 4 owner: [0, 0, 0, 0] addresses: "127.0.0.1:1" } self_index: 0'
+ps export-max 4 ps.proto ExportSlotsRequest 'slots: [4294967295, 0]'
+ps drop-max 6 ps.proto DropSlotsRequest 'slots: [4294967295]'
 # ImportSlots: [len][SlotChunk]...
 chunk=$(mktemp)
 printf 'slot: 5 rows { table: 0 id: 11 values: [1, 2, 3, 4] }' |
@@ -61,6 +71,17 @@ printf 'slot: 5 done: true total_rows: 1' |
   printf "\\x$(printf %02x "$(stat -c %s "$chunk")")"; cat "$chunk"
   printf "\\x$(printf %02x "$(stat -c %s "$done_chunk")")"; cat "$done_chunk"
 } > "$out/fuzz_ps_service/import.bin"
+# ImportSlots at the extremes: a slot, table and id past every bound, and a
+# done marker claiming every row.
+printf 'slot: 4294967295 rows { table: 4294967295 id: 18446744073709551615 values: [1, 2, 3, 4] }' |
+  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$chunk"
+printf 'slot: 4294967295 done: true total_rows: 18446744073709551615 checksum: 18446744073709551615' |
+  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$done_chunk"
+{
+  printf '\x05'
+  printf "\\x$(printf %02x "$(stat -c %s "$chunk")")"; cat "$chunk"
+  printf "\\x$(printf %02x "$(stat -c %s "$done_chunk")")"; cat "$done_chunk"
+} > "$out/fuzz_ps_service/import-max.bin"
 # The same row packed (a warm start's stream): a record of table 0, id 11 and
 # dim 4 + Adagrad state floats in its slot of 64, with its CRC.
 python3 - "$chunk" "$done_chunk" <<'PY'
@@ -98,4 +119,11 @@ sy join 4 syncer.proto JoinRequest 'member: "trainer-0"'
 sy leave 5 syncer.proto LeaveRequest 'member: "trainer-0"'
 sy clock 6 syncer.proto ClockRequest 'member: "trainer-0" clock: 3 staleness: 1 max_wait_seconds: 0.01'
 sy stats 7 syncer.proto SyncerStatsRequest ''
+sy init-max 0 syncer.proto InitCentreRequest 'offset: 18446744073709551615 total: 18446744073709551615 values: [1]'
+sy pull-max 1 syncer.proto PullCentreRequest 'offset: 18446744073709551615 total: 18446744073709551615 length: 18446744073709551615'
+sy pull-max-length 1 syncer.proto PullCentreRequest 'offset: 0 total: 4 length: 18446744073709551615'
+sy add-max 2 syncer.proto AddToCentreRequest 'offset: 18446744073709551615 total: 18446744073709551615 delta: [1] return_centre: true'
+sy allreduce-max 3 syncer.proto AllReduceRequest 'member: "trainer-0" offset: 18446744073709551615 total: 18446744073709551615 values: [1]'
+sy clock-max 6 syncer.proto ClockRequest 'member: "trainer-0" clock: 9223372036854775807 staleness: 9223372036854775807 max_wait_seconds: 0.01'
+sy clock-min 6 syncer.proto ClockRequest 'member: "trainer-0" clock: -9223372036854775808 staleness: -9223372036854775808 max_wait_seconds: 0.01'
 echo "make_seeds: $(find "$out" -type f | wc -l) seeds in tests/fuzz/$out"

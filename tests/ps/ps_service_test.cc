@@ -760,7 +760,7 @@ TEST_F(PsServiceTest, AStoppedReshardEndsBetweenStepsAndAnotherFinishesIt) {
   StartCluster(2);
   Load(6, 60);
   AddJoiningServer("ps2");
-  int steps = 0;
+  std::atomic<int> steps{0};  // Read by Reshard's stop watcher too.
   ps::ReshardOptions options{.slots_per_step = 8};
   options.progress = [&](int64_t, int64_t, uint64_t) { ++steps; };
   options.stop_requested = [&] { return steps == 1; };
@@ -770,7 +770,9 @@ TEST_F(PsServiceTest, AStoppedReshardEndsBetweenStepsAndAnotherFinishesIt) {
   for (int i = 0; i < 3; ++i) {
     auto map = ps::FetchShardMap(nodes_[i].address);
     ASSERT_TRUE(map.ok()) << map.status();
-    if (agreed.has_value()) EXPECT_EQ(map->epoch(), agreed->epoch()) << "server " << i;
+    if (agreed.has_value()) {
+      EXPECT_EQ(map->epoch(), agreed->epoch()) << "server " << i;
+    }
     agreed = *map;
   }
   EXPECT_EQ(agreed->num_servers(), 3);  // The scale-out's map, one step done.
@@ -1017,6 +1019,44 @@ TEST_F(PsServiceTest, RepairAfterAnInterruptedStepThenReshardKeepsEveryRowOnce) 
   auto stats = Stats(2);
   ASSERT_TRUE(stats.ok());
   EXPECT_GE(stats->slots_owned(), kSlots / 3);
+}
+
+// A stop asked for while a server hangs: the calls in flight are cancelled
+// stop_grace after the ask, instead of holding the reshard (and a stopping
+// operator, whose pod has 30 s of grace) until their 60 s deadline.
+TEST_F(PsServiceTest, AStopCancelsTheCallsToAHungServerAfterTheGrace) {
+  StartCluster(1);
+  // A "server" whose listen queue takes connections that no one answers.
+  const int hung = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(hung, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(hung, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(hung, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(hung, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string hung_address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+
+  ps::ReshardOptions options;
+  options.rpc_deadline = absl::Seconds(60);
+  options.stop_grace = absl::Milliseconds(200);
+  std::atomic<bool> stop{false};
+  options.stop_requested = [&] { return stop.load(); };
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stop = true;
+  });
+  const absl::Time begin = absl::Now();
+  auto stopped = ps::Reshard({nodes_[0].address, hung_address}, {nodes_[0].address}, options);
+  const absl::Duration took = absl::Now() - begin;
+  stopper.join();
+  close(hung);
+  EXPECT_THAT(stopped.status(),
+              StatusIs(absl::StatusCode::kCancelled, "its calls in flight were cancelled 200ms"));
+  EXPECT_GE(took, absl::Milliseconds(500));
+  EXPECT_LT(took, absl::Seconds(10));
+  ExpectServingAndIntact();
 }
 
 // Issue 30, finding 1: a source that went down during its step's copy cannot
@@ -1723,7 +1763,7 @@ TEST_F(PsServiceBadInputTest, BadSlotListsAndDroppingOwnedSlots) {
   grpc::ClientContext context;
   v1::CheckpointResponse response;
   EXPECT_GRPC_ERROR(nodes_[0].stub->Checkpoint(&context, {}, &response), INVALID_ARGUMENT,
-                    "path: empty");
+                    "path = \"\": must name a checkpoint under the server's checkpoint directory");
   ExpectServingAndIntact();
 }
 
