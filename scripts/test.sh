@@ -55,11 +55,12 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
   # and exercise the same code. The same build holds the fuzz targets below.
   echo "== asan build and memory-safety tests"
   asan_targets=(job_spec_test criteo_reader_test hash_test shard_map_test synthetic_test
-    eval_metrics_test row_store_test ps_service_test job_export_test syncer_test grpc_security_test
+    eval_metrics_test row_store_test ps_service_test rpc_extremes_test job_export_test syncer_test
+    grpc_security_test
     reconcile_test crd_test kube_client_test informer_test work_queue_test leader_election_test
     fake_kube_apiserver_test)
   scripts/build.sh asan --target "${asan_targets[@]}"
-  ctest --preset asan -R '^(JobSpecTest|CriteoReaderTest|ParseCriteoLineTest|HashTest|ShardMap[A-Za-z]*|SyntheticTest|EvalMetricsTest|RowStoreTest|PsService[A-Za-z]*|JobExportTest|SyncerTest|SyncerClientTest|SyncerLimitsTest|AllReduceRoundsTest|GrpcSecurity[A-Za-z]*|Reconcile[A-Za-z]*|CrdTest|Deploy[A-Za-z]*Test|JsonToYamlTest|KubeClientTest|ParseWatchLineTest|LineSplitterTest|ResourcePathTest|ObjectKeyTest|QueryEscapeTest|StatusFromHttpTest|RetryOnConflictTest|CancellationTest|InformerTest|WorkQueueTest|RateLimiterTest|LeaderElectionTest|MicroTimeTest|FakeKubeApiServer[A-Za-z]*)\.'
+  ctest --preset asan -R '^(JobSpecTest|CriteoReaderTest|ParseCriteoLineTest|HashTest|ShardMap[A-Za-z]*|SyntheticTest|EvalMetricsTest|RowStoreTest|PsService[A-Za-z]*|RpcExtremesTest|JobExportTest|SyncerTest|SyncerClientTest|SyncerLimitsTest|AllReduceRoundsTest|GrpcSecurity[A-Za-z]*|Reconcile[A-Za-z]*|CrdTest|Deploy[A-Za-z]*Test|JsonToYamlTest|KubeClientTest|ParseWatchLineTest|LineSplitterTest|ResourcePathTest|ObjectKeyTest|QueryEscapeTest|StatusFromHttpTest|RetryOnConflictTest|CancellationTest|InformerTest|WorkQueueTest|RateLimiterTest|LeaderElectionTest|MicroTimeTest|FakeKubeApiServer[A-Za-z]*)\.'
 fi
 if [[ "${SHADOWSYNC_SKIP_FUZZ:-0}" != "1" ]]; then
   # Every libFuzzer target for 30 s after replaying its kept crash inputs
