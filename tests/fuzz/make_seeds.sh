@@ -59,33 +59,35 @@ ps set-map-max 3 ps.proto SetShardMapRequest 'map { epoch: 18446744073709551615 
 ps set-map-max-epoch 3 ps.proto SetShardMapRequest 'map { epoch: 18446744073709551615 num_slots: 4 owner: [0, 0, 0, 0] addresses: "127.0.0.1:1" } self_index: 0'
 ps export-max 4 ps.proto ExportSlotsRequest 'slots: [4294967295, 0]'
 ps drop-max 6 ps.proto DropSlotsRequest 'slots: [4294967295]'
-# ImportSlots: [len][SlotChunk]...
-chunk=$(mktemp)
-printf 'slot: 5 rows { table: 0 id: 11 values: [1, 2, 3, 4] }' |
-  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$chunk"
-done_chunk=$(mktemp)
-printf 'slot: 5 done: true total_rows: 1' |
-  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$done_chunk"
-{
-  printf '\x05'
-  printf "\\x$(printf %02x "$(stat -c %s "$chunk")")"; cat "$chunk"
-  printf "\\x$(printf %02x "$(stat -c %s "$done_chunk")")"; cat "$done_chunk"
-} > "$out/fuzz_ps_service/import.bin"
-# ImportSlots at the extremes: a slot, table and id past every bound, and a
-# done marker claiming every row.
-printf 'slot: 4294967295 rows { table: 4294967295 id: 18446744073709551615 values: [1, 2, 3, 4] }' |
-  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$chunk"
-printf 'slot: 4294967295 done: true total_rows: 18446744073709551615 checksum: 18446744073709551615' |
-  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" > "$done_chunk"
-{
-  printf '\x05'
-  printf "\\x$(printf %02x "$(stat -c %s "$chunk")")"; cat "$chunk"
-  printf "\\x$(printf %02x "$(stat -c %s "$done_chunk")")"; cat "$done_chunk"
-} > "$out/fuzz_ps_service/import-max.bin"
+# ImportSlots: [len][SlotChunk]... The chunks are text format.
+# import_seed NAME CHUNK_TEXT...
+import_seed() {
+  local name=$1
+  shift
+  local encoded
+  encoded=$(mktemp)
+  {
+    printf '\x05'
+    for text in "$@"; do
+      printf '%s' "$text" |
+        protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" \
+          > "$encoded"
+      printf "\\x$(printf %02x "$(stat -c %s "$encoded")")"; cat "$encoded"
+    done
+  } > "$out/fuzz_ps_service/$name.bin"
+  rm -f "$encoded"
+}
+import_seed import 'slot: 5 rows { table: 0 id: 11 values: [1, 2, 3, 4] }' \
+  'slot: 5 done: true total_rows: 1'
+# At the extremes: a slot, table and id past every bound, and a done marker
+# claiming every row.
+import_seed import-max \
+  'slot: 4294967295 rows { table: 4294967295 id: 18446744073709551615 values: [1, 2, 3, 4] }' \
+  'slot: 4294967295 done: true total_rows: 18446744073709551615 checksum: 18446744073709551615'
 # The same row packed (a warm start's stream): a record of table 0, id 11 and
 # dim 4 + Adagrad state floats in its slot of 64, with its CRC.
-python3 - "$chunk" "$done_chunk" <<'PY'
-import struct, sys, zlib
+mapfile -t packed < <(python3 - <<'PY2'
+import struct, zlib
 M = (1 << 64) - 1
 def mix64(x):
     x = (x + 0x9e3779b97f4a7c15) & M
@@ -96,19 +98,11 @@ table, id_ = 0, 11
 slot = mix64(id_ ^ mix64(0x5ad05eed00000000 + table)) % 64
 record = struct.pack("<IQ8f", table, id_, 1, 2, 3, 4, 0, 0, 0, 0)
 esc = "".join("\\%03o" % b for b in record)
-open(sys.argv[1], "w").write(f'slot: {slot} packed_rows: "{esc}" packed_crc32: {zlib.crc32(record)}')
-open(sys.argv[2], "w").write(f"slot: {slot} done: true total_rows: 1 checksum: {zlib.crc32(record)}")
-PY
-for f in "$chunk" "$done_chunk"; do
-  protoc -I "$proto_dir" --encode=shadowsync.v1.SlotChunk "$proto_dir/shadowsync/v1/ps.proto" \
-    < "$f" > "$f.bin"
-done
-{
-  printf '\x05'
-  printf "\\x$(printf %02x "$(stat -c %s "$chunk.bin")")"; cat "$chunk.bin"
-  printf "\\x$(printf %02x "$(stat -c %s "$done_chunk.bin")")"; cat "$done_chunk.bin"
-} > "$out/fuzz_ps_service/import-packed.bin"
-rm -f "$chunk" "$done_chunk" "$chunk.bin" "$done_chunk.bin"
+print(f'slot: {slot} packed_rows: "{esc}" packed_crc32: {zlib.crc32(record)}')
+print(f"slot: {slot} done: true total_rows: 1 checksum: {zlib.crc32(record)}")
+PY2
+)
+import_seed import-packed "${packed[@]}"
 
 sy() { encode fuzz_syncer_service "$@"; }
 sy init 0 syncer.proto InitCentreRequest 'offset: 0 total: 4 values: [1, 2, 3, 4]'
