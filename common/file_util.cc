@@ -69,7 +69,7 @@ class AtomicFileWriter::WriteBehind {
   // A buffer of kBufferBytes to fill; waits while all are queued.
   char* Take() ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    mu_.Await([this] { return !free_.empty(); });
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_.empty(); });
     char* buffer = free_.back();
     free_.pop_back();
     return buffer;
@@ -116,7 +116,8 @@ class AtomicFileWriter::WriteBehind {
       Pending next;
       {
         MutexLock lock(&mu_);
-        mu_.Await([this] { return !queue_.empty() || stopping_; });
+        mu_.Await([this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; });
         if (queue_.empty()) return;
         next = queue_.front();
         queue_.pop_front();
