@@ -6,8 +6,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/metrics_http.h"
@@ -37,6 +39,8 @@ struct OperatorFlags {
   int pod_metrics_port = 9100;
   std::string address_template = std::string(op::kDefaultAddressTemplate);
   int reshard_slots_per_step = 256;
+  bool network_policy = true;
+  std::string self_selector = "app.kubernetes.io/name=shadowsync-operator";
   GrpcSecurityFiles security;
 };
 
@@ -103,6 +107,20 @@ int RunOperator(const OperatorFlags& f) {
   options.reconcile.syncer_port = f.syncer_port;
   options.reconcile.metrics_port = f.pod_metrics_port;
   options.reconcile.address_template = f.address_template;
+  options.reconcile.network_policy = f.network_policy;
+  // The operator runs in its Lease's namespace ($(POD_NAMESPACE) in deploy/
+  // and the chart).
+  options.reconcile.operator_namespace = options.election.ns;
+  options.reconcile.operator_pod_labels.clear();
+  for (absl::string_view pair : absl::StrSplit(f.self_selector, ',', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || kv.second.empty()) {
+      LOG(ERROR) << "operator: --self-selector: want key=value[,key=value...], got \""
+                 << f.self_selector << "\"";
+      return 2;
+    }
+    options.reconcile.operator_pod_labels[kv.first] = kv.second;
+  }
   options.reshard_slots_per_step = f.reshard_slots_per_step;
   options.ps_security = *std::move(security);
   options.registry = registry.get();
@@ -172,6 +190,14 @@ Action AddOperatorCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--reshard-slots-per-step", f->reshard_slots_per_step,
                   "slots moved per shard-map epoch")
+      ->capture_default_str();
+  cmd->add_option("--network-policy", f->network_policy,
+                  "give each job a NetworkPolicy: only its own pods and this operator's reach "
+                  "its servers' gRPC ports")
+      ->capture_default_str();
+  cmd->add_option("--self-selector", f->self_selector,
+                  "labels of this operator's pods (key=value,...), which the jobs' "
+                  "NetworkPolicies let in; its namespace is the Lease's")
       ->capture_default_str();
   // The operator's own certificate and token for its calls to the parameter
   // servers while resharding (used for jobs whose spec.security asks).

@@ -334,13 +334,26 @@ absl::Status Controller::Start() {
   pods_ = std::make_unique<kube::Informer>(
       client_, kube::ResourcePath{.version = "v1", .plural = "pods", .ns = ns}.Collection(),
       selector, options_.informer);
+  network_policies_ = std::make_unique<kube::Informer>(
+      client_,
+      kube::ResourcePath{
+          .group = "networking.k8s.io", .version = "v1", .plural = "networkpolicies", .ns = ns}
+          .Collection(),
+      selector, options_.informer);
+  disruption_budgets_ = std::make_unique<kube::Informer>(
+      client_,
+      kube::ResourcePath{
+          .group = "policy", .version = "v1", .plural = "poddisruptionbudgets", .ns = ns}
+          .Collection(),
+      selector, options_.informer);
   jobs_->AddEventHandler({
       .on_add = [this](const Json& o) { Enqueue(o); },
       .on_update = [this](const Json&, const Json& o) { Enqueue(o); },
       .on_delete = [this](const Json& o) { Enqueue(o); },
   });
   for (kube::Informer* children :
-       {stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+       {stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
+        network_policies_.get(), disruption_budgets_.get()}) {
     children->AddEventHandler({
         .on_add = [this](const Json& o) { EnqueueOwner(o); },
         .on_update = [this](const Json&, const Json& o) { EnqueueOwner(o); },
@@ -348,7 +361,8 @@ absl::Status Controller::Start() {
     });
   }
   for (kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
+        network_policies_.get(), disruption_budgets_.get()}) {
     informer->Start();
   }
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -399,7 +413,8 @@ void Controller::Stop() {
   if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
   leading_.store(false);
   for (kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
+        network_policies_.get(), disruption_budgets_.get()}) {
     if (informer != nullptr) informer->Stop();
   }
 }
@@ -407,7 +422,8 @@ void Controller::Stop() {
 bool Controller::ready() const {
   if (!started_.load() || stopped_.load()) return false;
   for (const kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get()}) {
+       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
+        network_policies_.get(), disruption_budgets_.get()}) {
     if (informer == nullptr || !informer->HasSynced()) return false;
   }
   return true;
@@ -499,6 +515,12 @@ Observed Controller::Observe(const Json& job) {
   for (const Json& o : services_->ListCached()) {
     if (mine(o)) observed.services[NameOf(o)] = o;
   }
+  for (const Json& o : network_policies_->ListCached()) {
+    if (mine(o)) observed.network_policies[NameOf(o)] = o;
+  }
+  for (const Json& o : disruption_budgets_->ListCached()) {
+    if (mine(o)) observed.disruption_budgets[NameOf(o)] = o;
+  }
   for (const Json& o : config_maps_->ListCached()) {
     if (mine(o)) observed.config_maps[NameOf(o)] = o;
   }
@@ -582,9 +604,12 @@ absl::Status Controller::ApplyChild(const Json& desired, const Observed& observe
   const std::string path = ObjectPath(desired);
   const std::string name = NameOf(desired);
   const std::string kind = desired.value("kind", "");
-  const std::map<std::string, Json>* cache = kind == "StatefulSet" ? &observed.stateful_sets
-                                             : kind == "Service"   ? &observed.services
-                                                                   : &observed.config_maps;
+  const std::map<std::string, Json>* cache = kind == "StatefulSet"     ? &observed.stateful_sets
+                                             : kind == "Service"       ? &observed.services
+                                             : kind == "NetworkPolicy" ? &observed.network_policies
+                                             : kind == "PodDisruptionBudget"
+                                                 ? &observed.disruption_budgets
+                                                 : &observed.config_maps;
   if (cache->count(name) > 0)
     return client_->Patch(path, desired, kube::PatchType::kMerge).status();
   const std::string collection = path.substr(0, path.rfind('/'));
@@ -741,12 +766,7 @@ void Controller::StartReshard(const std::string& key, const Json& job,
       SS_ASSIGN_OR_RETURN(ps::RepairReport repair,
                           ps::RepairShardMaps(all, options_.ps_rpc_deadline * 24, security));
       if (repair.repaired) {
-        LOG(WARNING) << key << ": repaired an interrupted reshard: "
-                     << (repair.rolled_forward
-                             ? std::string("its step completed")
-                             : absl::StrCat(repair.slots_returned, " slots back at their sources"))
-                     << ", " << repair.rows_dropped << " stray rows dropped, epoch "
-                     << repair.map.epoch();
+        LOG(WARNING) << key << ": repaired an interrupted reshard: " << ps::DescribeRepair(repair);
       }
       // A resumed scale-out starts from a map that already lists the new
       // servers; a resumed scale-in from one that still lists the drained.

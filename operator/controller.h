@@ -133,6 +133,7 @@ class Controller {
   std::unique_ptr<Metrics> metrics_;
   kube::WorkQueue queue_;
   std::unique_ptr<kube::Informer> jobs_, stateful_sets_, services_, config_maps_, pods_;
+  std::unique_ptr<kube::Informer> network_policies_, disruption_budgets_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::vector<std::thread> workers_;
   std::atomic<bool> leading_{false};

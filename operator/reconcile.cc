@@ -92,6 +92,8 @@ std::string ChildName(std::string_view job, Role role) {
 
 std::string ConfigMapName(std::string_view job) { return absl::StrCat(Av(job), "-config"); }
 
+std::string NetworkPolicyName(std::string_view job) { return absl::StrCat(Av(job), "-servers"); }
+
 std::string ExportClaimName(std::string_view job) { return absl::StrCat(Av(job), "-exports"); }
 
 std::string PodAddress(std::string_view job, Role role, int index, std::string_view ns, int port) {
@@ -122,8 +124,11 @@ std::string ObjectPath(const nlohmann::json& object) {
   const json& meta = Field(object, "metadata");
   std::string ns = StringField(meta, "namespace");
   if (ns.empty()) ns = "default";
+  // The plural of every kind a job owns: NetworkPolicy -> networkpolicies.
+  const std::string plural =
+      kind.ends_with('y') ? kind.substr(0, kind.size() - 1) + "ies" : kind + "s";
   return absl::StrCat(api_version.find('/') == std::string::npos ? "/api/" : "/apis/", api_version,
-                      "/namespaces/", ns, "/", kind, "s/", StringField(meta, "name"));
+                      "/namespaces/", ns, "/", plural, "/", StringField(meta, "name"));
 }
 
 bool IsSubset(const nlohmann::json& desired, const nlohmann::json& observed) {

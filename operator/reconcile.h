@@ -66,6 +66,14 @@ struct ReconcileOptions {
   absl::Duration reshard_poll = absl::Seconds(5);
   // Requeue while running, to refresh examplesProcessed and friends.
   absl::Duration progress_poll = absl::Seconds(30);
+  // A NetworkPolicy per job: its servers' gRPC ports take connections only
+  // from the job's own pods and the operator's (namespace and labels
+  // below); /metrics stays open. Off: none (a cluster whose CNI ignores
+  // NetworkPolicies gains nothing from one).
+  bool network_policy = true;
+  std::string operator_namespace = "shadowsync-system";
+  std::map<std::string, std::string> operator_pod_labels = {
+      {"app.kubernetes.io/name", "shadowsync-operator"}};
 };
 
 // A reshard the controller is running (ps/resharder), as it reports it.
@@ -97,6 +105,7 @@ struct Observed {
   nlohmann::json job;  // The ShadowSyncJob object, with metadata and status.
   // Children owned by this job, by metadata.name.
   std::map<std::string, nlohmann::json> stateful_sets, services, config_maps;
+  std::map<std::string, nlohmann::json> network_policies, disruption_budgets;
   std::vector<nlohmann::json> pods;  // Pods labelled shadowsync.io/job-name=<job>.
   std::optional<PsClusterState> ps;  // Absent: the servers could not be asked.
   // Training progress collected by the controller (e.g. from the trainers'
@@ -133,7 +142,8 @@ struct ReshardRequest {
 struct Actions {
   // Create-or-update (server-side apply) these full child objects. Only
   // children that are missing or differ from the observed ones are listed;
-  // order: ConfigMap, Services, StatefulSets.
+  // order: ConfigMap, Services, NetworkPolicy, PodDisruptionBudget,
+  // StatefulSets.
   std::vector<nlohmann::json> apply;
   // API paths of owned children to delete (owned but no longer wanted).
   std::vector<std::string> delete_paths;
@@ -154,6 +164,8 @@ Actions Reconcile(const Observed& observed, const ReconcileOptions& options = {}
 std::string ChildName(std::string_view job, Role role);
 // "<job>-config".
 std::string ConfigMapName(std::string_view job);
+// "<job>-servers": the NetworkPolicy guarding the job's servers.
+std::string NetworkPolicyName(std::string_view job);
 // "<job>-exports": the export claim the operator creates when
 // spec.export.volumeClaimName is empty.
 std::string ExportClaimName(std::string_view job);

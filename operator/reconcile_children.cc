@@ -425,6 +425,51 @@ json RenderService(const JobRef& ref, Role role, const ReconcileOptions& opt) {
             {"ports", std::move(ports)}}}};
 }
 
+// Who may open the servers' gRPC ports: the job's own pods (trainers and
+// servers) and the operator (resharding, shard-map reads). /metrics and the
+// probes' port stay open to Prometheus and the kubelet.
+json RenderNetworkPolicy(const JobRef& ref, const ReconcileOptions& opt) {
+  json grpc_ports = json::array();
+  for (Role role : kRoles) {
+    if (std::optional<int> port = GrpcPort(role, opt)) {
+      grpc_ports.push_back({{"port", *port}, {"protocol", "TCP"}});
+    }
+  }
+  json job_pods = {{"podSelector", {{"matchLabels", {{std::string(kJobNameLabel), ref.name}}}}}};
+  json operator_pods = {
+      {"namespaceSelector",
+       {{"matchLabels", {{"kubernetes.io/metadata.name", opt.operator_namespace}}}}},
+      {"podSelector", {{"matchLabels", opt.operator_pod_labels}}}};
+  json servers = {{"matchLabels", {{std::string(kJobNameLabel), ref.name}}},
+                  {"matchExpressions",
+                   {{{"key", std::string(kRoleLabel)},
+                     {"operator", "In"},
+                     {"values", {RoleName(Role::kPs), RoleName(Role::kSyncer)}}}}}};
+  return {
+      {"apiVersion", "networking.k8s.io/v1"},
+      {"kind", "NetworkPolicy"},
+      {"metadata", ObjectMeta(ref, NetworkPolicyName(ref.name), Labels(ref, std::nullopt, opt))},
+      {"spec",
+       {{"podSelector", std::move(servers)},
+        {"policyTypes", {"Ingress"}},
+        {"ingress",
+         {{{"from", {std::move(job_pods), std::move(operator_pods)}},
+           {"ports", std::move(grpc_ports)}},
+          {{"ports", {{{"port", opt.metrics_port}, {"protocol", "TCP"}}}}}}}}}};
+}
+
+// A voluntary eviction (a node drain) takes one parameter server at a time:
+// the trainers wait for its slots until it is back, and two at once would
+// stall every step.
+json RenderDisruptionBudget(const JobRef& ref, const ReconcileOptions& opt) {
+  return {
+      {"apiVersion", "policy/v1"},
+      {"kind", "PodDisruptionBudget"},
+      {"metadata", ObjectMeta(ref, ChildName(ref.name, Role::kPs), Labels(ref, Role::kPs, opt))},
+      {"spec",
+       {{"maxUnavailable", 1}, {"selector", {{"matchLabels", SelectorLabels(ref, Role::kPs)}}}}}};
+}
+
 json RenderConfigMap(const ShadowSyncJob& job, const JobRef& ref, int servers, uint64_t epoch,
                      const ReconcileOptions& opt) {
   ShadowSyncJob rendered = job;
@@ -474,10 +519,13 @@ void PlanChildren(Actions& a, const Observed& o, const ShadowSyncJob& job, const
   };
   want(o.config_maps, RenderConfigMap(job, ref, servers, epoch, opt));
   for (Role role : kRoles) want(o.services, RenderService(ref, role, opt));
+  if (opt.network_policy) want(o.network_policies, RenderNetworkPolicy(ref, opt));
+  want(o.disruption_budgets, RenderDisruptionBudget(ref, opt));
   for (Role role : {Role::kPs, Role::kSyncer, Role::kTrainer}) {
     want(o.stateful_sets, RenderStatefulSet(job.spec, ref, role, replicas.Of(role), opt));
   }
   std::set<std::string> wanted = {ConfigMapName(ref.name)};
+  if (opt.network_policy) wanted.insert(NetworkPolicyName(ref.name));
   for (Role role : kRoles) wanted.insert(ChildName(ref.name, role));
   auto unwanted = [&](const std::map<std::string, json>& observed) {
     for (const auto& [name, object] : observed) {
@@ -487,6 +535,8 @@ void PlanChildren(Actions& a, const Observed& o, const ShadowSyncJob& job, const
   unwanted(o.config_maps);
   unwanted(o.services);
   unwanted(o.stateful_sets);
+  unwanted(o.network_policies);
+  unwanted(o.disruption_budgets);
 }
 
 }  // namespace shadowsync::op::internal

@@ -116,6 +116,8 @@ class Cluster {
                .stateful_sets = stateful_sets_,
                .services = services_,
                .config_maps = config_maps_,
+               .network_policies = network_policies_,
+               .disruption_budgets = disruption_budgets_,
                .pods = pods_,
                .ps = ps,
                .examples_processed = examples_processed,
@@ -165,7 +167,12 @@ class Cluster {
     static const json kNone;
     return kNone;
   }
-  size_t children() const { return stateful_sets_.size() + services_.size() + config_maps_.size(); }
+  size_t children() const {
+    return stateful_sets_.size() + services_.size() + config_maps_.size() +
+           network_policies_.size() + disruption_budgets_.size();
+  }
+  const std::map<std::string, json>& network_policies() const { return network_policies_; }
+  const std::map<std::string, json>& disruption_budgets() const { return disruption_budgets_; }
 
   std::optional<PsClusterState> ps;
   std::optional<int64_t> examples_processed;
@@ -194,6 +201,10 @@ class Cluster {
       services_[name] = child;
     } else if (kind == "ConfigMap") {
       config_maps_[name] = child;
+    } else if (kind == "NetworkPolicy") {
+      network_policies_[name] = child;
+    } else if (kind == "PodDisruptionBudget") {
+      disruption_budgets_[name] = child;
     } else if (kind == "PersistentVolumeClaim") {
       EXPECT_FALSE(claims.contains(name)) << "claim " << name << " created twice";
       claims[name] = child;
@@ -204,6 +215,7 @@ class Cluster {
 
   json job_;
   std::map<std::string, json> stateful_sets_, services_, config_maps_;
+  std::map<std::string, json> network_policies_, disruption_budgets_;
   std::vector<json> pods_;
 };
 
@@ -250,9 +262,10 @@ Cluster RunningCluster(json job = BaseJob()) {
 TEST(ReconcileTest, FreshJobCreatesEveryChildWithOwnerReferences) {
   Cluster c;
   const Actions a = c.Step();
-  EXPECT_THAT(Names(a.apply), ElementsAre("ConfigMap/j-config", "Service/j-trainer", "Service/j-ps",
-                                          "Service/j-syncer", "StatefulSet/j-ps",
-                                          "StatefulSet/j-syncer", "StatefulSet/j-trainer"));
+  EXPECT_THAT(Names(a.apply),
+              ElementsAre("ConfigMap/j-config", "Service/j-trainer", "Service/j-ps",
+                          "Service/j-syncer", "NetworkPolicy/j-servers", "PodDisruptionBudget/j-ps",
+                          "StatefulSet/j-ps", "StatefulSet/j-syncer", "StatefulSet/j-trainer"));
   for (const json& child : a.apply) {
     SCOPED_TRACE(child["metadata"]["name"]);
     EXPECT_EQ(child["metadata"]["namespace"], "ns");
@@ -264,7 +277,7 @@ TEST(ReconcileTest, FreshJobCreatesEveryChildWithOwnerReferences) {
     EXPECT_EQ(labels["app.kubernetes.io/instance"], "j");
     EXPECT_EQ(labels["app.kubernetes.io/managed-by"], "shadowsync-operator");
     EXPECT_EQ(labels["team"], "ads");  // The job's labels go onto every child.
-    if (child["kind"] != "ConfigMap") {
+    if (child["kind"] != "ConfigMap" && child["kind"] != "NetworkPolicy") {
       EXPECT_TRUE(labels.contains("shadowsync.io/role"));
     }
   }
@@ -469,6 +482,49 @@ TEST(ReconcileTest, ConfigMapHoldsTheRenderedJobAndTheShardMap) {
   EXPECT_EQ(shard_map["slots"], 4096);
   EXPECT_EQ(shard_map["psAddresses"], json({"j-ps-0.j-ps.ns.svc:7000", "j-ps-1.j-ps.ns.svc:7000"}));
   EXPECT_EQ(shard_map["syncerAddresses"], json({"j-syncer-0.j-syncer.ns.svc:7100"}));
+}
+
+// Only the job's own pods and the operator's may open its servers' gRPC
+// ports; /metrics stays open. A drain takes one parameter server at a time.
+// Without --network-policy, a policy made before is deleted.
+TEST(ReconcileTest, EveryJobGetsANetworkPolicyAndAServerDisruptionBudget) {
+  Cluster c;
+  c.options.operator_namespace = "ops";
+  c.options.operator_pod_labels = {{"app.kubernetes.io/name", "op"}};
+  c.Step();
+  ASSERT_EQ(c.network_policies().count("j-servers"), 1u);
+  const json& policy = c.network_policies().at("j-servers");
+  EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(policy["metadata"]["ownerReferences"][0]["name"], "j");
+  const json& spec = policy["spec"];
+  EXPECT_EQ(spec["policyTypes"], json({"Ingress"}));
+  EXPECT_EQ(spec["podSelector"]["matchLabels"], json({{"shadowsync.io/job-name", "j"}}));
+  EXPECT_EQ(spec["podSelector"]["matchExpressions"][0]["values"], json({"ps", "syncer"}));
+  ASSERT_EQ(spec["ingress"].size(), 2u);
+  const json& grpc = spec["ingress"][0];
+  EXPECT_EQ(grpc["ports"], json::parse(R"([{"port": 7000, "protocol": "TCP"},
+                                            {"port": 7100, "protocol": "TCP"}])"));
+  EXPECT_EQ(grpc["from"][0], json::parse(R"({"podSelector":
+                                             {"matchLabels": {"shadowsync.io/job-name": "j"}}})"));
+  EXPECT_EQ(grpc["from"][1], json::parse(R"({
+      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "op"}}})"));
+  const json& metrics = spec["ingress"][1];
+  EXPECT_FALSE(metrics.contains("from"));  // Prometheus and the kubelet's probes.
+  EXPECT_EQ(metrics["ports"], json::parse(R"([{"port": 9100, "protocol": "TCP"}])"));
+
+  ASSERT_EQ(c.disruption_budgets().count("j-ps"), 1u);
+  const json& budget = c.disruption_budgets().at("j-ps");
+  EXPECT_EQ(budget["apiVersion"], "policy/v1");
+  EXPECT_EQ(budget["spec"]["maxUnavailable"], 1);
+  EXPECT_EQ(budget["spec"]["selector"]["matchLabels"],
+            json({{"shadowsync.io/job-name", "j"}, {"shadowsync.io/role", "ps"}}));
+  EXPECT_THAT(c.Step().apply, IsEmpty());  // Nothing changed, nothing applied.
+
+  c.options.network_policy = false;
+  Actions a = c.Step();
+  EXPECT_THAT(a.delete_paths,
+              ElementsAre("/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/j-servers"));
 }
 
 TEST(ReconcileTest, PodTemplatesMergeTheUserTemplate) {

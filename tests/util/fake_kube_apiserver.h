@@ -32,6 +32,7 @@
 //    serviceaccounts, events, secrets, endpoints, persistentvolumeclaims;
 //    apps/v1 statefulsets and deployments (both with /status and /scale);
 //    coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
+//    networking.k8s.io/v1 networkpolicies; policy/v1 poddisruptionbudgets;
 //    rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles,
 //    clusterrolebindings; apiextensions.k8s.io/v1 customresourcedefinitions.
 //    Namespaces default, kube-system, kube-public and kube-node-lease exist at

@@ -3,7 +3,8 @@ The operator's permissions on the jobs and their children (deploy/rbac.yaml's
 ClusterRole "shadowsync-operator"), shared by the ClusterRole (watchScope
 cluster) and the namespaced Role (watchScope namespace). Least privilege: it
 watches ShadowSyncJobs and writes their status, server-side-applies and deletes
-the children Reconcile renders (StatefulSets, Services, ConfigMaps), reads pods,
+the children Reconcile renders (StatefulSets, Services, ConfigMaps,
+NetworkPolicies, PodDisruptionBudgets), reads pods,
 and records events. No secrets, no wildcards.
 */}}
 {{- define "shadowsync.operatorRules" -}}
@@ -11,25 +12,31 @@ and records events. No secrets, no wildcards.
 - apiGroups: ["shadowsync.io"]
   resources: ["shadowsyncjobs"]
   verbs: ["get", "list", "watch", "delete"]
+# The status is written with merge patches only. (kubectl scale and HPAs
+# use the scale subresource; the operator never does.)
 - apiGroups: ["shadowsync.io"]
   resources: ["shadowsyncjobs/status"]
-  verbs: ["get", "update", "patch"]
-# Trainer scaling through the scale subresource (kubectl scale, HPA).
-- apiGroups: ["shadowsync.io"]
-  resources: ["shadowsyncjobs/scale"]
-  verbs: ["get", "update", "patch"]
+  verbs: ["patch"]
 # Children carry ownerReferences with blockOwnerDeletion: true; with the
 # OwnerReferencesPermissionEnforcement admission plugin that needs this.
 - apiGroups: ["shadowsync.io"]
   resources: ["shadowsyncjobs/finalizers"]
   verbs: ["update"]
-# The children, created and updated by server-side apply.
+# The children: watched, created, merge-patched and deleted (never PUT).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A job's NetworkPolicy (who may reach its servers) and its parameter
+# servers' PodDisruptionBudget.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The export claim a job with spec.export and no volumeClaimName gets;
 # it is created once and kept after the job (docs/export.md).
 - apiGroups: [""]
