@@ -94,6 +94,10 @@ class Launch {
   // ps_addresses_ lists every server the reshard involved, serving on new
   // ports. Repairs their shard maps, then completes the reshard.
   absl::Status FinishInterruptedReshard(int n);
+  // After a reshard failed: repairs the shard maps of `involved` (every
+  // server the reshard touched), restarting dead servers meanwhile, for up
+  // to a minute.
+  absl::Status RepairAfterFailedReshard(const std::vector<std::string>& involved);
   // Stops ps-`first` and every later server, which have left the job.
   void StopServersFrom(int first);
   // ReshardOptions::kill_point of the launcher's reshards, from

@@ -81,8 +81,17 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
   resharding_to_ = 0;
   if (!report.ok()) {
-    // Completed steps stand (a failed one was rolled back): the servers'
-    // map says which of them are in the job now.
+    // A step cut short (a server died mid-copy, so the rollback could not
+    // reach it) leaves the servers on different maps with slots frozen:
+    // once the dead server is back, a repair completes or undoes the step.
+    if (absl::Status repaired = RepairAfterFailedReshard(n > current ? after : before);
+        !repaired.ok()) {
+      return absl::Status(
+          report.status().code(),
+          absl::StrCat(report.status().message(), "; and the repair failed: ", repaired.message()));
+    }
+    // Completed steps stand: the servers' map says which of them are in the
+    // job now.
     absl::StatusOr<ShardMap> map =
         ps::FetchShardMap(ps_addresses_.front(), absl::Seconds(30), security_);
     if (map.ok()) {
@@ -115,15 +124,29 @@ absl::StatusOr<nlohmann::json> Launch::ScaleTo(int n, bool pause) {
   return r;
 }
 
+absl::Status Launch::RepairAfterFailedReshard(const std::vector<std::string>& involved) {
+  absl::Status last;
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    SS_RETURN_IF_ERROR(Reap());  // Restarts a server that died meanwhile.
+    absl::StatusOr<ps::RepairReport> repair =
+        ps::RepairShardMaps(involved, absl::Seconds(30), security_);
+    if (repair.ok()) {
+      if (repair->repaired) {
+        LOG(WARNING) << "repaired the failed reshard's shard maps: " << ps::DescribeRepair(*repair);
+      }
+      return absl::OkStatus();
+    }
+    last = repair.status();
+  }
+  return last;
+}
+
 absl::Status Launch::FinishInterruptedReshard(int n) {
   SS_ASSIGN_OR_RETURN(const ps::RepairReport repair,
                       ps::RepairShardMaps(ps_addresses_, absl::Seconds(120), security_));
   if (repair.repaired) {
-    LOG(WARNING) << "repaired the interrupted reshard's shard maps: "
-                 << (repair.rolled_forward
-                         ? std::string("its step completed")
-                         : absl::StrCat(repair.slots_returned, " slots back at their sources"))
-                 << ", " << repair.rows_dropped << " stray rows dropped";
+    LOG(WARNING) << "repaired the interrupted reshard's shard maps: " << ps::DescribeRepair(repair);
   }
   // The map may still list servers a scale-in drains, or not yet those a
   // scale-out adds (they joined owning nothing).

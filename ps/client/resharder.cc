@@ -478,6 +478,13 @@ absl::StatusOr<ReshardReport> Reshard(const std::vector<std::string>& before,
   return report;
 }
 
+std::string DescribeRepair(const RepairReport& repair) {
+  return absl::StrCat(repair.rolled_forward
+                          ? std::string("its step completed")
+                          : absl::StrCat(repair.slots_returned, " slots back at their sources"),
+                      ", ", repair.rows_dropped, " stray rows dropped, epoch ", repair.map.epoch());
+}
+
 absl::StatusOr<RepairReport> RepairShardMaps(const std::vector<std::string>& addresses,
                                              absl::Duration rpc_deadline,
                                              const GrpcSecurity& security) {
