@@ -71,11 +71,16 @@ def run_chaos(args, job, out):
             kill_point = None
             if len(faults) < args.rounds and rng.random() < args.launcher_share:
                 kill_point = f"{rng.choice(KILL_POINTS)}#{rng.randint(1, 3)}"
+            # Waited for below: a resumed launcher writes it anew once its
+            # reshard is finished and the trainers run again.
+            ready = os.path.join(out, "trainer-1.ready")
+            if os.path.exists(ready):
+                os.remove(ready)
             launcher = launch(args, job, out, resume, kill_point, log)
             resume = True
             started = time.time()
             while launcher.poll() is None and time.time() - started < 120 and not os.path.exists(
-                    os.path.join(out, "trainer-1.ready")):
+                    ready):
                 time.sleep(0.2)
             time.sleep(args.settle_seconds)
             while launcher.poll() is None and len(faults) < args.rounds:
@@ -150,8 +155,8 @@ def main():
     chaos_dir = os.path.join(args.workdir, "chaos")
     for d in (base_dir, chaos_dir):
         subprocess.run(["rm", "-rf", d], check=True)
-    rc, _, log = chaos.run_job(argparse.Namespace(**{**vars(args), "rounds": 0}), job, base_dir,
-                               chaos=False)
+    undisturbed = argparse.Namespace(**vars(args), first_fault_seconds=0, net=False)
+    rc, _, log = chaos.run_job(undisturbed, job, base_dir, chaos=False)
     if rc != 0:
         raise SystemExit(f"the undisturbed run failed (exit {rc}); see {log}")
     base_keys = chaos.check_keys(args, base_dir)

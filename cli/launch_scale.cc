@@ -164,12 +164,25 @@ absl::Status Launch::FinishInterruptedReshard(int n) {
   ps::ReshardOptions o;
   o.security = security_;
   o.kill_point = KillPoint();
-  SS_ASSIGN_OR_RETURN(const ps::ReshardReport report, ps::Reshard(before, after, o));
+  absl::StatusOr<ps::ReshardReport> report = ps::Reshard(before, after, o);
+  // No trainer runs yet: a server that died meanwhile is restarted, the
+  // maps repaired, and the reshard tried again.
+  for (int attempt = 1; !report.ok() && attempt < 3; ++attempt) {
+    LOG(WARNING) << "the resumed reshard failed (" << report.status().message()
+                 << "); repairing and trying again";
+    SS_RETURN_IF_ERROR(RepairAfterFailedReshard(ps_addresses_));
+    SS_ASSIGN_OR_RETURN(const ShardMap map,
+                        ps::FetchShardMap(ps_addresses_.front(), absl::Seconds(30), security_));
+    const std::vector<std::string> now(ps_addresses_.begin(),
+                                       ps_addresses_.begin() + map.num_servers());
+    report = ps::Reshard(now, after, o);
+  }
+  SS_RETURN_IF_ERROR(report.status());
   StopServersFrom(n);
   ps_addresses_ = after;
   resharding_to_ = 0;
   WriteLaunchState();
-  nlohmann::json r = ps::ReshardReportToJson(report);
+  nlohmann::json r = ps::ReshardReportToJson(*report);
   r["paused"] = true;  // No trainer runs before a resume has finished it.
   r["resumed"] = true;
   reshards_.push_back(r);
