@@ -160,11 +160,17 @@ def check_keys(args, out):
     return dict(kv.split("=", 1) for kv in last.split()[1:])
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser(doc):
+    """The arguments every chaos benchmark takes: the binaries and a directory."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bin", required=True, help="the shadowsync binary")
     p.add_argument("--check", required=True, help="the chaos_check binary")
     p.add_argument("--workdir", required=True)
+    return p
+
+
+def main():
+    p = parser(__doc__)
     p.add_argument("--rounds", type=int, default=10, help="faults to inject")
     p.add_argument("--interval", type=float, default=6, help="seconds between faults")
     p.add_argument("--first-fault-seconds", type=float, default=8)

@@ -124,10 +124,7 @@ def run_chaos(args, job, out):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--bin", required=True, help="the shadowsync binary")
-    p.add_argument("--check", required=True, help="the chaos_check binary")
-    p.add_argument("--workdir", required=True)
+    p = chaos.parser(__doc__)
     p.add_argument("--rounds", type=int, default=30, help="faults to inject")
     p.add_argument("--launcher-share", type=float, default=0.5,
                    help="share of the faults that kill the launcher (the rest kill a server)")
