@@ -53,9 +53,6 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
   # and reconcile. The end-to-end
   # suites (real processes of the release build) stay out: they add minutes
   # and exercise the same code. The same build holds the fuzz targets below.
-  # The preset also makes clang's thread-safety analysis an error, so every
-  # library these targets link (all but the operator's controller and the
-  # CLI; `clang-tsa` covers those) is checked against its lock annotations.
   echo "== asan build and memory-safety tests"
   asan_targets=(job_spec_test criteo_reader_test hash_test shard_map_test synthetic_test
     eval_metrics_test row_store_test ps_service_test rpc_extremes_test job_export_test syncer_test
