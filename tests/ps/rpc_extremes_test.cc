@@ -195,7 +195,7 @@ TEST_F(RpcExtremesTest, EveryIntegerFieldOfEveryUnaryRpcAtItsExtremesIsServedOrR
     v1::TableRows* t = r.add_tables();
     t->set_table(0);
     t->add_ids(7);
-    rpcs.push_back({"Lookup", std::make_unique<v1::LookupRequest>(r), true,
+    rpcs.push_back({"Lookup", std::make_unique<v1::LookupRequest>(r), false,
                     [this](grpc::ClientContext* c, const Message& m) {
                       v1::LookupResponse response;
                       return stub_->Lookup(c, static_cast<const v1::LookupRequest&>(m), &response);
