@@ -211,8 +211,11 @@ std::function<absl::Status(std::string_view, int)> Launch::KillPoint() {
   const size_t hash = spec.find('#');
   const std::string point(spec.substr(0, hash));
   int nth = 1;
-  if (hash != std::string_view::npos && !absl::SimpleAtoi(std::string(spec.substr(hash + 1)), &nth))
+  if (hash != std::string_view::npos &&
+      (!absl::SimpleAtoi(std::string(spec.substr(hash + 1)), &nth) || nth < 1)) {
+    LOG(WARNING) << "SHADOWSYNC_KILL_POINT=" << spec << ": want <point>[#<n >= 1>]; using n = 1";
     nth = 1;
+  }
   return [this, point, nth](std::string_view at, int server) {
     if (at == point && ++kill_point_calls_ == nth) {
       LOG(WARNING) << "SHADOWSYNC_KILL_POINT: killing the launcher at reshard point " << at
