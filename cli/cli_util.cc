@@ -136,6 +136,10 @@ void AddSecurityFlags(CLI::App& cmd, GrpcSecurityFiles& files) {
   cmd.add_option("--auth-token-file", files.auth_token_file,
                  "file holding the shared bearer token sent on (and, by servers, required of) "
                  "every gRPC call");
+  cmd.add_option("--admin-token-file", files.admin_token_file,
+                 "file holding the admin token: a parameter server takes SetShardMap, "
+                 "ImportSlots, DropSlots and Checkpoint only with it, and a client sends it with "
+                 "every call");
 }
 
 void AddServerFlags(CLI::App& cmd, ServerFlags& flags) {
@@ -222,9 +226,9 @@ std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p) {
                                    std::to_string(spec.parameter_server.eviction.max_rows)};
   if (p.join) args.push_back("--join");
   if (!p.ready_file.empty()) args.insert(args.end(), {"--ready-file", p.ready_file});
-  for (std::string& a : GrpcSecurityArgs(SecurityFilesOf(spec.security))) {
-    args.push_back(std::move(a));
-  }
+  GrpcSecurityFiles security = SecurityFilesOf(spec.security);
+  security.admin_token_file = p.admin_token_file;
+  for (std::string& a : GrpcSecurityArgs(security)) args.push_back(std::move(a));
   return args;
 }
 

@@ -141,6 +141,9 @@ struct PsProcess {
   int self_index = 0;
   bool join = false;  // Owns no slot until a reshard gives it some.
   std::string ready_file;
+  // The admin token the server requires of its admin RPCs (the launcher's,
+  // the operator's). Empty: none.
+  std::string admin_token_file;
 };
 std::vector<std::string> PsArgs(const JobSpec& spec, const PsProcess& p);
 

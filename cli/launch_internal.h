@@ -133,8 +133,11 @@ class Launch {
 
   const LaunchOptions& options_;
   ShadowSyncJob job_;
-  GrpcSecurity security_;  // Of the launcher's own calls to the servers (spec.security).
+  // Of the launcher's own calls to the servers: spec.security, plus the admin
+  // token in admin_token_file_ (<run_dir>/admin-token), which they send.
+  GrpcSecurity security_;
   std::string run_dir_;
+  std::string admin_token_file_;
   std::vector<Child> children_;
   std::vector<std::string> ps_addresses_;  // ps-i at [i]; changes with scale
   int resharding_to_ = 0;                  // While a reshard runs: its server count.

@@ -205,7 +205,8 @@ Child Launch::PsChild(int i, const std::string& address, bool join) const {
                                           .peers = ps_addresses_,
                                           .self_index = i,
                                           .join = join,
-                                          .ready_file = c.ready})) {
+                                          .ready_file = c.ready,
+                                          .admin_token_file = admin_token_file_})) {
     c.argv.push_back(std::move(a));
   }
   return c;

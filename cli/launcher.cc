@@ -89,6 +89,19 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
       LOG(INFO) << "starting fresh in " << run_dir_ << ": removed the previous run's state";
     }
   }
+  // The launcher's admin credential: its servers take SetShardMap,
+  // ImportSlots, DropSlots and Checkpoint only from it (docs/security.md). A
+  // resumed run keeps its token; a fresh one gets a new one.
+  admin_token_file_ = run_dir_ + "/admin-token";
+  if (!options_.resume || !fs::exists(admin_token_file_)) {
+    SS_RETURN_IF_ERROR(WriteNewToken(admin_token_file_));
+  }
+  {
+    GrpcSecurityFiles files;
+    files.admin_token_file = admin_token_file_;
+    SS_ASSIGN_OR_RETURN(const GrpcSecurity admin, LoadGrpcSecurity(files));
+    security_.admin_token = admin.admin_token;
+  }
   fs::remove_all(run_dir_ + "/control");  // Requests for a launcher that is gone.
   fs::create_directories(run_dir_ + "/control");
   std::ofstream(run_dir_ + "/control/launcher.pid") << getpid() << "\n";

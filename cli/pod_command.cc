@@ -105,7 +105,8 @@ int RunChild(const std::vector<std::string>& args) {
 // ConfigMap's init-imported), which would overwrite trained rows.
 absl::StatusOr<int64_t> ImportInitModel(const ShadowSyncJob& job, const std::string& model,
                                         const std::string& ps, const std::string& data_dir,
-                                        const std::string& config_dir) {
+                                        const std::string& config_dir,
+                                        const std::string& admin_token_file) {
   const std::string marker = data_dir + "/init-imported";
   int64_t rows = 0;
   if (std::ifstream in(marker); in >> rows) return rows;
@@ -115,7 +116,11 @@ absl::StatusOr<int64_t> ImportInitModel(const ShadowSyncJob& job, const std::str
   const model::ExportInfo info = exporter::ExportInfoForJob(job);
   SS_RETURN_IF_ERROR(reader.CheckShape(info.config, info.embeddings.tables));
   SS_RETURN_IF_ERROR(reader.Verify());
-  SS_ASSIGN_OR_RETURN(GrpcSecurity security, LoadGrpcSecurity(SecurityFilesOf(job.spec.security)));
+  // ImportSlots is an admin RPC: the operator hands trainer 0 of a warm
+  // start the job's admin token for it.
+  GrpcSecurityFiles files = SecurityFilesOf(job.spec.security);
+  files.admin_token_file = admin_token_file;
+  SS_ASSIGN_OR_RETURN(GrpcSecurity security, LoadGrpcSecurity(files));
   SS_ASSIGN_OR_RETURN(exporter::RowStreamStats imported,
                       exporter::ImportServerRows(reader, job, ps, {.security = security}));
   LOG(INFO) << "pod: loaded " << imported.rows << " rows of " << model << " onto "
@@ -224,7 +229,8 @@ int RunPod(const PodFlags& f) {
                               .db = f.data_dir + "/db",
                               .peers = ps,
                               .self_index = index,
-                              .join = join});
+                              .join = join,
+                              .admin_token_file = f.security.admin_token_file});
   } else if (f.role == "syncer") {
     args = SyncerArgs(job->spec, {.listen = f.listen, .metrics_listen = f.metrics_listen});
   } else if (f.role == "trainer") {
@@ -267,9 +273,9 @@ int RunPod(const PodFlags& f) {
       // spec.init.fromModel is a path inside the claim mounted at --init-dir.
       trainer.init_model = (std::filesystem::path(f.init_dir) / job->spec.init.from_model).string();
       if (index == 0) {
-        absl::StatusOr<int64_t> rows =
-            ImportInitModel(*job, trainer.init_model, ps.front(), f.data_dir,
-                            std::filesystem::path(f.config).parent_path().string());
+        absl::StatusOr<int64_t> rows = ImportInitModel(
+            *job, trainer.init_model, ps.front(), f.data_dir,
+            std::filesystem::path(f.config).parent_path().string(), f.security.admin_token_file);
         if (!rows.ok()) {
           LOG(ERROR) << "pod: spec.init.fromModel: " << rows.status().message();
           return 1;

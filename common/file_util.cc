@@ -205,7 +205,8 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path,
   const pid_t pid = ::getpid();
   for (int attempt = 0;; ++attempt) {
     std::string temp = absl::StrCat(path, ".", pid, "-", sequence.fetch_add(1), ".tmp");
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                          static_cast<mode_t>(options.mode));
     if (fd >= 0) {
       // Set after open, not in it: an open with O_DIRECT that the file system
       // refuses has already created the file (so O_EXCL would then refuse

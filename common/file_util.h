@@ -50,6 +50,8 @@ class AtomicFileWriter {
  public:
   struct Options {
     bool direct_io = false;
+    // Permission bits of the new file, before the umask (0600: a secret).
+    int mode = 0666;
   };
   static absl::StatusOr<AtomicFileWriter> Open(const std::string& path, Options options);
   static absl::StatusOr<AtomicFileWriter> Open(const std::string& path) {

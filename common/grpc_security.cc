@@ -1,14 +1,21 @@
 #include "common/grpc_security.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpc/grpc_security.h"
 #include "grpcpp/security/credentials.h"
@@ -45,59 +52,93 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
   return pem;
 }
 
-// Adds the bearer token to the initial metadata of every call.
+}  // namespace
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& flag, const std::string& path) {
+  SS_ASSIGN_OR_RETURN(const std::string token, ReadFile(flag, path));
+  std::string trimmed(absl::StripAsciiWhitespace(token));
+  if (trimmed.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds only whitespace"));
+  }
+  for (const char c : trimmed) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": ", path, " must hold one token of printable ASCII without spaces"));
+    }
+  }
+  return trimmed;
+}
+
+namespace {
+
+// Adds the bearer tokens to the initial metadata of every call.
 class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
+  explicit BearerTokenInterceptor(const std::vector<std::string>* headers) : headers_(headers) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kAuthorizationMetadataKey, *header_);
+      for (const std::string& header : *headers_) {
+        methods->GetSendInitialMetadata()->emplace(kAuthorizationMetadataKey, header);
+      }
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* header_;  // Owned by the factory, which the channel keeps.
+  const std::vector<std::string>* headers_;  // Owned by the factory, which the channel keeps.
 };
 
 class BearerTokenInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit BearerTokenInterceptorFactory(const std::string& token)
-      : header_(absl::StrCat(kBearerPrefix, token)) {}
+  explicit BearerTokenInterceptorFactory(const std::vector<std::string>& tokens) {
+    for (const std::string& token : tokens) headers_.push_back(absl::StrCat(kBearerPrefix, token));
+  }
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new BearerTokenInterceptor(&header_);
+    return new BearerTokenInterceptor(&headers_);
   }
 
  private:
-  const std::string header_;
+  std::vector<std::string> headers_;
 };
 
 std::string_view SliceView(const grpc_slice& slice) {
   return {reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)), GRPC_SLICE_LENGTH(slice)};
 }
 
+// What the token check compares against: "Bearer <token>" header values,
+// each empty when that token is not configured.
+struct ExpectedTokens {
+  std::string data;
+  std::string admin;
+};
+
 // The bearer-token check, as gRPC core's auth-metadata processor
 // (grpc/grpc_security.h): gRPC calls it for every call once its initial
 // metadata has arrived, before the call is matched to a handler. It answers at
-// once (a constant-time compare), on gRPC's thread. `state` is the expected
-// "Bearer <token>" header value.
-void CheckBearerToken(void* state, grpc_auth_context* /*context*/, const grpc_metadata* metadata,
+// once (constant-time compares), on gRPC's thread. A call passes with the
+// auth token, with the admin token, or with neither when no auth token is
+// configured; the admin token also marks it as an admin call, in the call's
+// own auth context (which is what ServerContext::auth_context() shows).
+void CheckBearerToken(void* state, grpc_auth_context* context, const grpc_metadata* metadata,
                       size_t count, grpc_process_auth_metadata_done_cb done, void* user_data) {
-  const std::string& expected = *static_cast<const std::string*>(state);
-  bool ok = false;
+  const ExpectedTokens& expected = *static_cast<const ExpectedTokens*>(state);
+  bool data_ok = expected.data.empty();
+  bool admin = false;
   for (size_t i = 0; i < count; ++i) {
-    if (SliceView(metadata[i].key) == kAuthorizationMetadataKey) {
-      ok |= ConstantTimeEquals(std::string(SliceView(metadata[i].value)), expected);
-    }
+    if (SliceView(metadata[i].key) != kAuthorizationMetadataKey) continue;
+    const std::string value(SliceView(metadata[i].value));
+    if (!expected.data.empty()) data_ok |= ConstantTimeEquals(value, expected.data);
+    if (!expected.admin.empty()) admin |= ConstantTimeEquals(value, expected.admin);
   }
-  if (ok) {
-    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
-  } else {
+  if (!data_ok && !admin) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED, kUnauthenticatedMessage);
+    return;
   }
+  if (admin) grpc_auth_context_add_cstring_property(context, kAdminCallProperty, "true");
+  done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
 }
 
 // grpc::ServerCredentials over gRPC core's credentials, which is how an
@@ -132,11 +173,16 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
     } else {
       creds = grpc_insecure_server_credentials_create();
     }
-    if (security.has_token()) {
+    if (security.has_token() || security.has_admin_token()) {
+      auto* expected = new ExpectedTokens;
+      if (security.has_token()) expected->data = absl::StrCat(kBearerPrefix, security.auth_token);
+      if (security.has_admin_token()) {
+        expected->admin = absl::StrCat(kBearerPrefix, security.admin_token);
+      }
       grpc_server_credentials_set_auth_metadata_processor(
           creds, {.process = CheckBearerToken,
-                  .destroy = [](void* state) { delete static_cast<std::string*>(state); },
-                  .state = new std::string(absl::StrCat(kBearerPrefix, security.auth_token))});
+                  .destroy = [](void* state) { delete static_cast<ExpectedTokens*>(state); },
+                  .state = expected});
     }
     return creds;
   }
@@ -156,7 +202,7 @@ std::string GrpcSecurity::Describe() const {
       tls() ? absl::StrCat(" tls_server_name=",
                            tls_server_name.empty() ? "(dialled host)" : tls_server_name)
             : "",
-      " token=", has_token() ? "on" : "off");
+      " token=", has_token() ? "on" : "off", " admin_token=", has_admin_token() ? "on" : "off");
 }
 
 absl::StatusOr<GrpcSecurity> LoadGrpcSecurity(const GrpcSecurityFiles& files,
@@ -187,23 +233,13 @@ absl::StatusOr<GrpcSecurity> LoadGrpcSecurity(const GrpcSecurityFiles& files,
     out.tls_server_name = files.tls_server_name;
   }
   if (!files.auth_token_file.empty()) {
-    const std::string flag = absl::StrCat(flag_prefix, "auth-token-file");
-    absl::StatusOr<std::string> token = ReadFile(flag, files.auth_token_file);
-    if (!token.ok()) return token.status();
-    std::string trimmed(absl::StripAsciiWhitespace(*token));
-    if (trimmed.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": ", files.auth_token_file, " holds only whitespace"));
-    }
-    for (const char c : trimmed) {
-      // Metadata values must be printable ASCII; say so without echoing it.
-      if (c < 0x21 || c > 0x7e) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": ", files.auth_token_file,
-                         " must hold one token of printable ASCII without spaces"));
-      }
-    }
-    out.auth_token = std::move(trimmed);
+    SS_ASSIGN_OR_RETURN(out.auth_token, ReadTokenFile(absl::StrCat(flag_prefix, "auth-token-file"),
+                                                      files.auth_token_file));
+  }
+  if (!files.admin_token_file.empty()) {
+    SS_ASSIGN_OR_RETURN(
+        out.admin_token,
+        ReadTokenFile(absl::StrCat(flag_prefix, "admin-token-file"), files.admin_token_file));
   }
   return out;
 }
@@ -228,11 +264,37 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }
-  if (!security.has_token()) return grpc::CreateCustomChannel(address, credentials, args);
+  // Both tokens when there are both: a server that has no admin token (one
+  // started before its job had one) still takes the auth token.
+  std::vector<std::string> tokens;
+  if (security.has_admin_token()) tokens.push_back(security.admin_token);
+  if (security.has_token()) tokens.push_back(security.auth_token);
+  if (tokens.empty()) return grpc::CreateCustomChannel(address, credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  factories.push_back(std::make_unique<BearerTokenInterceptorFactory>(security.auth_token));
+  factories.push_back(std::make_unique<BearerTokenInterceptorFactory>(tokens));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
                                                                  std::move(factories));
+}
+
+absl::Status WriteNewToken(const std::string& path) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+    got += static_cast<size_t>(n);
+  }
+  const std::string token =
+      absl::BytesToHexString(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  SS_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::Open(path, {.mode = 0600}));
+  out.Append(token + "\n");
+  return out.Commit();
+}
+
+bool IsAdminCall(const grpc::ServerContextBase& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  return auth != nullptr && !auth->FindPropertyValues(kAdminCallProperty).empty();
 }
 
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
@@ -256,6 +318,9 @@ std::vector<std::string> GrpcSecurityArgs(const GrpcSecurityFiles& files) {
   }
   if (!files.auth_token_file.empty()) {
     args.insert(args.end(), {"--auth-token-file", files.auth_token_file});
+  }
+  if (!files.admin_token_file.empty()) {
+    args.insert(args.end(), {"--admin-token-file", files.admin_token_file});
   }
   return args;
 }

@@ -20,6 +20,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(PsServerOptions option
   if (options.service.checkpoint_dir.empty()) {
     options.service.checkpoint_dir = options.store.db_path + "/checkpoints";
   }
+  // The admin token is what tells the operator's and launcher's calls apart.
+  if (options.security.has_admin_token()) options.service.require_admin_call = true;
   s.options_ = std::move(options);
   const PsServerOptions& opts = s.options_;
 

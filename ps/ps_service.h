@@ -128,6 +128,13 @@ struct PsServiceOptions {
   // under it (a relative path without ".."), never a path of its own choice.
   // Empty = Checkpoint is refused.
   std::string checkpoint_dir;
+  // Whether SetShardMap, ImportSlots, DropSlots and Checkpoint, which change
+  // or copy out what the server stores, are refused PERMISSION_DENIED
+  // unless the call carries the admin token (IsAdminCall,
+  // common/grpc_security.h): the operator's or the launcher's credential,
+  // which trainers do not hold. PsServer sets it when it has an admin token.
+  // Default: false.
+  bool require_admin_call = false;
   // Threads running the admin RPCs and ImportSlots streams. Default: 2.
   int admin_threads = 2;
   // Threads reading and sending ExportSlots streams, and their nice value:
@@ -241,6 +248,9 @@ class PsService final : public v1::ParameterServer::CallbackService {
   // request and copies them into `rows`, indexed by table.
   absl::Status ParseTables(const google::protobuf::RepeatedPtrField<v1::TableRows>& tables,
                            bool with_values, std::vector<model::TableRows>& rows) const;
+  // PERMISSION_DENIED naming `rpc` if options_.require_admin_call and the
+  // call does not carry the admin token. Call on the gRPC thread.
+  absl::Status CheckAdminCall(const grpc::CallbackServerContext& context, Rpc rpc) const;
   // Where a Checkpoint named `name` goes: under options_.checkpoint_dir.
   absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
   // WRONG_OWNER for the first id of `tables` in a slot this server does not

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -46,6 +47,14 @@ absl::StatusOr<std::string> ConfinedPath(const std::string& dir, const std::stri
 
 }  // namespace
 
+absl::Status PsService::CheckAdminCall(const grpc::CallbackServerContext& context, Rpc rpc) const {
+  if (!options_.require_admin_call || IsAdminCall(context)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(RpcName(rpc),
+                   " is an admin RPC: the call must carry the admin token (the operator's or the "
+                   "launcher's, --admin-token-file), not the job's auth token"));
+}
+
 absl::StatusOr<std::string> PsService::CheckpointPath(const std::string& name) const {
   return ConfinedPath(options_.checkpoint_dir, name);
 }
@@ -55,6 +64,10 @@ grpc::ServerUnaryReactor* PsService::SetShardMap(grpc::CallbackServerContext* co
                                                  v1::SetShardMapResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status refused = CheckAdminCall(*context, Rpc::kSetShardMap); !refused.ok()) {
+    Finish(context, reactor, Rpc::kSetShardMap, start, refused, 0, 0);
+    return reactor;
+  }
   // Persisting the map fsyncs: off the gRPC thread.
   executor_.Schedule([this, context, reactor, request, start] {
     absl::Status status;
@@ -76,6 +89,10 @@ grpc::ServerUnaryReactor* PsService::DropSlots(grpc::CallbackServerContext* cont
                                                v1::DropSlotsResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status refused = CheckAdminCall(*context, Rpc::kDropSlots); !refused.ok()) {
+    Finish(context, reactor, Rpc::kDropSlots, start, refused, 0, 0);
+    return reactor;
+  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       if (request->slots().empty()) return absl::InvalidArgumentError("slots: empty");
@@ -114,6 +131,10 @@ grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* con
                                                 v1::CheckpointResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status refused = CheckAdminCall(*context, Rpc::kCheckpoint); !refused.ok()) {
+    Finish(context, reactor, Rpc::kCheckpoint, start, refused, 0, 0);
+    return reactor;
+  }
   executor_.Schedule([this, context, reactor, request, response, start] {
     const absl::Status status = [&]() -> absl::Status {
       SS_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->path()));

@@ -293,6 +293,8 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
       : service_(service), response_(response), rows_(service->TakeImportBlock()) {}
 
   void Start() { StartRead(&chunk_); }
+  // Ends the call with `status` before reading anything.
+  void Refuse(const absl::Status& status) { Done(status); }
 
   void OnReadDone(bool ok) override {
     absl::Status error;
@@ -492,10 +494,14 @@ class PsService::ImportReactor final : public grpc::ServerReadReactor<v1::SlotCh
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-grpc::ServerReadReactor<v1::SlotChunk>* PsService::ImportSlots(
-    grpc::CallbackServerContext* /*context*/, v1::ImportSlotsResponse* response) {
+grpc::ServerReadReactor<v1::SlotChunk>* PsService::ImportSlots(grpc::CallbackServerContext* context,
+                                                               v1::ImportSlotsResponse* response) {
   auto* reactor = new ImportReactor(this, response);
-  reactor->Start();
+  if (absl::Status refused = CheckAdminCall(*context, Rpc::kImportSlots); !refused.ok()) {
+    reactor->Refuse(refused);
+  } else {
+    reactor->Start();
+  }
   return reactor;
 }
 

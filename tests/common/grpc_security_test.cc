@@ -4,7 +4,9 @@
 #include "common/grpc_security.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -258,10 +260,17 @@ TEST_F(GrpcSecurityTest, LoadTrimsTheTokenAndDescribeHidesSecrets) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->auth_token, "abc123");
   EXPECT_FALSE(s->tls());
-  EXPECT_EQ(s->Describe(), "tls=off token=on");
-  const GrpcSecurity both = Load(true, true);
-  EXPECT_EQ(both.Describe(), "tls=mutual tls_server_name=shadowsync token=on");
+  EXPECT_EQ(s->Describe(), "tls=off token=on admin_token=off");
+  GrpcSecurity both = Load(true, true);
+  both.admin_token = "admin123";
+  EXPECT_EQ(both.Describe(), "tls=mutual tls_server_name=shadowsync token=on admin_token=on");
   EXPECT_THAT(both.Describe(), ::testing::Not(HasSubstr(both.auth_token)));
+  EXPECT_THAT(both.Describe(), ::testing::Not(HasSubstr("admin123")));
+  // The admin token file is read and checked like the auth token's.
+  shadowsync::testing::WriteFile(dir_.File("admin"), "\n");
+  files.admin_token_file = dir_.File("admin");
+  EXPECT_THAT(LoadGrpcSecurity(files),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--admin-token-file: "));
 }
 
 TEST_F(GrpcSecurityTest, ConstantTimeEquals) {
@@ -279,10 +288,28 @@ TEST_F(GrpcSecurityTest, ArgsCarryPathsOnly) {
   files.tls_cert_file = "/a/tls.crt";
   files.tls_key_file = "/a/tls.key";
   files.auth_token_file = "/b/token";
+  files.admin_token_file = "/c/admin-token";
   EXPECT_THAT(GrpcSecurityArgs(files),
               ::testing::ElementsAre("--tls-ca-file", "/a/ca.crt", "--tls-cert-file", "/a/tls.crt",
                                      "--tls-key-file", "/a/tls.key", "--tls-server-name",
-                                     "shadowsync", "--auth-token-file", "/b/token"));
+                                     "shadowsync", "--auth-token-file", "/b/token",
+                                     "--admin-token-file", "/c/admin-token"));
+}
+
+TEST_F(GrpcSecurityTest, WriteNewTokenMakesAFreshTokenOnlyItsOwnerReads) {
+  const std::string path = dir_.File("admin-token");
+  ASSERT_TRUE(WriteNewToken(path).ok());
+  const std::string first = shadowsync::testing::ReadFile(path);
+  EXPECT_THAT(first, ::testing::MatchesRegex("[0-9a-f]{64}\n"));
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ASSERT_TRUE(WriteNewToken(path).ok());
+  EXPECT_NE(shadowsync::testing::ReadFile(path), first);
+  GrpcSecurityFiles files;
+  files.admin_token_file = path;
+  absl::StatusOr<GrpcSecurity> loaded = LoadGrpcSecurity(files);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->admin_token + "\n", shadowsync::testing::ReadFile(path));
 }
 
 // --- Mutual TLS ----------------------------------------------------------------
@@ -518,6 +545,112 @@ TEST_F(GrpcSecurityTest, EveryRpcOfBothServersNeedsTheTokenOverPlaintextAndTls) 
                                    syncer->metrics_port(), "shadowsync_syncer_request_seconds",
                                    "method", job);
   }
+}
+
+// The admin RPCs, which change or copy out what a server stores, need the
+// admin token (the operator's or the launcher's); the job's token, which
+// every trainer holds, gets PERMISSION_DENIED for them and nothing changes.
+// The admin token passes the token check of every RPC.
+TEST_F(GrpcSecurityTest, PsTakesAdminRpcsOnlyWithTheAdminToken) {
+  const std::set<std::string> admin_rpcs = {"SetShardMap", "ImportSlots", "DropSlots",
+                                            "Checkpoint"};
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::ParameterServer::service_full_name());
+  ASSERT_NE(service, nullptr);
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    GrpcSecurity server_security = Load(tls, /*token=*/true);
+    server_security.admin_token = shadowsync::testing::ReadFile(Cert("admin-token"));
+    server_security.admin_token.pop_back();  // The newline.
+    auto server = StartPs(server_security);
+    ASSERT_NE(server, nullptr);
+    const std::string address = server->address();
+    GrpcSecurity trainer = server_security;
+    trainer.admin_token.clear();
+    GrpcSecurity admin = server_security;
+    admin.auth_token.clear();
+
+    for (int i = 0; i < service->method_count(); ++i) {
+      const std::string name = service->method(i)->name();
+      const std::string method = "/" + service->full_name() + "/" + name;
+      const grpc::Status as_trainer =
+          CallWithDefaultRequest(CreateChannel(address, trainer), method);
+      const grpc::Status as_admin = CallWithDefaultRequest(CreateChannel(address, admin), method);
+      if (admin_rpcs.contains(name)) {
+        EXPECT_EQ(as_trainer.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+        EXPECT_THAT(as_trainer.error_message(),
+                    HasSubstr(name + " is an admin RPC: the call must carry the admin token"));
+      } else {
+        EXPECT_NE(as_trainer.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+        EXPECT_NE(as_trainer.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+      }
+      // Default values are not always a valid request: what matters is that
+      // the handler took it.
+      EXPECT_NE(as_admin.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << method << ": " << as_admin.error_message();
+      EXPECT_NE(as_admin.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    }
+
+    // A trainer that tries to move every slot away, or to write a
+    // checkpoint, changes nothing; the admin's same call takes effect.
+    absl::StatusOr<ShardMap> map = ps::FetchShardMap(address, absl::Seconds(5), trainer);
+    ASSERT_TRUE(map.ok()) << map.status();
+    const ShardMap moved =
+        ShardMap::Balanced(map->num_slots(), {"127.0.0.1:1", address}, map->epoch() + 1);
+    v1::SetShardMapRequest set;
+    *set.mutable_map() = moved.ToProto();
+    set.set_self_index(1);
+    v1::SetShardMapResponse set_response;
+    EXPECT_EQ(
+        PsStub(address, trainer)->SetShardMap(Context().get(), set, &set_response).error_code(),
+        grpc::StatusCode::PERMISSION_DENIED);
+    v1::CheckpointRequest checkpoint;
+    checkpoint.set_path("by-a-trainer");
+    v1::CheckpointResponse checkpointed;
+    EXPECT_EQ(PsStub(address, trainer)
+                  ->Checkpoint(Context().get(), checkpoint, &checkpointed)
+                  .error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_FALSE(std::filesystem::exists(
+        dir_.File("ps" + std::to_string(servers_) + "/checkpoints/by-a-trainer")));
+    absl::StatusOr<ShardMap> unchanged = ps::FetchShardMap(address, absl::Seconds(5), trainer);
+    ASSERT_TRUE(unchanged.ok()) << unchanged.status();
+    EXPECT_EQ(unchanged->epoch(), map->epoch());
+    EXPECT_TRUE(PsStub(address, admin)->SetShardMap(Context().get(), set, &set_response).ok());
+    absl::StatusOr<ShardMap> changed = ps::FetchShardMap(address, absl::Seconds(5), trainer);
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    EXPECT_EQ(changed->epoch(), map->epoch() + 1);
+  }
+
+  // A server with an admin token but no auth token: data calls need no
+  // token, admin calls still the admin token.
+  GrpcSecurity admin_only;
+  admin_only.admin_token = "only-the-admin";
+  auto server = StartPs(admin_only);
+  ASSERT_NE(server, nullptr);
+  EXPECT_TRUE(GetMap(*PsStub(server->address(), GrpcSecurity())).ok());
+  v1::DropSlotsRequest drop;
+  drop.add_slots(0);
+  v1::DropSlotsResponse dropped;
+  const grpc::Status anonymous =
+      PsStub(server->address(), GrpcSecurity())->DropSlots(Context().get(), drop, &dropped);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << anonymous.error_message();
+  // Reached the handler: it refuses to drop a slot the server owns.
+  const grpc::Status by_admin =
+      PsStub(server->address(), admin_only)->DropSlots(Context().get(), drop, &dropped);
+  EXPECT_EQ(by_admin.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << by_admin.error_message();
+
+  // A server with only the auth token (one started before its job had an
+  // admin token) takes a client that sends both tokens.
+  const GrpcSecurity auth_only = Load(/*tls=*/false, /*token=*/true);
+  auto old_server = StartPs(auth_only);
+  ASSERT_NE(old_server, nullptr);
+  GrpcSecurity both = auth_only;
+  both.admin_token = "only-the-admin";
+  EXPECT_TRUE(GetMap(*PsStub(old_server->address(), both)).ok());
 }
 
 }  // namespace

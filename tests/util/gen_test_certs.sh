@@ -5,7 +5,7 @@
 #   tls.crt, tls.key               signed by ca.crt, SAN DNS:shadowsync (server + client use)
 #   other-ca.crt                   an unrelated CA
 #   other.crt, other.key           signed by other-ca.crt, same SAN: must be refused
-#   token, wrong-token             bearer tokens
+#   token, wrong-token, admin-token  bearer tokens
 # Usage: gen_test_certs.sh OUT_DIR
 set -euo pipefail
 out=${1:?usage: gen_test_certs.sh OUT_DIR}
@@ -33,4 +33,5 @@ leaf ca tls
 leaf other-ca other
 openssl rand -hex 24 > token
 openssl rand -hex 24 > wrong-token
-chmod 600 ./*.key token wrong-token
+openssl rand -hex 24 > admin-token
+chmod 600 ./*.key token wrong-token admin-token
