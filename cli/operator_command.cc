@@ -42,6 +42,7 @@ struct OperatorFlags {
   bool network_policy = true;
   std::string self_selector = "app.kubernetes.io/name=shadowsync-operator";
   GrpcSecurityFiles security;
+  std::string credentials_key_file;
 };
 
 std::string Hostname() {
@@ -60,6 +61,21 @@ int RunOperator(const OperatorFlags& f) {
   if (!security.ok()) {
     LOG(ERROR) << "operator: " << security.status().message();
     return 2;
+  }
+  std::string credentials_key;
+  if (!f.credentials_key_file.empty()) {
+    absl::StatusOr<std::string> key =
+        ReadTokenFile("--credentials-key-file", f.credentials_key_file);
+    if (key.ok() && key->size() < 32) {
+      key = absl::InvalidArgumentError(
+          absl::StrCat("--credentials-key-file: ", f.credentials_key_file, " holds ", key->size(),
+                       " characters; want at least 32"));
+    }
+    if (!key.ok()) {
+      LOG(ERROR) << "operator: " << key.status().message();
+      return 2;
+    }
+    credentials_key = *std::move(key);
   }
   absl::StatusOr<kube::KubeConfig> config = kube::ResolveConfig(f.kubeconfig);
   if (!config.ok()) {
@@ -123,6 +139,7 @@ int RunOperator(const OperatorFlags& f) {
   }
   options.reshard_slots_per_step = f.reshard_slots_per_step;
   options.ps_security = *std::move(security);
+  options.credentials_key = std::move(credentials_key);
   options.registry = registry.get();
   absl::StatusOr<std::unique_ptr<op::Controller>> controller =
       op::Controller::Create(client->get(), options);
@@ -199,6 +216,10 @@ Action AddOperatorCommand(CLI::App& app) {
                   "labels of this operator's pods (key=value,...), which the jobs' "
                   "NetworkPolicies let in; its namespace is the Lease's")
       ->capture_default_str();
+  cmd->add_option("--credentials-key-file", f->credentials_key_file,
+                  "file holding the secret key (at least 32 characters) each job's admin and "
+                  "auth tokens are derived from: every job gets a Secret <job>-credentials, "
+                  "with this operator's TLS files when it has them (docs/security.md)");
   // The operator's own certificate and token for its calls to the parameter
   // servers while resharding (used for jobs whose spec.security asks).
   AddSecurityFlags(*cmd, f->security);

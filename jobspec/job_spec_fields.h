@@ -532,11 +532,14 @@ void Fields(V& v, S& s) {
 template <typename V, Is<SecuritySpec> S>
 void Fields(V& v, S& s) {
   v(s.tls, {.name = "tls",
-            .doc = "Mutual TLS on every gRPC link (docs/security.md); absent = plaintext."});
+            .doc = "Mutual TLS on every gRPC link (docs/security.md); absent = plaintext, or on "
+                   "Kubernetes the operator's certificate when it gives jobs credentials (the "
+                   "Helm chart's default)."});
   v(s.auth_token,
     {.name = "authToken",
      .doc = "Shared bearer token every gRPC call carries and parameter servers and syncers "
-            "check; absent = none."});
+            "check; absent = none, or on Kubernetes a token of the job's own when the operator "
+            "gives jobs credentials (the Helm chart's default)."});
 }
 
 template <typename V, Is<JobSpec> S>

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "cpprest/http_client.h"
 #include "glog/logging.h"
+#include "operator/credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -34,27 +35,6 @@ constexpr char kVersion[] = "v1alpha1";
 
 std::string Rfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
-}
-
-// The operator's security, narrowed to what the job's spec.security asks
-// for: a job without it keeps plaintext servers.
-GrpcSecurity SecurityFor(const Json& job, const GrpcSecurity& mine) {
-  GrpcSecurity out = mine;
-  const Json* security = nullptr;
-  if (job.contains("spec") && job["spec"].is_object() && job["spec"].contains("security")) {
-    security = &job["spec"]["security"];
-  }
-  auto has = [&](const char* key) {
-    return security != nullptr && security->is_object() && security->contains(key) &&
-           (*security)[key].is_object();
-  };
-  if (!has("tls")) {
-    out.ca_pem.clear();
-    out.cert_pem.clear();
-    out.key_pem.clear();
-  }
-  if (!has("authToken")) out.auth_token.clear();
-  return out;
 }
 
 std::string NamespaceOf(const Json& object) {
@@ -294,11 +274,59 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(kube::KubeClient*
 
 Controller::Controller(kube::KubeClient* client, ControllerOptions options)
     : client_(client),
-      options_(std::move(options)),
+      options_([](ControllerOptions o) {
+        o.reconcile.credentials = !o.credentials_key.empty();
+        o.reconcile.credentials_tls = o.reconcile.credentials && o.ps_security.tls();
+        o.reconcile.credentials_tls_server_name = o.ps_security.tls_server_name;
+        return o;
+      }(std::move(options))),
       metrics_(std::make_unique<Metrics>(options_.registry)),
       queue_(options_.queue) {}
 
 Controller::~Controller() { Stop(); }
+
+// The operator's security, narrowed to what the job's pods have: TLS if
+// spec.security.tls asks for it or the job's credentials carry the
+// operator's certificate, the token if spec.security.authToken asks, and the
+// job's admin token with credentials.
+GrpcSecurity Controller::SecurityFor(const Json& job) const {
+  GrpcSecurity out = options_.ps_security;
+  const Json* security = nullptr;
+  if (job.contains("spec") && job["spec"].is_object() && job["spec"].contains("security")) {
+    security = &job["spec"]["security"];
+  }
+  auto has = [&](const char* key) {
+    return security != nullptr && security->is_object() && security->contains(key) &&
+           (*security)[key].is_object();
+  };
+  if (!has("tls") && !options_.reconcile.credentials_tls) {
+    out.ca_pem.clear();
+    out.cert_pem.clear();
+    out.key_pem.clear();
+  }
+  if (!has("authToken")) out.auth_token.clear();
+  if (!options_.credentials_key.empty()) {
+    out.admin_token = DeriveJobToken(options_.credentials_key, kAdminTokenKey, job);
+  }
+  return out;
+}
+
+absl::Status Controller::EnsureCredentials(const Json& job) {
+  if (options_.credentials_key.empty()) return absl::OkStatus();
+  const std::string uid = job.value("/metadata/uid"_json_pointer, std::string());
+  {
+    MutexLock l(&mu_);
+    if (credentials_created_.contains(uid)) return absl::OkStatus();
+  }
+  const Json secret = RenderCredentialsSecret(
+      job, JobCredentials(options_.credentials_key, job, options_.ps_security), options_.reconcile);
+  const std::string path = ObjectPath(secret);
+  absl::StatusOr<Json> created = client_->Create(path.substr(0, path.rfind('/')), secret);
+  if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
+  MutexLock l(&mu_);
+  credentials_created_.insert(uid);
+  return absl::OkStatus();
+}
 
 void Controller::Enqueue(const Json& object) {
   queue_.Add(kube::ObjectKey(object));
@@ -487,8 +515,7 @@ std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers
   bool disagree = false;
   for (int i = 0; i < servers; ++i) {
     absl::StatusOr<ShardMap> map =
-        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline,
-                          SecurityFor(job, options_.ps_security));
+        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline, SecurityFor(job));
     if (!map.ok()) continue;  // Not up yet, or joined without a map.
     disagree = disagree || (newest.has_value() && map->epoch() != newest->epoch());
     if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *std::move(map);
@@ -759,7 +786,7 @@ void Controller::StartReshard(const std::string& key, const Json& job,
   const int from = request.from_servers, to = request.to_servers;
   const std::vector<std::string> all = PsAddresses(job, std::max(from, to));
   LOG(INFO) << key << ": resharding " << from << " -> " << to << " parameter servers";
-  const GrpcSecurity security = SecurityFor(job, options_.ps_security);
+  const GrpcSecurity security = SecurityFor(job);
   task->thread = std::thread([this, key, task, all, to, security] {
     absl::Status status = [&]() -> absl::Status {
       // A step cut in half by a previous leader's death is undone first.
@@ -842,6 +869,8 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
     if (!finished->status.ok()) return finished->status;  // Retried with backoff.
   }
 
+  // Before the pods that mount it: until it exists they would not start.
+  SS_RETURN_IF_ERROR(EnsureCredentials(*job));
   Observed observed = Observe(*job);
   const Actions actions = Reconcile(observed, options_.reconcile);
   for (const Json& child : actions.apply) SS_RETURN_IF_ERROR(ApplyChild(child, observed));

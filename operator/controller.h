@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,8 +63,16 @@ struct ControllerOptions {
   absl::Duration ps_rpc_deadline = absl::Seconds(5);
   // The operator's own certificate and token for its calls to the servers
   // (`shadowsync operator --tls-* --auth-token-file`). Per job, TLS is used
-  // only if its spec.security.tls is set, the token only if authToken is.
+  // only if its spec.security.tls is set, or the job's credentials carry
+  // this certificate; the token only if authToken is.
   GrpcSecurity ps_security;
+  // The key each job's credentials are derived from
+  // (`--credentials-key-file`, operator/credentials.h). Set: every job gets
+  // its Secret "<job>-credentials" (with ps_security's TLS files when it has
+  // them), its servers take admin RPCs only with the job's admin token, and
+  // the operator sends it. Empty: no credentials (reconcile.credentials is
+  // set from this).
+  std::string credentials_key;
   kube::InformerOptions informer;
   kube::RateLimiterOptions queue;
   // Receives the shadowsync_operator_* metrics; may be null.
@@ -108,6 +117,12 @@ class Controller {
 
   Controller(kube::KubeClient* client, ControllerOptions options);
   void Enqueue(const kube::Json& object);
+  // Creates the job's credentials Secret once per job uid and process (a
+  // Secret already there is the one created earlier: its contents follow
+  // from the key). No-op without a credentials key.
+  absl::Status EnsureCredentials(const kube::Json& job);
+  // The security of the operator's calls to the job's servers.
+  GrpcSecurity SecurityFor(const kube::Json& job) const;
   void EnqueueOwner(const kube::Json& child);
   void EnqueueAllJobs();
   void WorkerLoop();
@@ -157,6 +172,7 @@ class Controller {
   // "namespace/name" of each Event this process wrote → its count.
   std::map<std::string, int64_t> event_counts_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> credentials_created_ ABSL_GUARDED_BY(mu_);  // Job uids.
 };
 
 }  // namespace shadowsync::op

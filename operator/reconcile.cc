@@ -91,6 +91,9 @@ std::string ChildName(std::string_view job, Role role) {
 }
 
 std::string ConfigMapName(std::string_view job) { return absl::StrCat(Av(job), "-config"); }
+std::string CredentialsSecretName(std::string_view job) {
+  return absl::StrCat(Av(job), "-credentials");
+}
 
 std::string NetworkPolicyName(std::string_view job) { return absl::StrCat(Av(job), "-servers"); }
 

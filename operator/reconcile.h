@@ -71,6 +71,17 @@ struct ReconcileOptions {
   // below); /metrics stays open. Off: none (a cluster whose CNI ignores
   // NetworkPolicies gains nothing from one).
   bool network_policy = true;
+  // The job's credentials Secret, CredentialsSecretName(job), which the
+  // controller creates when it has a credentials key (operator/credentials.h,
+  // docs/security.md "Credentials by default"). On: its admin token goes to
+  // the parameter servers (and to the trainers of a warm start, which import
+  // rows), its auth token to every pod of a job without
+  // spec.security.authToken and, with credentials_tls, its TLS files to
+  // every pod of a job without spec.security.tls, whose clients verify
+  // credentials_tls_server_name. Off: none.
+  bool credentials = false;
+  bool credentials_tls = false;
+  std::string credentials_tls_server_name = "shadowsync";
   std::string operator_namespace = "shadowsync-system";
   std::map<std::string, std::string> operator_pod_labels = {
       {"app.kubernetes.io/name", "shadowsync-operator"}};
@@ -164,6 +175,21 @@ Actions Reconcile(const Observed& observed, const ReconcileOptions& options = {}
 std::string ChildName(std::string_view job, Role role);
 // "<job>-config".
 std::string ConfigMapName(std::string_view job);
+// "<job>-credentials": the job's credentials Secret (ReconcileOptions).
+std::string CredentialsSecretName(std::string_view job);
+// Its keys: the admin token, the auth token and the TLS files.
+inline constexpr std::string_view kAdminTokenKey = "admin-token";
+inline constexpr std::string_view kAuthTokenKey = "token";
+inline constexpr std::string_view kTlsCaKey = "ca.crt";
+inline constexpr std::string_view kTlsCertKey = "tls.crt";
+inline constexpr std::string_view kTlsKeyKey = "tls.key";
+// Where the pods find them.
+inline constexpr std::string_view kCredentialsMountPath = "/etc/shadowsync/credentials";
+// The Secret itself, with `data` (key -> contents, base64-encoded here),
+// labelled and owned like the job's other children.
+nlohmann::json RenderCredentialsSecret(const nlohmann::json& job,
+                                       const std::map<std::string, std::string>& data,
+                                       const ReconcileOptions& options);
 // "<job>-servers": the NetworkPolicy guarding the job's servers.
 std::string NetworkPolicyName(std::string_view job);
 // "<job>-exports": the export claim the operator creates when

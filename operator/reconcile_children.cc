@@ -3,11 +3,13 @@
 // StatefulSets, headless Services and ConfigMap, and the export claim.
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "jobspec/job_spec.h"
@@ -26,6 +28,7 @@ constexpr std::string_view kInitMount = "/var/lib/shadowsync-init";
 // spec.security's Secrets, mounted read-only at kTlsMountPath / kAuthMountPath.
 constexpr std::string_view kTlsVolume = "shadowsync-tls";
 constexpr std::string_view kAuthVolume = "shadowsync-auth-token";
+constexpr std::string_view kCredentialsVolume = "shadowsync-credentials";
 // Secret files readable by the pod's fsGroup only (0440).
 constexpr int kSecretMode = 0440;
 
@@ -220,15 +223,38 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   if (warm_start) args.push_back(absl::StrCat("--init-dir=", Av(kInitMount)));
   ports.push_back({{"name", "metrics"}, {"containerPort", opt.metrics_port}, {"protocol", "TCP"}});
   // Security: file paths only (the token never appears in the pod spec).
+  // The job's credentials Secret fills in what spec.security leaves out.
   const SecuritySpec& security = spec.security;
+  const std::string credentials_dir(kCredentialsMountPath);
+  auto credential = [&](std::string_view key) {
+    return absl::StrCat(credentials_dir, "/", std::string(key));
+  };
+  std::vector<std::string> credential_files;
   if (security.tls) {
     args.push_back(absl::StrCat("--tls-ca-file=", security.tls->ca_file));
     args.push_back(absl::StrCat("--tls-cert-file=", security.tls->cert_file));
     args.push_back(absl::StrCat("--tls-key-file=", security.tls->key_file));
     args.push_back(absl::StrCat("--tls-server-name=", security.tls->server_name));
+  } else if (opt.credentials && opt.credentials_tls) {
+    credential_files.insert(credential_files.end(), {credential(kTlsCaKey), credential(kTlsCertKey),
+                                                     credential(kTlsKeyKey)});
+    args.push_back(absl::StrCat("--tls-ca-file=", credential(kTlsCaKey)));
+    args.push_back(absl::StrCat("--tls-cert-file=", credential(kTlsCertKey)));
+    args.push_back(absl::StrCat("--tls-key-file=", credential(kTlsKeyKey)));
+    args.push_back(absl::StrCat("--tls-server-name=", opt.credentials_tls_server_name));
   }
   if (security.auth_token) {
     args.push_back(absl::StrCat("--auth-token-file=", security.auth_token->file));
+  } else if (opt.credentials) {
+    credential_files.push_back(credential(kAuthTokenKey));
+    args.push_back(absl::StrCat("--auth-token-file=", credential(kAuthTokenKey)));
+  }
+  // The admin RPCs' credential: the servers check it; trainer 0 of a warm
+  // start imports the export's rows with it (ImportSlots), and the trainers
+  // share one template. The trainers of other jobs never get it.
+  if (opt.credentials && (role == Role::kPs || warm_start)) {
+    credential_files.push_back(credential(kAdminTokenKey));
+    args.push_back(absl::StrCat("--admin-token-file=", credential(kAdminTokenKey)));
   }
 
   auto field_env = [](std::string_view name, std::string_view path) {
@@ -300,6 +326,10 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                        security.auth_token->secret_name,
                        kAuthMountPath,
                        {security.auth_token->file}});
+  }
+  if (!credential_files.empty()) {
+    secrets.push_back({kCredentialsVolume, CredentialsSecretName(ref.name), kCredentialsMountPath,
+                       std::move(credential_files)});
   }
   const std::string config_prefix = opt.config_dir + "/";
   json projected = json::array();
@@ -385,6 +415,12 @@ json RenderStatefulSet(const JobSpec& spec, const JobRef& ref, Role role, int re
 }
 
 }  // namespace
+
+json CredentialsSecretMeta(const JobRef& ref, const ReconcileOptions& opt) {
+  json labels = Labels(ref, std::nullopt, opt);
+  labels["app.kubernetes.io/component"] = "credentials";
+  return ObjectMeta(ref, CredentialsSecretName(ref.name), std::move(labels));
+}
 
 json RenderExportClaim(const JobSpec& spec, const JobRef& ref, const ReconcileOptions& opt) {
   const StorageSpec& storage = spec.export_.storage;
@@ -540,3 +576,19 @@ void PlanChildren(Actions& a, const Observed& o, const ShadowSyncJob& job, const
 }
 
 }  // namespace shadowsync::op::internal
+
+namespace shadowsync::op {
+
+nlohmann::json RenderCredentialsSecret(const nlohmann::json& job,
+                                       const std::map<std::string, std::string>& data,
+                                       const ReconcileOptions& options) {
+  nlohmann::json encoded = nlohmann::json::object();
+  for (const auto& [key, value] : data) encoded[key] = absl::Base64Escape(value);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", internal::CredentialsSecretMeta(internal::RefOf(job), options)},
+          {"type", "Opaque"},
+          {"data", std::move(encoded)}};
+}
+
+}  // namespace shadowsync::op

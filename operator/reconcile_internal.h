@@ -127,6 +127,9 @@ struct DesiredReplicas {
   }
 };
 
+// The credentials Secret's metadata: named, labelled and owned as a child.
+json CredentialsSecretMeta(const JobRef& ref, const ReconcileOptions& opt);
+
 // Not owned by the job: the exports outlive it (kubectl delete pvc -l
 // shadowsync.io/job-name=<job> removes them).
 json RenderExportClaim(const JobSpec& spec, const JobRef& ref, const ReconcileOptions& opt);

@@ -16,6 +16,8 @@ build_pkgs=(
   # RPC and storage
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libabsl-dev zlib1g-dev
+  # HMAC-SHA256 (libcrypto) for the operator's per-job credentials
+  libssl-dev
   # observability and Kubernetes API client
   prometheus-cpp-dev libcpprest-dev
   # logging: glog, the one log library of every process (docs/architecture.md)

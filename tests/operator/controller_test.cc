@@ -5,9 +5,11 @@
 // parameter server answers (the jobs never reshard).
 #include "operator/controller.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/crd.h"
+#include "operator/credentials.h"
 #include "operator/kube_client.h"
 #include "operator/kube_config.h"
 #include "operator/reconcile.h"
@@ -58,8 +61,9 @@ class ControllerTest : public ::testing::Test {
         << "the operator made a call deploy/rbac.yaml does not allow";
   }
 
-  void StartController() {
+  void StartController(const std::string& credentials_key = "") {
     ControllerOptions options;
+    options.credentials_key = credentials_key;
     options.ns = "default";
     options.election.ns = testing::kOperatorNamespace;
     options.election.identity = "op-0";
@@ -185,6 +189,76 @@ TEST_F(ControllerTest, AnEventThatCannotBeWrittenDoesNotHoldUpTheStatus) {
     }
   }
   EXPECT_TRUE(counted) << "shadowsync_operator_events_total{result=\"error\"}";
+}
+
+// Issue 30: each job's credentials. The key derives every token; a job's
+// tokens depend on its namespace, name and uid, so a recreated job (new uid)
+// or another job never holds them.
+TEST(CredentialsTest, EachJobGetsItsOwnTokensFromTheKey) {
+  const std::string key(40, 'k');
+  const json job = testing::JobJson("j", 6000, 1, 1);
+  json with_uid = job;
+  with_uid["metadata"]["namespace"] = "ml";
+  with_uid["metadata"]["uid"] = "uid-1";
+  const std::string admin = DeriveJobToken(key, "admin-token", with_uid);
+  EXPECT_THAT(admin, ::testing::MatchesRegex("[0-9a-f]{64}"));
+  EXPECT_EQ(DeriveJobToken(key, "admin-token", with_uid), admin);
+  EXPECT_NE(DeriveJobToken(key, "token", with_uid), admin);
+  EXPECT_NE(DeriveJobToken(std::string(40, 'K'), "admin-token", with_uid), admin);
+  for (const char* field : {"namespace", "name", "uid"}) {
+    json other = with_uid;
+    other["metadata"][field] = "x";
+    EXPECT_NE(DeriveJobToken(key, "admin-token", other), admin) << field;
+  }
+
+  const std::map<std::string, std::string> plain = JobCredentials(key, with_uid, GrpcSecurity());
+  EXPECT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain.at("admin-token"), admin);
+  EXPECT_EQ(plain.at("token"), DeriveJobToken(key, "token", with_uid));
+  GrpcSecurity tls;
+  tls.ca_pem = "ca";
+  tls.cert_pem = "cert";
+  tls.key_pem = "key";
+  const std::map<std::string, std::string> with_tls = JobCredentials(key, with_uid, tls);
+  EXPECT_EQ(with_tls.at("ca.crt"), "ca");
+  EXPECT_EQ(with_tls.at("tls.crt"), "cert");
+  EXPECT_EQ(with_tls.at("tls.key"), "key");
+}
+
+// With a credentials key, the operator creates each job's Secret before its
+// pods, with a single POST per job (RBAC grants only create on Secrets: it
+// never reads one), holding the tokens derived for that job.
+TEST_F(ControllerTest, CreatesEachJobsCredentialsSecretOnceWithoutReadingSecrets) {
+  const std::string key(48, 'z');
+  SS_ASSERT_OK(api_->Create(kJobs, testing::JobJson("j", 6000, 1, 1)));
+  SS_ASSERT_OK(api_->Create(kJobs, testing::JobJson("k", 6000, 1, 1)));
+  StartController(key);
+  ASSERT_TRUE(kube::Eventually([&] { return !Phase("j").empty() && !Phase("k").empty(); }));
+  for (const char* name : {"j", "k"}) {
+    absl::StatusOr<json> secret =
+        api_->Get(absl::StrCat("/api/v1/namespaces/default/secrets/", name, "-credentials"));
+    SS_ASSERT_OK(secret);
+    std::string admin;
+    ASSERT_TRUE(absl::Base64Unescape((*secret)["data"]["admin-token"].get<std::string>(), &admin));
+    EXPECT_EQ(admin, DeriveJobToken(key, "admin-token", JobObject(name)));
+    EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["uid"],
+              JobObject(name)["metadata"]["uid"]);
+    // The servers mount it; the operator's StatefulSet says so.
+    absl::StatusOr<json> sts =
+        api_->Get(absl::StrCat("/apis/apps/v1/namespaces/default/statefulsets/", name, "-ps"));
+    SS_ASSERT_OK(sts);
+    EXPECT_THAT(sts->dump(), ::testing::HasSubstr("--admin-token-file="));
+  }
+  // More reconciles (a suspend and a resume) create nothing more.
+  Suspend("j", true);
+  ASSERT_TRUE(kube::Eventually([&] { return Phase("j") == "Suspended"; }));
+  int posts = 0;
+  for (const testing::FakeKubeApiServer::Request& r : api_->Requests()) {
+    if (!absl::StrContains(r.path, "/secrets")) continue;
+    EXPECT_EQ(r.method, "POST") << r.path;
+    ++posts;
+  }
+  EXPECT_EQ(posts, 2);
 }
 
 }  // namespace

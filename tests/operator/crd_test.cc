@@ -357,7 +357,8 @@ TEST(DeployRbacTest, OperatorRoleCoversExactlyWhatItUses) {
   EXPECT_EQ(Verbs(role, "shadowsync.io", "shadowsyncjobs/finalizers"),
             (std::set<std::string>{"update"}));
   EXPECT_TRUE(Verbs(role, "shadowsync.io", "shadowsyncjobs/scale").empty());
-  EXPECT_TRUE(Verbs(role, "", "secrets").empty());
+  // Each job's credentials Secret: created, never read back.
+  EXPECT_EQ(Verbs(role, "", "secrets"), (std::set<std::string>{"create"}));
   // Leases only in the operator's namespace.
   EXPECT_TRUE(Verbs(role, "coordination.k8s.io", "leases").empty());
   bool lease_role = false;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
@@ -194,11 +195,10 @@ void FakeKubelet::PrepareProcess(Pod& pod, const json& spec) {
     std::string local = absl::StrCat(pod.dir, "/volumes/", m["name"].get<std::string>());
     for (const json& v : spec.value("volumes", json::array())) {
       if (v["name"] != m["name"]) continue;
-      if (v.contains("configMap")) {
-        pod.config_map = v["configMap"]["name"];
-        pod.config_dir = local;
-      } else if (v.contains("persistentVolumeClaim")) {
+      if (v.contains("persistentVolumeClaim")) {
         local = ClaimDir(pod.ns, v["persistentVolumeClaim"]["claimName"]);
+      } else {
+        AddFilledVolume(pod, v, local);
       }
     }
     fs::create_directories(local);
@@ -353,9 +353,8 @@ void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
         claim ? ClaimDir(pod.ns, (*volume)["persistentVolumeClaim"]["claimName"])
               : absl::StrCat(pod.dir, "/volumes/", name);
     fs::create_directories(local);
-    if (volume != nullptr && volume->contains("configMap")) {
-      pod.config_map = (*volume)["configMap"]["name"];
-      pod.config_dir = local;
+    if (volume != nullptr && AddFilledVolume(pod, *volume, local)) {
+      if (fs_group.is_number()) pod.fs_group = fs_group.get<int64_t>();
     } else if ((volume != nullptr && volume->contains("emptyDir")) || claim ||
                (volume == nullptr && claims.count(name))) {
       // fsGroup: the group owns the volume and what is created in it.
@@ -367,7 +366,8 @@ void FakeKubelet::PrepareContainer(Pod& pod, const json& sts) {
       }
     } else {
       fail(absl::StrCat("volume ", name,
-                        ": only configMap, emptyDir, persistentVolumeClaim and claim templates "
+                        ": only configMap, secret, projected, emptyDir, persistentVolumeClaim and "
+                        "claim templates "
                         "are supported by this kubelet"));
     }
     a.insert(a.end(), {"--volume", absl::StrCat(local, ":", m["mountPath"].get<std::string>(),
@@ -384,7 +384,71 @@ std::string FakeKubelet::ClaimDir(const std::string& ns, const std::string& clai
   return absl::StrCat(options_.root_dir, "/", ns, "/claims/", claim);
 }
 
+bool FakeKubelet::AddFilledVolume(Pod& pod, const json& volume, const std::string& local) {
+  auto add_secret = [&](const json& source, const std::string& name) {
+    SecretVolume sv{.secret = name, .dir = local};
+    for (const json& item : source.value("items", json::array())) {
+      sv.items[item["key"].get<std::string>()] = item["path"].get<std::string>();
+    }
+    pod.secrets.push_back(std::move(sv));
+  };
+  if (volume.contains("configMap")) {
+    pod.config_map = volume["configMap"]["name"];
+    pod.config_dir = local;
+    return true;
+  }
+  if (volume.contains("secret")) {
+    add_secret(volume["secret"], volume["secret"]["secretName"]);
+    return true;
+  }
+  if (!volume.contains("projected")) return false;
+  for (const json& source : volume["projected"].value("sources", json::array())) {
+    if (source.contains("configMap")) {
+      pod.config_map = source["configMap"]["name"];
+      pod.config_dir = local;
+    } else if (source.contains("secret")) {
+      add_secret(source["secret"], source["secret"]["name"]);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void FakeKubelet::WriteSecrets(Pod& pod) {
+  if (pod.secrets_written) return;
+  std::vector<json> secrets;
+  for (const SecretVolume& sv : pod.secrets) {
+    absl::StatusOr<json> secret =
+        api_->Get(absl::StrCat("/api/v1/namespaces/", pod.ns, "/secrets/", sv.secret));
+    if (!secret.ok()) return;  // Not created yet: the pod waits, as ContainerCreating.
+    secrets.push_back(*std::move(secret));
+  }
+  for (size_t i = 0; i < pod.secrets.size(); ++i) {
+    const SecretVolume& sv = pod.secrets[i];
+    const json data = secrets[i].value("data", json::object());  // Outlives the loop.
+    for (const auto& [key, value] : data.items()) {
+      std::string path = key;
+      if (!sv.items.empty()) {
+        auto it = sv.items.find(key);
+        if (it == sv.items.end()) continue;
+        path = it->second;
+      }
+      std::string content;
+      if (!absl::Base64Unescape(value.get<std::string>(), &content)) return;
+      const std::string file = sv.dir + "/" + path;
+      fs::create_directories(fs::path(file).parent_path());
+      if (!WriteFileAtomically(file, content).ok()) return;
+      if (pod.fs_group >= 0) (void)chown(file.c_str(), 0, static_cast<gid_t>(pod.fs_group));
+      fs::permissions(file, fs::perms::owner_read | fs::perms::group_read);
+    }
+  }
+  pod.secrets_written = true;
+}
+
 void FakeKubelet::WriteConfig(Pod& pod) {
+  WriteSecrets(pod);
+  if (!pod.secrets_written) return;
   if (pod.config_map.empty()) return;
   absl::StatusOr<json> cm =
       api_->Get(absl::StrCat("/api/v1/namespaces/", pod.ns, "/configmaps/", pod.config_map));

@@ -70,6 +70,12 @@ class FakeKubelet {
   std::string ClaimDir(const std::string& ns, const std::string& claim) const;
 
  private:
+  // A Secret (or a projected volume's Secret source) to write into `dir`:
+  // `items` maps its keys to paths under dir; empty = every key, by name.
+  struct SecretVolume {
+    std::string secret, dir;
+    std::map<std::string, std::string> items;
+  };
   struct Pod {
     std::string ns, name, job, role, sts;
     int role_index = 0, index = 0;
@@ -84,7 +90,15 @@ class FakeKubelet {
     bool created = false;      // the Pod object exists
     bool prepared = false;     // args and volumes set up from the pod spec
     std::string config_error;  // Why the spec cannot run (CreateContainerConfigError)
+    std::vector<SecretVolume> secrets;
+    bool secrets_written = false;  // The container waits for its Secrets, as ContainerCreating.
+    int64_t fs_group = -1;         // Group of the Secret files (containers); -1: none.
   };
+  // A volume the kubelet fills: a configMap or secret, or a projected
+  // volume of those. Records it in `pod`; false for any other kind.
+  static bool AddFilledVolume(Pod& pod, const nlohmann::json& volume, const std::string& local);
+  // The pod's Secrets into their directories (mode 0440), once all exist.
+  void WriteSecrets(Pod& pod) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   void SyncOnce();
   void SyncPod(Pod& pod, const nlohmann::json& sts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

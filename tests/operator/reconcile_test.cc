@@ -456,6 +456,87 @@ TEST(ReconcileTest, SecretsOutsideTheConfigDirGetTheirOwnReadOnlyVolumes) {
   EXPECT_THAT(args, Not(Contains(HasSubstr("--auth-token-file"))));
 }
 
+// With credentials (a `helm install` by default): every pod gets the job's
+// auth token and the operator's TLS files from "<job>-credentials"; only
+// the parameter servers get the admin token, and the trainers only when they
+// warm-start (trainer 0 imports the export with ImportSlots).
+TEST(ReconcileTest, CredentialsGiveTheAdminTokenToTheServersOnly) {
+  for (const bool warm_start : {false, true}) {
+    SCOPED_TRACE(warm_start ? "warm start" : "cold start");
+    json job = BaseJob();
+    if (warm_start) {
+      job["spec"]["init"] = {{"fromModel", "model-000001"}, {"volumeClaimName", "exports"}};
+    }
+    Cluster c(job);
+    c.options.credentials = true;
+    c.options.credentials_tls = true;
+    c.Step();
+    for (Role role : kRoles) {
+      SCOPED_TRACE(std::string(RoleName(role)));
+      const json& pod = c.StatefulSet(role)["spec"]["template"]["spec"];
+      const std::vector<std::string> args = pod["containers"][0]["args"];
+      EXPECT_THAT(args,
+                  ::testing::IsSupersetOf({"--tls-ca-file=/etc/shadowsync/credentials/ca.crt",
+                                           "--tls-cert-file=/etc/shadowsync/credentials/tls.crt",
+                                           "--tls-key-file=/etc/shadowsync/credentials/tls.key",
+                                           "--tls-server-name=shadowsync",
+                                           "--auth-token-file=/etc/shadowsync/credentials/token"}));
+      const bool admin = role == Role::kPs || (warm_start && role == Role::kTrainer);
+      json items = json::parse(R"([{"key": "ca.crt", "path": "credentials/ca.crt"},
+                                   {"key": "tls.crt", "path": "credentials/tls.crt"},
+                                   {"key": "tls.key", "path": "credentials/tls.key"},
+                                   {"key": "token", "path": "credentials/token"}])");
+      if (admin) {
+        EXPECT_THAT(args, Contains("--admin-token-file=/etc/shadowsync/credentials/admin-token"));
+        items.push_back({{"key", "admin-token"}, {"path", "credentials/admin-token"}});
+      } else {
+        EXPECT_THAT(args, Not(Contains(HasSubstr("--admin-token-file"))));
+      }
+      const json* config = nullptr;
+      for (const json& v : pod["volumes"]) {
+        if (v["name"] == "config") config = &v;
+      }
+      ASSERT_NE(config, nullptr);
+      ASSERT_TRUE(config->contains("projected")) << config->dump();
+      EXPECT_EQ((*config)["projected"]["sources"][1],
+                json({{"secret", {{"name", "j-credentials"}, {"items", items}}}}));
+    }
+  }
+  // The job's own Secrets win over the credentials' TLS and token; the
+  // servers still get the admin token.
+  json job = BaseJob();
+  job["spec"]["security"] = {{"tls", {{"secretName", "my-tls"}}},
+                             {"authToken", {{"secretName", "my-token"}}}};
+  Cluster c(job);
+  c.options.credentials = true;
+  c.options.credentials_tls = true;
+  c.Step();
+  const std::vector<std::string> ps_args =
+      c.StatefulSet(Role::kPs)["spec"]["template"]["spec"]["containers"][0]["args"];
+  EXPECT_THAT(ps_args, ::testing::IsSupersetOf(
+                           {"--tls-ca-file=/etc/shadowsync/tls/ca.crt",
+                            "--auth-token-file=/etc/shadowsync/auth/token",
+                            "--admin-token-file=/etc/shadowsync/credentials/admin-token"}));
+  EXPECT_THAT(ps_args, Not(Contains(HasSubstr("credentials/token"))));
+  EXPECT_THAT(ps_args, Not(Contains(HasSubstr("credentials/ca.crt"))));
+}
+
+TEST(ReconcileTest, TheCredentialsSecretIsOwnedByTheJobAndHoldsItsData) {
+  json job = BaseJob();
+  const json secret = RenderCredentialsSecret(
+      job, {{"admin-token", "a1"}, {"token", "t1"}, {"ca.crt", "-----BEGIN CERTIFICATE-----"}}, {});
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["metadata"]["name"], "j-credentials");
+  EXPECT_EQ(secret["metadata"]["namespace"], "ns");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]);
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(secret["metadata"]["labels"]["shadowsync.io/job-name"], "j");
+  EXPECT_EQ(secret["data"], json({{"admin-token", "YTE="},
+                                  {"token", "dDE="},
+                                  {"ca.crt", "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"}}));
+  EXPECT_EQ(ObjectPath(secret), "/api/v1/namespaces/ns/secrets/j-credentials");
+}
+
 TEST(ReconcileTest, UnsecuredJobsGetNoSecurityFlagsOrSecrets) {
   Cluster c;
   c.Step();

@@ -4,8 +4,8 @@ ClusterRole "shadowsync-operator"), shared by the ClusterRole (watchScope
 cluster) and the namespaced Role (watchScope namespace). Least privilege: it
 watches ShadowSyncJobs and writes their status, server-side-applies and deletes
 the children Reconcile renders (StatefulSets, Services, ConfigMaps,
-NetworkPolicies, PodDisruptionBudgets), reads pods,
-and records events. No secrets, no wildcards.
+NetworkPolicies, PodDisruptionBudgets), creates each job's credentials Secret
+(never reads one), reads pods, and records events. No wildcards.
 */}}
 {{- define "shadowsync.operatorRules" -}}
 # The jobs: watched; deleted when ttlSecondsAfterFinished expires.
@@ -37,6 +37,13 @@ and records events. No secrets, no wildcards.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Each job's credentials Secret (<job>-credentials, docs/security.md): only
+# created, never read, listed or changed (its tokens are derived from the
+# operator's key, so it never needs them back); deleted with its job by
+# ownerReferences.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 # The export claim a job with spec.export and no volumeClaimName gets;
 # it is created once and kept after the job (docs/export.md).
 - apiGroups: [""]
