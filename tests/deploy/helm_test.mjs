@@ -166,13 +166,49 @@ const cases = {
     check('every object of the default render validates', () => console.log(`  ${validate(def.text, 'the default render')}`));
     check('every object of the all-on render validates', () => console.log(`  ${validate(all.text, 'the all-on render')}`));
 
-    check('the default render is the operator and its RBAC, nothing optional', () => {
+    check('the default render is the operator, its RBAC and its security, nothing optional', () => {
       assert.deepEqual(kinds(def.objects).sort(), ['ClusterRole', 'ClusterRole', 'ClusterRole', 'ClusterRoleBinding',
-        'Deployment', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']);
+        'Deployment', 'Role', 'RoleBinding', 'Secret', 'Secret', 'Service', 'ServiceAccount']);
       for (const k of optionalKinds) assert.equal(ofKind(def.objects, k).length, 0, k);
-      assert.doesNotMatch(def.text, /--tls-|--auth-token-file|\/etc\/shadowsync/);
       const args = ofKind(def.objects, 'Deployment')[0].spec.template.spec.containers[0].args;
       assert.ok(args.includes('--all-namespaces'), args.join(' '));
+    });
+
+    check('security is on by default: a generated CA, certificate and credentials key', () => {
+      const pod = ofKind(def.objects, 'Deployment')[0].spec.template.spec;
+      const args = pod.containers[0].args;
+      for (const flag of ['--tls-ca-file=/etc/shadowsync/tls/ca.crt', '--tls-cert-file=/etc/shadowsync/tls/tls.crt',
+        '--tls-key-file=/etc/shadowsync/tls/tls.key', '--tls-server-name=shadowsync',
+        '--credentials-key-file=/etc/shadowsync/credentials-key/key']) {
+        assert.ok(args.includes(flag), `${flag} in ${args.join(' ')}`);
+      }
+      const secrets = Object.fromEntries(ofKind(def.objects, 'Secret').map((o) => [o.metadata.name, o]));
+      const vols = Object.fromEntries(pod.volumes.map((v) => [v.name, v]));
+      assert.equal(vols.tls.secret.secretName, 'shadowsync-tls');
+      assert.equal(vols['credentials-key'].secret.secretName, 'shadowsync-credentials-key');
+      const key = Buffer.from(secrets['shadowsync-credentials-key'].data.key, 'base64').toString();
+      assert.match(key, /^[A-Za-z0-9]{64}$/);
+      // The generated certificate: for `shadowsync`, server and client use, from the generated CA.
+      const tls = secrets['shadowsync-tls'];
+      assert.equal(tls.type, 'kubernetes.io/tls');
+      const dir = fs.mkdtempSync(path.join(tmp, 'tls-'));
+      for (const k of ['ca.crt', 'tls.crt', 'tls.key']) fs.writeFileSync(path.join(dir, k), Buffer.from(tls.data[k], 'base64'));
+      for (const purpose of ['sslserver', 'sslclient']) {
+        const r = run('openssl', ['verify', '-purpose', purpose, '-CAfile', path.join(dir, 'ca.crt'), path.join(dir, 'tls.crt')]);
+        assert.equal(r.code, 0, r.out);
+      }
+      const text = run('openssl', ['x509', '-noout', '-ext', 'subjectAltName', '-in', path.join(dir, 'tls.crt')]);
+      assert.match(text.out, /DNS:shadowsync/);
+      // Each render makes new ones (an install keeps them through lookup).
+      const again = render(null, releaseNs.default);
+      const againKey = ofKind(again.objects, 'Secret').find((o) => o.metadata.name === 'shadowsync-credentials-key');
+      assert.notEqual(againKey.data.key, secrets['shadowsync-credentials-key'].data.key);
+    });
+
+    check('security off renders no Secret and no security flag', () => {
+      const off = render(null, releaseNs.default, ['--set', 'tls.enabled=false', '--set', 'credentials.enabled=false']);
+      assert.equal(ofKind(off.objects, 'Secret').length, 0);
+      assert.doesNotMatch(off.text, /--tls-|--auth-token-file|--credentials-key-file|\/etc\/shadowsync/);
     });
 
     check('the all-on render has every optional object', () => {
@@ -247,13 +283,15 @@ const cases = {
       assert.deepEqual(nsRole.rules, defRole.rules, 'the same rules in both scopes');
     });
 
-    check('RBAC is least privilege: no wildcards, no secrets, pods read-only', () => {
+    check('RBAC is least privilege: no wildcards, secrets only created, pods read-only', () => {
       for (const r of [...def.objects, ...all.objects].filter((o) => /Role$/.test(o.kind))) {
         for (const rule of r.rules) {
           for (const field of ['apiGroups', 'resources', 'verbs']) {
             assert.ok(!rule[field].includes('*'), `${r.kind}/${r.metadata.name}: ${field} has *`);
           }
-          assert.ok(!rule.resources.includes('secrets'), `${r.kind}/${r.metadata.name} grants secrets`);
+          if (rule.resources.includes('secrets')) {
+            assert.deepEqual(rule.verbs, ['create'], `${r.kind}/${r.metadata.name} may do more than create Secrets`);
+          }
           if (rule.resources.includes('pods')) assert.deepEqual(rule.verbs, ['get', 'list', 'watch']);
         }
       }
@@ -277,9 +315,8 @@ const cases = {
       for (const k of ['securityContext', 'livenessProbe', 'readinessProbe', 'resources', 'ports', 'env', 'volumeMounts']) {
         assert.deepEqual(got.containers[0][k], want.containers[0][k], `containers[0].${k}`);
       }
-      const { fsGroup, ...podSecurity } = got.securityContext;
-      assert.deepEqual(podSecurity, want.securityContext, 'pod securityContext (the chart adds fsGroup)');
-      assert.equal(fsGroup, 65532);
+      assert.deepEqual(got.securityContext, want.securityContext, 'pod securityContext');
+      assert.deepEqual(got.volumes, want.volumes, 'volumes (the Secrets of make-secrets.sh)');
       for (const a of want.containers[0].args) assert.ok(got.containers[0].args.includes(a), `arg ${a}`);
       assert.equal(got.containers[0].image, want.containers[0].image);
     });
@@ -372,7 +409,7 @@ const cases = {
 
     check('rbac.create=false and serviceAccount.create=false render no RBAC and no ServiceAccount', () => {
       const r = render(null, 'x', ['--set', 'rbac.create=false', '--set', 'serviceAccount.create=false', '--set', 'serviceAccount.name=mine']);
-      assert.deepEqual(kinds(r.objects).sort(), ['Deployment', 'Service']);
+      assert.deepEqual(kinds(r.objects).sort(), ['Deployment', 'Secret', 'Secret', 'Service']);
       assert.equal(ofKind(r.objects, 'Deployment')[0].spec.template.spec.serviceAccountName, 'mine');
     });
   },
@@ -450,7 +487,7 @@ const cases = {
 
       // Two releases side by side (their cluster-scoped objects must not clash).
       for (const [label, values, ns, release, expectedCount] of [
-        ['defaults', null, releaseNs.default, 'shadowsync', 9], ['all-on', allOn, releaseNs.allOn, 'shadowsync-ml', 16]]) {
+        ['defaults', null, releaseNs.default, 'shadowsync', 11], ['all-on', allOn, releaseNs.allOn, 'shadowsync-ml', 17]]) {
         const rendered = render(values, ns, [], release);
         const objs = rendered.objects.filter((o) => o.kind !== 'PodDisruptionBudget');
         const file = path.join(tmp, `${label}.yaml`);
@@ -569,7 +606,8 @@ const cases = {
       ['--set operator.replicas=two', ['--set', 'operator.replicas=two'], /operator\.replicas: Invalid type\. Expected: integer, given: string/],
       ['a misspelt key', ['--set', 'operator.replica=2'], /operator: Additional property replica is not allowed/],
       ['an unknown watchScope', ['--set', 'operator.watchScope=everywhere'], /operator\.watchScope: operator\.watchScope must be one of the following: "cluster", "namespace"/],
-      ['tls on without a Secret', ['--set', 'tls.enabled=true', '--set', 'tls.secretName='], /tls\.secretName: String length must be greater than or equal to 1/],
+      ['a server name that is no DNS name', ['--set', 'tls.serverName=Not_A_Name'], /tls\.serverName: Does not match pattern/],
+      ['credentials.enabled: "yes"', ['--set-string', 'credentials.enabled=yes'], /credentials\.enabled: Invalid type\. Expected: boolean, given: string/],
       ['a bad pullPolicy', ['--set', 'image.pullPolicy=Sometimes'], /image\.pullPolicy: image\.pullPolicy must be one of the following/],
       ['a port out of range', ['--set', 'metrics.port=70000'], /metrics\.port: Must be less than or equal to 65535/],
       ['a numeric scrape interval', ['--set', 'serviceMonitor.interval=30'], /serviceMonitor\.interval: Invalid type\. Expected: string, given: integer/],

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -324,6 +325,35 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
   ASSERT_EQ(apply.exit_code, 0) << apply.output;
   EXPECT_THAT(apply.output, ::testing::HasSubstr("shadowsyncjobs.shadowsync.io created"));
   EXPECT_THAT(apply.output, ::testing::HasSubstr("deployment.apps/shadowsync-operator created"));
+  // The operator's Secrets (its pod waits for them): made once, then kept.
+  const std::string make_secrets =
+      absl::StrCat("KUBECONFIG=", Quote(kubeconfig_), " KUBECTL=", Quote(kubectl_), " bash ",
+                   Quote(deploy + "/make-secrets.sh"), " 2>&1");
+  std::string out;
+  ASSERT_EQ(RunShell(make_secrets, &out), 0) << out;
+  const std::string secrets = "/api/v1/namespaces/shadowsync-system/secrets/";
+  absl::StatusOr<nlohmann::json> tls = api_->Get(secrets + "shadowsync-tls");
+  absl::StatusOr<nlohmann::json> key = api_->Get(secrets + "shadowsync-credentials-key");
+  ASSERT_TRUE(tls.ok() && key.ok()) << out;
+  for (const char* k : {"ca.crt", "tls.crt", "tls.key"}) {
+    std::string pem;
+    ASSERT_TRUE(absl::Base64Unescape((*tls)["data"][k].get<std::string>(), &pem)) << k;
+    WriteFile(dir_.File(k), pem);
+  }
+  std::string verified;
+  ASSERT_EQ(RunShell(absl::StrCat("openssl verify -purpose sslserver -CAfile ", dir_.File("ca.crt"),
+                                  " ", dir_.File("tls.crt"), " && openssl verify -purpose ",
+                                  "sslclient -CAfile ", dir_.File("ca.crt"), " ",
+                                  dir_.File("tls.crt"), " 2>&1"),
+                     &verified),
+            0)
+      << verified;
+  std::string secret_key;
+  ASSERT_TRUE(absl::Base64Unescape((*key)["data"]["key"].get<std::string>(), &secret_key));
+  EXPECT_GE(secret_key.size(), 32u);
+  ASSERT_EQ(RunShell(make_secrets, &out), 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("secret/shadowsync-tls exists in shadowsync-system: kept"));
+  EXPECT_EQ((*api_->Get(secrets + "shadowsync-credentials-key"))["data"], (*key)["data"]);
   apply = Kubectl({"apply", "-f", deploy + "/examples/"});
   ASSERT_EQ(apply.exit_code, 0) << apply.output;
   EXPECT_THAT(apply.output, ::testing::HasSubstr("shadowsyncjob.shadowsync.io/quickstart created"));

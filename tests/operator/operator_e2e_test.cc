@@ -18,22 +18,29 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/grpc_security.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/crd.h"
 #include "ps/client/resharder.h"
+#include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/operator/fake_kubelet.h"
 #include "tests/operator/job_json.h"
 #include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
+#include "tests/util/yaml_json.h"
 
 namespace shadowsync {
 namespace {
@@ -53,6 +60,55 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
   return done();
 }
 
+// The security a default `helm install` gives the operator: the chart's
+// Deployment args that carry it (--tls-*, --credentials-key-file) and the
+// Secrets the chart generates, rendered by helm 3.17 and written under `dir`
+// with the args pointing there.
+std::vector<std::string> ChartSecurityArgs(const std::string& dir) {
+  const std::string helm = testing::SourceDir() + "/.tools/bin/helm";
+  std::string out;
+  const std::string cmd = helm + " template e2e " + testing::SourceDir() + "/helm/shadowsync";
+  if (testing::RunShell(cmd, &out) != 0) {
+    ADD_FAILURE() << cmd << " (scripts/install-kube-tools.sh installs helm)\n" << out;
+    return {};
+  }
+  std::map<std::string, std::string> mounts;  // Secret name -> local dir
+  std::vector<std::string> args;
+  for (const json& doc : testing::YamlDocumentsToJson(YAML::LoadAll(out))) {
+    if (doc.value("kind", "") == "Secret") {
+      const std::string local = dir + "/" + doc["metadata"]["name"].get<std::string>();
+      std::filesystem::create_directories(local);
+      for (const auto& [key, value] : doc["data"].items()) {
+        std::string content;
+        EXPECT_TRUE(absl::Base64Unescape(value.get<std::string>(), &content)) << key;
+        testing::WriteFile(local + "/" + key, content);
+      }
+      mounts[doc["metadata"]["name"]] = local;
+    }
+  }
+  for (const json& doc : testing::YamlDocumentsToJson(YAML::LoadAll(out))) {
+    if (doc.value("kind", "") != "Deployment") continue;
+    const json& pod = doc["spec"]["template"]["spec"];
+    std::map<std::string, std::string> paths;  // mountPath -> local dir
+    for (const json& m : pod["containers"][0]["volumeMounts"]) {
+      for (const json& v : pod["volumes"]) {
+        if (v["name"] == m["name"] && v.contains("secret")) {
+          paths[m["mountPath"]] = mounts[v["secret"]["secretName"]];
+        }
+      }
+    }
+    for (std::string arg : pod["containers"][0]["args"]) {
+      if (!arg.starts_with("--tls-") && !arg.starts_with("--credentials-key-file")) continue;
+      for (const auto& [path, local] : paths) {
+        arg = absl::StrReplaceAll(arg, {{"=" + path + "/", "=" + local + "/"}});
+      }
+      args.push_back(arg);
+    }
+  }
+  EXPECT_EQ(args.size(), 5u) << "the chart's default security args: " << absl::StrJoin(args, " ");
+  return args;
+}
+
 class OperatorE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -65,6 +121,9 @@ class OperatorE2eTest : public ::testing::Test {
     ASSERT_TRUE(testing::LoadOperatorRbac(*api_).ok());
     ASSERT_TRUE(
         api_->WriteKubeconfig(dir_.File("kubeconfig"), "default", testing::kOperatorUser).ok());
+    // Security on, as the chart installs it by default.
+    security_args_ = ChartSecurityArgs(dir_.File("chart-secrets"));
+    ASSERT_FALSE(security_args_.empty());
     // Every pod its own loopback IP, unique to this test process, and the
     // same ports on all of them, as in a cluster.
     octet_ = 1 + getpid() % 250;
@@ -132,6 +191,7 @@ class OperatorE2eTest : public ::testing::Test {
         absl::StrCat("127.1{role_index}.", octet_, ".1{index}:{port}"),
         "--reshard-slots-per-step",
         std::to_string(slots_per_step)};
+    args.insert(args.end(), security_args_.begin(), security_args_.end());
     absl::StatusOr<pid_t> pid = Spawn(args, {.stderr_path = log, .truncate_output = true});
     // Never -1: the caller's kill(-1, sig) would signal every process.
     if (!pid.ok()) {
@@ -198,28 +258,53 @@ class OperatorE2eTest : public ::testing::Test {
         api_->Patch(absl::StrCat(kJobs, "/", job), {{"spec", spec}}, "application/merge-patch+json")
             .ok());
   }
+  // What a client of job `job`'s servers holds, as its trainers do: the
+  // chart's CA and certificate, and the job's own auth token from the
+  // credentials Secret the operator made.
+  GrpcSecurity ClientSecurity(const std::string& job = "big") {
+    GrpcSecurityFiles files;
+    for (const std::string& arg : security_args_) {
+      const std::string value = arg.substr(arg.find('=') + 1);
+      if (arg.starts_with("--tls-ca-file=")) files.tls_ca_file = value;
+      if (arg.starts_with("--tls-cert-file=")) files.tls_cert_file = value;
+      if (arg.starts_with("--tls-key-file=")) files.tls_key_file = value;
+      if (arg.starts_with("--tls-server-name=")) files.tls_server_name = value;
+    }
+    absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(files);
+    EXPECT_TRUE(security.ok()) << security.status();
+    if (!security.ok()) return {};
+    const json secret = Get("/api/v1/namespaces/default/secrets/" + job + "-credentials");
+    EXPECT_TRUE(
+        absl::Base64Unescape(secret.value("/data/token"_json_pointer, ""), &security->auth_token))
+        << secret.dump();
+    return *security;
+  }
   // The newest shard-map epoch of the first n servers (0 if none answers).
   uint64_t MaxEpoch(int n) {
     uint64_t epoch = 0;
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
+      absl::StatusOr<ShardMap> map =
+          ps::FetchShardMap(PsAddress(i), absl::Seconds(5), ClientSecurity());
       if (map.ok()) epoch = std::max(epoch, map->epoch());
     }
     return epoch;
   }
   // The slots server i owns in its own shard map; -1 if unreachable.
   int SlotsOwned(int i) {
-    absl::StatusOr<ShardMap> map = ps::FetchShardMap(PsAddress(i), absl::Seconds(5));
+    absl::StatusOr<ShardMap> map =
+        ps::FetchShardMap(PsAddress(i), absl::Seconds(5), ClientSecurity());
     if (!map.ok()) return -1;
     return static_cast<int>(map->SlotsOwnedBy(i).size());
   }
   // Stops the trainers and waits until the rows stop changing.
   ps::RowSetChecksum PauseAndChecksum(const std::string& job, int servers) {
     kubelet_->Signal("default", job, "trainer", SIGSTOP);
-    absl::StatusOr<ps::RowSetChecksum> before = ps::ClusterChecksum(PsAddresses(servers));
+    absl::StatusOr<ps::RowSetChecksum> before =
+        ps::ClusterChecksum(PsAddresses(servers), absl::Seconds(120), ClientSecurity(job));
     for (int i = 0; i < 50 && before.ok(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      absl::StatusOr<ps::RowSetChecksum> now = ps::ClusterChecksum(PsAddresses(servers));
+      absl::StatusOr<ps::RowSetChecksum> now =
+          ps::ClusterChecksum(PsAddresses(servers), absl::Seconds(120), ClientSecurity(job));
       if (now.ok() && *now == *before) break;
       before = now;
     }
@@ -251,7 +336,8 @@ class OperatorE2eTest : public ::testing::Test {
         },
         std::chrono::seconds(180)))
         << JobObject("big")["status"].dump(2);
-    absl::StatusOr<ps::RowSetChecksum> after = ps::ClusterChecksum(PsAddresses(3));
+    absl::StatusOr<ps::RowSetChecksum> after =
+        ps::ClusterChecksum(PsAddresses(3), absl::Seconds(120), ClientSecurity());
     ASSERT_TRUE(after.ok());
     EXPECT_EQ(*after, before) << "rows changed across the reshard";
   }
@@ -259,7 +345,8 @@ class OperatorE2eTest : public ::testing::Test {
   testing::ScratchDir dir_;
   std::unique_ptr<testing::FakeKubeApiServer> api_;
   std::unique_ptr<testing::FakeKubelet> kubelet_;
-  std::vector<pid_t> operators_;  // running
+  std::vector<pid_t> operators_;            // running
+  std::vector<std::string> security_args_;  // ChartSecurityArgs
   int started_ = 0;
   int octet_ = 0;
   int port_ = 0;
@@ -461,6 +548,28 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
   ASSERT_TRUE(
       WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
 
+  // Security on by default: what a trainer holds (the chart's certificate
+  // and the job's token) reads the shard map but cannot change it; without
+  // the token nothing gets in.
+  absl::StatusOr<ShardMap> map =
+      ps::FetchShardMap(PsAddress(0), absl::Seconds(5), ClientSecurity());
+  ASSERT_TRUE(map.ok()) << map.status();
+  v1::SetShardMapRequest take_all;  // Every slot to server 0.
+  *take_all.mutable_map() =
+      ShardMap::Balanced(map->num_slots(), {PsAddress(0)}, map->epoch() + 1).ToProto();
+  v1::SetShardMapResponse taken;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const grpc::Status refused =
+      v1::ParameterServer::NewStub(CreateChannel(PsAddress(0), ClientSecurity()))
+          ->SetShardMap(&context, take_all, &taken);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
+  EXPECT_EQ(MaxEpoch(2), map->epoch());
+  GrpcSecurity no_token = ClientSecurity();
+  no_token.auth_token.clear();
+  EXPECT_EQ(ps::FetchShardMap(PsAddress(0), absl::Seconds(5), no_token).status().code(),
+            absl::StatusCode::kUnauthenticated);
+
   const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
   ASSERT_GT(before.rows, 0);
   PatchSpec("big", {{"parameterServer", {{"replicas", 3}}}});
@@ -476,7 +585,8 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
       std::chrono::seconds(120)))
       << JobObject("big")["status"].dump(2);
   EXPECT_TRUE(saw_resharding);
-  absl::StatusOr<ps::RowSetChecksum> after_out = ps::ClusterChecksum(PsAddresses(3));
+  absl::StatusOr<ps::RowSetChecksum> after_out =
+      ps::ClusterChecksum(PsAddresses(3), absl::Seconds(120), ClientSecurity());
   ASSERT_TRUE(after_out.ok());
   EXPECT_EQ(*after_out, before) << "rows changed across the scale-out";
 
@@ -485,7 +595,8 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
       [&] { return StsReplicas("big-ps") == 2 && kubelet_->Pid("default", "big-ps-2") == 0; },
       std::chrono::seconds(120)))
       << JobObject("big")["status"].dump(2);
-  absl::StatusOr<ps::RowSetChecksum> after_in = ps::ClusterChecksum(PsAddresses(2));
+  absl::StatusOr<ps::RowSetChecksum> after_in =
+      ps::ClusterChecksum(PsAddresses(2), absl::Seconds(120), ClientSecurity());
   ASSERT_TRUE(after_in.ok());
   EXPECT_EQ(*after_in, before) << "rows changed across the scale-in";
   EXPECT_EQ(SlotsOwned(0) + SlotsOwned(1), 1024);

@@ -108,4 +108,15 @@ true
 
 {{- /* Mount paths of the TLS and token Secrets (fixed: docs/helm.md). */}}
 {{- define "shadowsync.tlsDir" -}}/etc/shadowsync/tls{{- end }}
+{{- define "shadowsync.credentialsKeyDir" -}}/etc/shadowsync/credentials-key{{- end }}
+
+{{- /* The operator's TLS Secret: tls.secretName, else the one the chart makes. */}}
+{{- define "shadowsync.tlsSecret" -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "shadowsync.fullname" .)) }}
+{{- end }}
+
+{{- /* The credentials key's Secret: credentials.existingSecret, else the chart's. */}}
+{{- define "shadowsync.credentialsKeySecret" -}}
+{{- .Values.credentials.existingSecret | default (printf "%s-credentials-key" (include "shadowsync.fullname" .)) }}
+{{- end }}
 {{- define "shadowsync.authDir" -}}/etc/shadowsync/auth{{- end }}
