@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
+#include "exporter/evaluate_export.h"
 #include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
@@ -307,8 +308,10 @@ Action AddEvalCommand(CLI::App& app) {
   struct EvalFlags {
     std::string model, report_json;
     std::vector<std::string> data;
-    int threads = 2;
-    int batch_size = 1024;
+    // The defaults of an export's own score (its manifest's eval), which
+    // this repeats.
+    int threads = exporter::ModelEvalOptions{}.threads;
+    int batch_size = exporter::ModelEvalOptions{}.batch_size;
     std::string dense_precision = "fp32";
   };
   auto flags = std::make_shared<EvalFlags>();
@@ -326,23 +329,19 @@ Action AddEvalCommand(CLI::App& app) {
   return [flags] {
     auto precision = model::ParseDensePrecision(flags->dense_precision, "--dense-precision");
     if (!precision.ok()) return Fail(precision.status());
-    auto saved = std::filesystem::is_directory(flags->model) ? model::LoadExport(flags->model)
-                                                             : model::LoadModel(flags->model);
-    if (!saved.ok()) return Fail(saved.status());
-    worker::TrainerOptions options;
-    options.precision = *precision;
-    options.threads = flags->threads;
-    options.batch_size = flags->batch_size;
-    options.optimizer = saved->store_options.optimizer;
-    worker::Trainer trainer(saved->config, saved->store_options.tables, options,
-                            saved->store.get());
-    trainer.params() = saved->params;
-    auto eval = trainer.Evaluate(SplitList(flags->data));
+    const exporter::ModelEvalOptions options{
+        .threads = flags->threads, .batch_size = flags->batch_size, .precision = *precision};
+    const std::vector<std::string> data = SplitList(flags->data);
+    absl::StatusOr<QualityReport> eval;
+    if (std::filesystem::is_directory(flags->model)) {
+      eval = exporter::EvaluateExport(flags->model, data, options);
+    } else {
+      absl::StatusOr<model::SavedModel> saved = model::LoadModel(flags->model);
+      if (!saved.ok()) return Fail(saved.status());
+      eval = exporter::EvaluateModel(*saved, data, options);
+    }
     if (!eval.ok()) return Fail(eval.status());
-    nlohmann::json out = {
-        {"eval_examples", eval->examples}, {"eval_ne", eval->ne},
-        {"eval_auc", eval->auc},           {"eval_logloss", eval->logloss},
-        {"eval_ctr", eval->ctr},           {"eval_calibration", eval->calibration}};
+    const nlohmann::json out = exporter::EvalJson(*eval);
     std::cout << out.dump(2) << "\n";
     if (!flags->report_json.empty()) std::ofstream(flags->report_json) << out.dump(2) << "\n";
     return 0;

@@ -17,13 +17,12 @@
 #include "common/grpc_util.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "exporter/evaluate_export.h"
 #include "exporter/job_export_internal.h"
 #include "grpcpp/grpcpp.h"
-#include "ps/client/ps_client.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
-#include "worker/trainer.h"
 
 namespace shadowsync::exporter {
 namespace internal {
@@ -161,33 +160,26 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
   model::ExportInfo info = ExportInfoForJob(request.job);
   info.dense_source = dense.source;
   info.examples_trained = dense.examples;
+  nlohmann::json eval = nlohmann::json::object();
+  model::ExportWriter::Scorer score;
   if (!request.eval_data.empty()) {
-    // `shadowsync eval`'s defaults, so that eval --model on the export
-    // repeats the same arithmetic.
-    ps::PsClientOptions client_options;
-    client_options.security = request.security;
-    SS_ASSIGN_OR_RETURN(auto store,
-                        ps::PsClient::Connect(request.ps_address, info.config.embedding_dim,
-                                              info.config.num_tables, client_options));
-    worker::TrainerOptions options;
-    options.threads = 2;
-    options.batch_size = 1024;
-    options.optimizer = info.embeddings.optimizer;
-    worker::Trainer trainer(info.config, info.embeddings.tables, options, store.get());
-    std::copy(dense.params.begin(), dense.params.end(), trainer.params().begin());
-    SS_ASSIGN_OR_RETURN(QualityReport q, trainer.Evaluate(request.eval_data));
-    info.eval = {{"eval_examples", q.examples}, {"eval_ne", q.ne},
-                 {"eval_auc", q.auc},           {"eval_logloss", q.logloss},
-                 {"eval_ctr", q.ctr},           {"eval_calibration", q.calibration}};
+    // The export as written, not the live servers: anything that changed
+    // their rows between a score of them and the stream made the manifest
+    // describe another model. The same path and defaults as `shadowsync
+    // eval --model`, so that it repeats this score exactly.
+    score = [&](const std::string& written) -> absl::StatusOr<nlohmann::json> {
+      SS_ASSIGN_OR_RETURN(QualityReport q, EvaluateExport(written, request.eval_data));
+      eval = EvalJson(q);
+      return eval;
+    };
   }
-  const nlohmann::json eval = info.eval;
   const std::string source = info.dense_source;
   SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, std::move(info)));
   SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
   SS_ASSIGN_OR_RETURN(
       RowStreamStats rows,
       ExportServerRows(request.ps_address, {.security = request.security}, writer.get()));
-  SS_RETURN_IF_ERROR(writer->Commit());
+  SS_RETURN_IF_ERROR(writer->Commit(score));
 
   // LATEST atomically: a reader sees the old name or the new one.
   SS_RETURN_IF_ERROR(WriteFileAtomically(request.exports_dir + "/LATEST", name + "\n"));

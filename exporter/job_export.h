@@ -106,9 +106,10 @@ struct JobExportRequest {
   std::vector<std::string> syncer_addresses;
   std::vector<std::string> trainer_checkpoints;  // One per trainer.
   GrpcSecurity security;
-  // Scored against the servers with the exported dense parameters before
-  // the export is committed; the result is the manifest's `eval`. Only
-  // meaningful once training has stopped. Empty = no evaluation.
+  // The export, once written and before it is committed, is scored on these
+  // from its own files (EvaluateExport, as `shadowsync eval --model` does):
+  // the result is the manifest's `eval`, the score of exactly the model
+  // exported. Empty = no evaluation.
   std::vector<std::string> eval_data;
 };
 

@@ -240,13 +240,7 @@ absl::Status ExportWriter::EndPart() {
   return absl::OkStatus();
 }
 
-absl::Status ExportWriter::Commit() {
-  if (!dense_written_) return absl::FailedPreconditionError("export: no dense parameters written");
-  if (part_ >= 0) SS_RETURN_IF_ERROR(EndPart());
-  if (next_part_ < info_.num_parts) {
-    SS_RETURN_IF_ERROR(BeginPart(info_.num_parts - 1));
-    SS_RETURN_IF_ERROR(EndPart());
-  }
+absl::Status ExportWriter::WriteManifest(const json& eval) {
   const LocalStoreOptions& e = info_.embeddings;
   const json manifest = {{"format", "shadowsync-export"},
                          {"formatVersion", kExportFormatVersion},
@@ -265,10 +259,27 @@ absl::Status ExportWriter::Commit() {
                            {"rows", total_rows_}}},
                          {"dense", {{"file", kDense}, {"source", info_.dense_source}}},
                          {"examplesTrained", info_.examples_trained},
-                         {"eval", info_.eval},
+                         {"eval", eval},
                          {"job", info_.job},
                          {"files", files_}};
-  SS_RETURN_IF_ERROR(WriteFileAtomically(tmp_ + "/" + kManifest, manifest.dump(1) + "\n"));
+  return WriteFileAtomically(tmp_ + "/" + kManifest, manifest.dump(1) + "\n");
+}
+
+absl::Status ExportWriter::Commit(const Scorer& score) {
+  if (!dense_written_) return absl::FailedPreconditionError("export: no dense parameters written");
+  if (part_ >= 0) SS_RETURN_IF_ERROR(EndPart());
+  if (next_part_ < info_.num_parts) {
+    SS_RETURN_IF_ERROR(BeginPart(info_.num_parts - 1));
+    SS_RETURN_IF_ERROR(EndPart());
+  }
+  SS_RETURN_IF_ERROR(WriteManifest(info_.eval));
+  if (score != nullptr) {
+    // The scorer reads the export through its manifest, as any reader
+    // does; the manifest is then rewritten with the score (it lists no
+    // checksum of itself).
+    SS_ASSIGN_OR_RETURN(const json eval, score(tmp_));
+    SS_RETURN_IF_ERROR(WriteManifest(eval));
+  }
   // Into place: a plain rename, or an atomic exchange with the export there.
   std::error_code ec;
   if (!fs::exists(dir_, ec)) {
@@ -533,25 +544,29 @@ absl::Status ExportReader::Verify() const {
   });
 }
 
-absl::StatusOr<SavedModel> LoadExport(const std::string& dir) {
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
   SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
-  SS_RETURN_IF_ERROR(reader.Verify());
+  // No Verify() first: ReadDense and ForEachRow check every file's checksum
+  // before using it, and a failure returns no model, so a second read of
+  // every part (an export can be many GB) would check nothing more.
   SavedModel m;
   m.config = reader.config();
   m.store_options = reader.info().embeddings;
   SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
   m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
-  SS_RETURN_IF_ERROR(LoadExportRows(reader, m.store.get()));
+  SS_RETURN_IF_ERROR(LoadExportRows(reader, m.store.get(), keep));
   return m;
 }
 
-absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store) {
+absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store,
+                            const RowFilter& keep) {
   const LocalStoreOptions& o = store->options();
   const size_t state_floats = static_cast<size_t>(o.dim * StateFloatsPerParam(o.optimizer.kind));
   const bool same_optimizer = reader.info().embeddings.optimizer.kind == o.optimizer.kind;
   const std::vector<float> zero_state(state_floats, 0.0f);
   return reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
                                std::span<const float> state) {
+    if (keep != nullptr && !keep(table, id)) return absl::OkStatus();
     store->PutRow(table, id, values,
                   same_optimizer && state.size() == state_floats
                       ? state

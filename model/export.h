@@ -76,8 +76,15 @@ class ExportWriter {
   absl::Status AddRecords(std::string_view records, uint32_t crc);
   size_t RecordBytes() const;
   absl::Status EndPart();
-  // Writes the manifest and renames the export into place.
-  absl::Status Commit();
+  // Scores the export, finished but not yet in place: called with the
+  // temporary directory, which ExportReader::Open and LoadExport read like
+  // any export (its manifest without `eval`). What it returns becomes the
+  // manifest's `eval`, so the score is of exactly the files committed.
+  using Scorer = std::function<absl::StatusOr<nlohmann::json>(const std::string& dir)>;
+  // Writes the manifest and renames the export into place; with `score`,
+  // first scores the export as Scorer says (an error from it commits
+  // nothing).
+  absl::Status Commit(const Scorer& score = nullptr);
 
   const std::string& dir() const { return dir_; }
   const ExportInfo& info() const { return info_; }
@@ -85,6 +92,7 @@ class ExportWriter {
  private:
   ExportWriter(std::string dir, std::string tmp, ExportInfo info);
   absl::Status WriteFile(const std::string& name, const std::string& bytes, int64_t rows);
+  absl::Status WriteManifest(const nlohmann::json& eval);
 
   const std::string dir_, tmp_;
   const ExportInfo info_;
@@ -148,14 +156,22 @@ class ExportReader {
   ExportInfo info_;
 };
 
+// Which rows to load: true keeps the row. A row left out reads as its
+// initial value (InitEmbeddingRow), as a row never trained does.
+using RowFilter = std::function<bool(uint32_t table, uint64_t id)>;
+
 // An export as a trainable model in this process: dense parameters and
 // state, and a LocalEmbeddingStore of every row (zero optimizer state where
-// the export carries none). Verifies every file before loading any row.
-absl::StatusOr<SavedModel> LoadExport(const std::string& dir);
-// Every row of `reader` into `store` (a warm start of `train --init-model`),
-// with zero optimizer state where the export has none or another
-// optimizer's. The caller checks the shape (CheckShape) first.
-absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store);
+// the export carries none), or of the rows `keep` keeps. Every file is read
+// and its checksum verified whatever `keep` says; on any error no model is
+// returned.
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep = nullptr);
+// Every row of `reader` (that `keep` keeps, when given) into `store` (a
+// warm start of `train --init-model`), with zero optimizer state where the
+// export has none or another optimizer's. The caller checks the shape
+// (CheckShape) first.
+absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store,
+                            const RowFilter& keep = nullptr);
 
 // Writes a single-process model (train --save-model) as an export.
 absl::Status ExportLocalModel(const std::string& dir, ExportInfo info,

@@ -1,7 +1,7 @@
 // The distributed export and warm start against real parameter servers on
 // loopback: rows streamed from 3 servers into an export, and from the export
 // into 2 (and into another slot count), compared by the servers' own row
-// counts and value checksums.
+// counts and value checksums; and a job's export scored from its own files.
 #include "exporter/job_export.h"
 
 #include <atomic>
@@ -20,6 +20,7 @@
 #include "common/hash.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "data/synthetic.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/dlrm.h"
@@ -29,6 +30,8 @@
 #include "shadowsync/v1/packed_rows.h"
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "tests/util/test_util.h"
+#include "worker/checkpoint.h"
+#include "worker/trainer.h"
 
 namespace shadowsync::exporter {
 namespace {
@@ -345,6 +348,78 @@ TEST_F(JobExportTest, AnExportTakenWhilePushesGoOnIsWholeAndVerified) {
   // Each server was read from one snapshot: at least the rows before, at most those after.
   EXPECT_GE(reader->num_rows(), rows_before);
   EXPECT_LE(reader->num_rows(), cluster.Totals().first);
+}
+
+// The manifest's eval is the score of exactly the model exported, the one
+// `shadowsync eval --model` computes from its files, even when the servers'
+// rows change while the export is taken (here a trainer pushing to every
+// row the eval data looks up, throughout). Scoring the live servers before
+// streaming their rows gave the eval of another model.
+TEST_F(JobExportTest, TheManifestsEvalIsTheScoreOfTheExportedRows) {
+  ShadowSyncJob job = Job(64);
+  job.spec.sync.algorithm = SyncAlgorithm::kNone;  // Dense: the trainers' mean, no syncer.
+  ASSERT_TRUE(GenerateSynthetic(
+                  {.out_path = dir_.File("eval.tsv"), .examples = 3000, .seed = 9, .threads = 1})
+                  .ok());
+  const model::ExportInfo info = ExportInfoForJob(job);
+  {
+    model::LocalEmbeddingStore unused(info.embeddings);
+    worker::Trainer fresh(info.config, info.embeddings.tables, {}, &unused);
+    SS_ASSERT_OK(worker::SaveDenseCheckpoint(dir_.File("trainer-0.ckpt"),
+                                             {0, fresh.params(), fresh.dense_state()}));
+  }
+  Cluster cluster(job, 2, dir_, "live");
+  cluster.Train(200, 26, 4, 11);
+  std::atomic<bool> stop = false;
+  std::atomic<int> pushes = 0;
+  std::thread trainer([&] {
+    auto client = ps::PsClient::Connect(cluster.address(), 4, 26);
+    ASSERT_TRUE(client.ok()) << client.status();
+    std::mt19937_64 rng(12);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    while (!stop.load()) {
+      std::vector<model::TableRows> grads(26);
+      for (auto& r : grads) {
+        for (uint64_t id = 0; id < 1000; id += 1 + rng() % 8) r.ids.push_back(id);
+        r.values.resize(r.ids.size() * 4);
+        for (float& v : r.values) v = u(rng);
+      }
+      SS_ASSERT_OK((*client)->Push(grads));
+      ++pushes;
+    }
+  });
+  const absl::StatusOr<nlohmann::json> summary =
+      ExportJob({.job = job,
+                 .exports_dir = dir_.File("exports"),
+                 .ps_address = cluster.address(),
+                 .trainer_checkpoints = {dir_.File("trainer-0.ckpt")},
+                 .eval_data = {dir_.File("eval.tsv")}});
+  stop = true;
+  trainer.join();
+  SS_ASSERT_OK(summary.status());
+  EXPECT_GT(pushes.load(), 1);
+
+  // What `shadowsync eval --model` does with its defaults: every row of the
+  // export in memory, 2 threads, batches of 1024.
+  const std::string path = (*summary)["path"];
+  absl::StatusOr<model::SavedModel> saved = model::LoadExport(path);
+  SS_ASSERT_OK(saved.status());
+  worker::TrainerOptions options;
+  options.threads = 2;
+  options.batch_size = 1024;
+  worker::Trainer scorer(saved->config, saved->store_options.tables, options, saved->store.get());
+  scorer.params() = saved->params;
+  absl::StatusOr<QualityReport> q = scorer.Evaluate({dir_.File("eval.tsv")});
+  SS_ASSERT_OK(q.status());
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(path);
+  SS_ASSERT_OK(reader.status());
+  const nlohmann::json& eval = reader->info().eval;
+  EXPECT_EQ(eval, (*summary)["eval"]);
+  EXPECT_EQ(eval.value("eval_examples", int64_t{0}), 3000);
+  // Bit for bit: the same rows, dense parameters and arithmetic.
+  EXPECT_EQ(eval.value("eval_logloss", 0.0), q->logloss) << eval;
+  EXPECT_EQ(eval.value("eval_ne", 0.0), q->ne) << eval;
+  EXPECT_EQ(eval.value("eval_auc", 0.0), q->auc) << eval;
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The export format (model/export.h): a round trip restores every
 // bit; rows land in the part of their slot; nothing is visible before Commit
 // and a second export replaces the first, leaving nothing behind (the
-// exchange's atomicity itself is renameat2's); and a truncated, corrupt,
+// exchange's atomicity itself is renameat2's); a scorer reads the finished
+// export before it is committed and its score is the manifest's eval; a load
+// keeps the rows asked for; and a truncated, corrupt,
 // incomplete, foreign-shaped or future-version export is refused naming the
 // file and what is wrong.
 #include "model/export.h"
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 
@@ -297,6 +300,74 @@ TEST_F(ExportTest, NothingIsVisibleBeforeCommitAndASecondExportReplacesTheFirst)
   EXPECT_THAT(ExportLocalModel(dir_.File("precious"), Info(), params_, dense_state_, store_),
               testing::StatusIs(absl::StatusCode::kFailedPrecondition, "is not an export"));
   EXPECT_EQ(testing::ReadFile(dir_.File("precious")), "not an export");
+}
+
+// A scorer sees the finished export before it is in place, readable like
+// any export; its result is the committed manifest's eval. A scorer's error
+// commits nothing and leaves nothing behind.
+TEST_F(ExportTest, CommitScoresTheWrittenExportBeforeItIsInPlace) {
+  const std::string dir = dir_.File("export");
+  auto write = [&](const ExportWriter::Scorer& score) -> absl::Status {
+    SS_ASSIGN_OR_RETURN(auto w, ExportWriter::Create(dir, Info()));
+    SS_RETURN_IF_ERROR(w->WriteDense(params_, dense_state_));
+    SS_RETURN_IF_ERROR(w->BeginPart(0));
+    SS_RETURN_IF_ERROR(w->EndPart());
+    return w->Commit(score);
+  };
+  std::string scored;
+  SS_ASSERT_OK(write([&](const std::string& written) -> absl::StatusOr<json> {
+    scored = written;
+    EXPECT_FALSE(fs::exists(dir)) << "in place before it is scored";
+    SS_ASSIGN_OR_RETURN(SavedModel m, LoadExport(written));
+    EXPECT_EQ(m.params, params_);
+    return json{{"eval_ne", 0.5}, {"eval_auc", 0.625}};
+  }));
+  EXPECT_NE(scored, dir);
+  EXPECT_FALSE(fs::exists(scored));
+  auto reader = ExportReader::Open(dir);
+  SS_ASSERT_OK(reader);
+  EXPECT_EQ(reader->info().eval, (json{{"eval_ne", 0.5}, {"eval_auc", 0.625}}));
+  SS_EXPECT_OK(reader->Verify());
+
+  fs::remove_all(dir);
+  EXPECT_THAT(write([](const std::string&) -> absl::StatusOr<json> {
+                return absl::DataLossError("cannot score");
+              }),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "cannot score"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 0);
+}
+
+// A filtered load keeps the rows asked for; the others read as their
+// initial value, as rows never trained do. Every part is still verified.
+TEST_F(ExportTest, ALoadKeepsTheRowsItIsAskedFor) {
+  const std::string dir = Write("export", Info());
+  auto keep = [](uint32_t table, uint64_t id) { return table == 1 && id % 2 == 0; };
+  auto loaded = LoadExport(dir, keep);
+  SS_ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->params, params_);
+  Rows kept, want;
+  for (const auto& [key, row] : rows_) {
+    if (keep(key.first, key.second)) want[key] = row;
+  }
+  loaded->store->ForEachRow(
+      [&](uint32_t t, uint64_t id, std::span<const float> v, std::span<const float> s) {
+        kept[{t, id}] = {{v.begin(), v.end()}, {s.begin(), s.end()}};
+      });
+  EXPECT_EQ(kept, want);
+  ASSERT_FALSE(want.empty());
+  std::vector<TableRows> lookup(3);
+  lookup[0].ids = {0};
+  SS_ASSERT_OK(loaded->store->Lookup(lookup));
+  std::vector<float> initial(4);
+  InitEmbeddingRow(7, 0, 0, 1000, initial);
+  EXPECT_EQ(lookup[0].values, initial);
+
+  // A corrupt part fails the load even when it holds no row kept.
+  std::string part = testing::ReadFile(dir + "/embeddings/part-00003.bin");
+  part[part.size() / 2] ^= 1;
+  testing::WriteFile(dir + "/embeddings/part-00003.bin", part);
+  EXPECT_THAT(LoadExport(dir, [](uint32_t, uint64_t) { return false; }),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "part-00003.bin"));
 }
 
 TEST_F(ExportTest, BadExportsAreRefusedNamingTheFileAndTheProblem) {
