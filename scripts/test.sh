@@ -3,8 +3,9 @@
 # failure: installs dependencies, checks formatting, builds the release
 # preset and runs its tests, runs the concurrency suites again under
 # ThreadSanitizer (the `tsan` preset) and the parsing, storage and RPC suites
-# under ASan + UBSan (the `asan` preset), then fuzzes each libFuzzer target
-# for 30 s (scripts/fuzz.sh, in the asan build).
+# under ASan + UBSan (the `asan` preset), checks the lock annotations with
+# clang's thread-safety analysis (scripts/thread-safety.sh), then fuzzes each
+# libFuzzer target for 30 s (scripts/fuzz.sh, in the asan build).
 #
 #   scripts/test.sh              everything CI runs
 #   SHADOWSYNC_SKIP_SANITIZERS=1 SHADOWSYNC_SKIP_FUZZ=1 scripts/test.sh
@@ -60,6 +61,10 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
     reconcile_test crd_test kube_client_test informer_test work_queue_test leader_election_test
     fake_kube_apiserver_test)
   scripts/build.sh asan --target "${asan_targets[@]}"
+  # Clang's thread-safety analysis over the product's locking sources, as
+  # errors, from the same clang build's compile commands (about 2 minutes).
+  echo "== thread-safety analysis (clang -Wthread-safety)"
+  scripts/thread-safety.sh build/asan
   ctest --preset asan -R '^(JobSpecTest|CriteoReaderTest|ParseCriteoLineTest|HashTest|ShardMap[A-Za-z]*|SyntheticTest|EvalMetricsTest|RowStoreTest|PsService[A-Za-z]*|RpcExtremesTest|JobExportTest|SyncerTest|SyncerClientTest|SyncerLimitsTest|AllReduceRoundsTest|GrpcSecurity[A-Za-z]*|Reconcile[A-Za-z]*|CrdTest|Deploy[A-Za-z]*Test|JsonToYamlTest|KubeClientTest|ParseWatchLineTest|LineSplitterTest|ResourcePathTest|ObjectKeyTest|QueryEscapeTest|StatusFromHttpTest|RetryOnConflictTest|CancellationTest|InformerTest|WorkQueueTest|RateLimiterTest|LeaderElectionTest|MicroTimeTest|FakeKubeApiServer[A-Za-z]*)\.'
 fi
 if [[ "${SHADOWSYNC_SKIP_FUZZ:-0}" != "1" ]]; then
