@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -103,7 +104,15 @@ int RunOperator(const OperatorFlags& f) {
   }
 
   op::ControllerOptions options;
-  options.ns = f.all_namespaces ? "" : (f.ns.empty() ? config->ns : f.ns);
+  if (!f.all_namespaces) {
+    for (absl::string_view ns : absl::StrSplit(f.ns.empty() ? config->ns : f.ns, ',')) {
+      if (ns.empty()) {
+        LOG(ERROR) << "operator: --namespace: an empty name in \"" << f.ns << "\"";
+        return 2;
+      }
+      options.namespaces.emplace_back(ns);
+    }
+  }
   options.workers = f.workers;
   options.leader_election = f.leader_elect;
   options.election.ns = f.lease_namespace.empty() ? config->ns : f.lease_namespace;
@@ -148,7 +157,9 @@ int RunOperator(const OperatorFlags& f) {
     return 2;
   }
   LOG(INFO) << "operator: " << config->source << ", server " << config->server << ", "
-            << (options.ns.empty() ? "all namespaces" : "namespace " + options.ns)
+            << (options.namespaces.empty()
+                    ? std::string("all namespaces")
+                    : "namespace(s) " + absl::StrJoin(options.namespaces, ","))
             << (f.leader_elect ? ", leader election as " + options.election.identity : "")
             << (http != nullptr ? absl::StrCat(", http :", http->port()) : "");
   if (absl::Status s = (*controller)->Start(); !s.ok()) {
@@ -181,7 +192,9 @@ Action AddOperatorCommand(CLI::App& app) {
   cmd->add_option("--kubeconfig", f->kubeconfig,
                   "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, "
                   "then ~/.kube/config)");
-  cmd->add_option("--namespace", f->ns, "namespace to manage (default: the config's)");
+  cmd->add_option("--namespace", f->ns,
+                  "namespace(s) to manage, comma-separated (default: the config's); the operator "
+                  "then needs its Role in each, no ClusterRole");
   cmd->add_flag("--all-namespaces", f->all_namespaces, "manage jobs in every namespace");
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "HTTP host:port for /metrics, /healthz and /readyz (empty: off)")

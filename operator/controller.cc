@@ -339,59 +339,65 @@ void Controller::EnqueueOwner(const Json& child) {
   queue_.Add(absl::StrCat(NamespaceOf(child), "/", job));
 }
 
+std::vector<kube::Informer*> Controller::Caches::Children() const {
+  return {stateful_sets.get(), services.get(),         config_maps.get(),
+          pods.get(),          network_policies.get(), disruption_budgets.get()};
+}
+
+std::vector<kube::Informer*> Controller::Caches::All() const {
+  std::vector<kube::Informer*> all = Children();
+  all.insert(all.begin(), jobs.get());
+  return all;
+}
+
+const Controller::Caches* Controller::CachesOf(const std::string& ns) const {
+  auto it = caches_.find(options_.namespaces.empty() ? "" : ns);
+  return it == caches_.end() ? nullptr : &it->second;
+}
+
 void Controller::EnqueueAllJobs() {
-  for (const Json& job : jobs_->ListCached()) Enqueue(job);
+  for (const auto& [ns, caches] : caches_) {
+    for (const Json& job : caches.jobs->ListCached()) Enqueue(job);
+  }
 }
 
 absl::Status Controller::Start() {
   if (started_.exchange(true)) return absl::FailedPreconditionError("Start: already started");
-  const std::string& ns = options_.ns;
   const std::string selector(kJobNameLabel);
-  jobs_ = std::make_unique<kube::Informer>(client_, JobsCollection(ns), "", options_.informer);
-  stateful_sets_ = std::make_unique<kube::Informer>(
-      client_,
-      kube::ResourcePath{.group = "apps", .version = "v1", .plural = "statefulsets", .ns = ns}
-          .Collection(),
-      selector, options_.informer);
-  services_ = std::make_unique<kube::Informer>(
-      client_, kube::ResourcePath{.version = "v1", .plural = "services", .ns = ns}.Collection(),
-      selector, options_.informer);
-  config_maps_ = std::make_unique<kube::Informer>(
-      client_, kube::ResourcePath{.version = "v1", .plural = "configmaps", .ns = ns}.Collection(),
-      selector, options_.informer);
-  pods_ = std::make_unique<kube::Informer>(
-      client_, kube::ResourcePath{.version = "v1", .plural = "pods", .ns = ns}.Collection(),
-      selector, options_.informer);
-  network_policies_ = std::make_unique<kube::Informer>(
-      client_,
-      kube::ResourcePath{
-          .group = "networking.k8s.io", .version = "v1", .plural = "networkpolicies", .ns = ns}
-          .Collection(),
-      selector, options_.informer);
-  disruption_budgets_ = std::make_unique<kube::Informer>(
-      client_,
-      kube::ResourcePath{
-          .group = "policy", .version = "v1", .plural = "poddisruptionbudgets", .ns = ns}
-          .Collection(),
-      selector, options_.informer);
-  jobs_->AddEventHandler({
-      .on_add = [this](const Json& o) { Enqueue(o); },
-      .on_update = [this](const Json&, const Json& o) { Enqueue(o); },
-      .on_delete = [this](const Json& o) { Enqueue(o); },
-  });
-  for (kube::Informer* children :
-       {stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
-        network_policies_.get(), disruption_budgets_.get()}) {
-    children->AddEventHandler({
-        .on_add = [this](const Json& o) { EnqueueOwner(o); },
-        .on_update = [this](const Json&, const Json& o) { EnqueueOwner(o); },
-        .on_delete = [this](const Json& o) { EnqueueOwner(o); },
+  std::vector<std::string> namespaces = options_.namespaces;
+  if (namespaces.empty()) namespaces.push_back("");  // All of them.
+  for (const std::string& ns : namespaces) {
+    Caches& c = caches_[ns];
+    auto informer = [&](kube::ResourcePath path, const std::string& label_selector) {
+      path.ns = ns;
+      return std::make_unique<kube::Informer>(client_, path.Collection(), label_selector,
+                                              options_.informer);
+    };
+    c.jobs = std::make_unique<kube::Informer>(client_, JobsCollection(ns), "", options_.informer);
+    c.stateful_sets =
+        informer({.group = "apps", .version = "v1", .plural = "statefulsets"}, selector);
+    c.services = informer({.version = "v1", .plural = "services"}, selector);
+    c.config_maps = informer({.version = "v1", .plural = "configmaps"}, selector);
+    c.pods = informer({.version = "v1", .plural = "pods"}, selector);
+    c.network_policies = informer(
+        {.group = "networking.k8s.io", .version = "v1", .plural = "networkpolicies"}, selector);
+    c.disruption_budgets =
+        informer({.group = "policy", .version = "v1", .plural = "poddisruptionbudgets"}, selector);
+    c.jobs->AddEventHandler({
+        .on_add = [this](const Json& o) { Enqueue(o); },
+        .on_update = [this](const Json&, const Json& o) { Enqueue(o); },
+        .on_delete = [this](const Json& o) { Enqueue(o); },
     });
+    for (kube::Informer* children : c.Children()) {
+      children->AddEventHandler({
+          .on_add = [this](const Json& o) { EnqueueOwner(o); },
+          .on_update = [this](const Json&, const Json& o) { EnqueueOwner(o); },
+          .on_delete = [this](const Json& o) { EnqueueOwner(o); },
+      });
+    }
   }
-  for (kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
-        network_policies_.get(), disruption_budgets_.get()}) {
-    informer->Start();
+  for (const auto& [ns, caches] : caches_) {
+    for (kube::Informer* informer : caches.All()) informer->Start();
   }
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   if (!options_.leader_election) {
@@ -410,7 +416,7 @@ void Controller::OnStartedLeading() {
   was_leading_.store(true);
   if (metrics_->leader != nullptr) metrics_->leader->Set(1);
   // Reconcile everything once: the previous leader may have left work undone.
-  jobs_->WaitForSync(absl::Seconds(30));
+  for (const auto& [ns, caches] : caches_) caches.jobs->WaitForSync(absl::Seconds(30));
   EnqueueAllJobs();
 }
 
@@ -440,19 +446,17 @@ void Controller::Stop() {
   }
   if (elector_ != nullptr) elector_->Stop();  // Releases the Lease for a fast takeover.
   leading_.store(false);
-  for (kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
-        network_policies_.get(), disruption_budgets_.get()}) {
-    if (informer != nullptr) informer->Stop();
+  for (const auto& [ns, caches] : caches_) {
+    for (kube::Informer* informer : caches.All()) informer->Stop();
   }
 }
 
 bool Controller::ready() const {
   if (!started_.load() || stopped_.load()) return false;
-  for (const kube::Informer* informer :
-       {jobs_.get(), stateful_sets_.get(), services_.get(), config_maps_.get(), pods_.get(),
-        network_policies_.get(), disruption_budgets_.get()}) {
-    if (informer == nullptr || !informer->HasSynced()) return false;
+  for (const auto& [ns, caches] : caches_) {
+    for (const kube::Informer* informer : caches.All()) {
+      if (!informer->HasSynced()) return false;
+    }
   }
   return true;
 }
@@ -536,23 +540,26 @@ Observed Controller::Observe(const Json& job) {
   Observed observed{.job = job, .now = absl::Now()};
   const std::string ns = NamespaceOf(job), name = NameOf(job);
   auto mine = [&](const Json& o) { return NamespaceOf(o) == ns && JobLabelOf(o) == name; };
-  for (const Json& o : stateful_sets_->ListCached()) {
-    if (mine(o)) observed.stateful_sets[NameOf(o)] = o;
-  }
-  for (const Json& o : services_->ListCached()) {
-    if (mine(o)) observed.services[NameOf(o)] = o;
-  }
-  for (const Json& o : network_policies_->ListCached()) {
-    if (mine(o)) observed.network_policies[NameOf(o)] = o;
-  }
-  for (const Json& o : disruption_budgets_->ListCached()) {
-    if (mine(o)) observed.disruption_budgets[NameOf(o)] = o;
-  }
-  for (const Json& o : config_maps_->ListCached()) {
-    if (mine(o)) observed.config_maps[NameOf(o)] = o;
-  }
-  for (const Json& o : pods_->ListCached()) {
-    if (mine(o)) observed.pods.push_back(o);
+  const Caches* caches = CachesOf(ns);
+  if (caches != nullptr) {
+    for (const Json& o : caches->stateful_sets->ListCached()) {
+      if (mine(o)) observed.stateful_sets[NameOf(o)] = o;
+    }
+    for (const Json& o : caches->services->ListCached()) {
+      if (mine(o)) observed.services[NameOf(o)] = o;
+    }
+    for (const Json& o : caches->network_policies->ListCached()) {
+      if (mine(o)) observed.network_policies[NameOf(o)] = o;
+    }
+    for (const Json& o : caches->disruption_budgets->ListCached()) {
+      if (mine(o)) observed.disruption_budgets[NameOf(o)] = o;
+    }
+    for (const Json& o : caches->config_maps->ListCached()) {
+      if (mine(o)) observed.config_maps[NameOf(o)] = o;
+    }
+    for (const Json& o : caches->pods->ListCached()) {
+      if (mine(o)) observed.pods.push_back(o);
+    }
   }
   // The servers that may hold slots: the StatefulSet's and the spec's.
   int servers = job.value("/spec/parameterServer/replicas"_json_pointer, 0);
@@ -827,7 +834,10 @@ void Controller::StartReshard(const std::string& key, const Json& job,
 }
 
 absl::Status Controller::ReconcileKey(const std::string& key) {
-  std::optional<Json> job = jobs_->GetByKey(key);
+  // Keys are "<namespace>/<name>" (kube::ObjectKey).
+  const Caches* caches = CachesOf(key.substr(0, key.find('/')));
+  std::optional<Json> job;
+  if (caches != nullptr) job = caches->jobs->GetByKey(key);
   if (!job.has_value()) {
     // Deleted: ownerReferences clean the children up; forget its progress.
     MutexLock l(&mu_);

@@ -47,8 +47,9 @@ class Registry;
 namespace shadowsync::op {
 
 struct ControllerOptions {
-  // The namespace whose jobs this operator manages; "" = all namespaces.
-  std::string ns;
+  // The namespaces whose jobs this operator manages (a namespaced install:
+  // Roles in each, no ClusterRole); empty = all namespaces.
+  std::vector<std::string> namespaces;
   ReconcileOptions reconcile;
   int workers = 2;
   // Lease-based leader election; off: act at once (a single replica).
@@ -147,8 +148,17 @@ class Controller {
   const ControllerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   kube::WorkQueue queue_;
-  std::unique_ptr<kube::Informer> jobs_, stateful_sets_, services_, config_maps_, pods_;
-  std::unique_ptr<kube::Informer> network_policies_, disruption_budgets_;
+  // The informers of one watched namespace ("" = all namespaces).
+  struct Caches {
+    std::unique_ptr<kube::Informer> jobs, stateful_sets, services, config_maps, pods;
+    std::unique_ptr<kube::Informer> network_policies, disruption_budgets;
+    std::vector<kube::Informer*> Children() const;
+    std::vector<kube::Informer*> All() const;
+  };
+  // The caches a job in `ns` is in; null if this operator does not watch it.
+  const Caches* CachesOf(const std::string& ns) const;
+  // By namespace; set by Start(), then only read.
+  std::map<std::string, Caches> caches_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::vector<std::thread> workers_;
   std::atomic<bool> leading_{false};

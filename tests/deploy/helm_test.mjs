@@ -283,6 +283,25 @@ const cases = {
       assert.deepEqual(nsRole.rules, defRole.rules, 'the same rules in both scopes');
     });
 
+    check('watchNamespaces: the operator\'s Role and RoleBinding in each, and --namespace lists them', () => {
+      const listed = render(null, 'rel', ['--set', 'operator.watchScope=namespace',
+        '--set', 'operator.watchNamespaces={team-a,team-b}', '--set', 'podMonitor.enabled=true', '--set', 'podMonitor.force=true']);
+      const args = ofKind(listed.objects, 'Deployment')[0].spec.template.spec.containers[0].args;
+      assert.ok(args.includes('--namespace=team-a,team-b'), args.join(' '));
+      const where = (kind) => ofKind(listed.objects, kind).filter((o) => o.metadata.name === 'shadowsync-operator')
+        .map((o) => o.metadata.namespace).sort();
+      assert.deepEqual(where('Role'), ['team-a', 'team-b']);
+      assert.deepEqual(where('RoleBinding'), ['team-a', 'team-b']);
+      for (const rb of ofKind(listed.objects, 'RoleBinding')) {
+        assert.equal(rb.subjects[0].namespace, 'rel', 'the operator\'s ServiceAccount lives in the release namespace');
+      }
+      assert.equal(ofKind(listed.objects, 'ClusterRoleBinding').length, 0);
+      assert.deepEqual(ofKind(listed.objects, 'PodMonitor')[0].spec.namespaceSelector, { matchNames: ['team-a', 'team-b'] });
+      // The leader-election Role stays in the release namespace.
+      const lease = ofKind(listed.objects, 'Role').find((r) => /leader-election$/.test(r.metadata.name));
+      assert.equal(lease.metadata.namespace, 'rel');
+    });
+
     check('RBAC is least privilege: no wildcards, secrets only created, pods read-only', () => {
       for (const r of [...def.objects, ...all.objects].filter((o) => /Role$/.test(o.kind))) {
         for (const rule of r.rules) {
@@ -605,6 +624,7 @@ const cases = {
       ['operator.replicas: "two" (values file)', ['-f', badFile], /operator\.replicas: Invalid type\. Expected: integer, given: string/],
       ['--set operator.replicas=two', ['--set', 'operator.replicas=two'], /operator\.replicas: Invalid type\. Expected: integer, given: string/],
       ['a misspelt key', ['--set', 'operator.replica=2'], /operator: Additional property replica is not allowed/],
+      ['a namespace that is no DNS label', ['--set', 'operator.watchNamespaces={Team_A}'], /operator\.watchNamespaces\.0: Does not match pattern/],
       ['an unknown watchScope', ['--set', 'operator.watchScope=everywhere'], /operator\.watchScope: operator\.watchScope must be one of the following: "cluster", "namespace"/],
       ['a server name that is no DNS name', ['--set', 'tls.serverName=Not_A_Name'], /tls\.serverName: Does not match pattern/],
       ['credentials.enabled: "yes"', ['--set-string', 'credentials.enabled=yes'], /credentials\.enabled: Invalid type\. Expected: boolean, given: string/],

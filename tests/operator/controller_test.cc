@@ -64,7 +64,7 @@ class ControllerTest : public ::testing::Test {
   void StartController(const std::string& credentials_key = "") {
     ControllerOptions options;
     options.credentials_key = credentials_key;
-    options.ns = "default";
+    options.namespaces = namespaces_;
     options.election.ns = testing::kOperatorNamespace;
     options.election.identity = "op-0";
     options.election.lease_duration = absl::Seconds(3);
@@ -130,6 +130,7 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<kube::KubeClient> client_;
   prometheus::Registry registry_;
   std::unique_ptr<Controller> controller_;
+  std::vector<std::string> namespaces_ = {"default"};  // Watched by StartController.
 };
 
 // Issue 30, finding 8: resuming a job repeats its Running Event. The repeat
@@ -189,6 +190,60 @@ TEST_F(ControllerTest, AnEventThatCannotBeWrittenDoesNotHoldUpTheStatus) {
     }
   }
   EXPECT_TRUE(counted) << "shadowsync_operator_events_total{result=\"error\"}";
+}
+
+// The namespaced install with a list of namespaces: the operator's rules as
+// a Role in each watched namespace and no ClusterRoleBinding. The operator
+// manages the jobs there, and never touches, lists or watches another
+// namespace: every request it makes is one the Roles allow (TearDown).
+TEST_F(ControllerTest, WatchesOnlyTheListedNamespacesWithARoleInEach) {
+  const std::string rbac = "/apis/rbac.authorization.k8s.io/v1";
+  SS_ASSERT_OK(api_->Delete(rbac + "/clusterrolebindings/shadowsync-operator"));
+  absl::StatusOr<json> rules = api_->Get(rbac + "/clusterroles/shadowsync-operator");
+  SS_ASSERT_OK(rules);
+  for (const std::string ns : {"team-a", "team-b", "team-c"}) {
+    SS_ASSERT_OK(
+        api_->Create("/api/v1/namespaces",
+                     {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}));
+    json job = testing::JobJson("j", 6000, 1, 1);
+    job["metadata"]["namespace"] = ns;
+    SS_ASSERT_OK(api_->Create(
+        absl::StrCat("/apis/shadowsync.io/v1alpha1/namespaces/", ns, "/shadowsyncjobs"), job));
+    if (ns == "team-c") continue;
+    SS_ASSERT_OK(api_->Create(absl::StrCat(rbac, "/namespaces/", ns, "/roles"),
+                              {{"apiVersion", "rbac.authorization.k8s.io/v1"},
+                               {"kind", "Role"},
+                               {"metadata", {{"name", "shadowsync-operator"}, {"namespace", ns}}},
+                               {"rules", (*rules)["rules"]}}));
+    SS_ASSERT_OK(api_->Create(absl::StrCat(rbac, "/namespaces/", ns, "/rolebindings"),
+                              {{"apiVersion", "rbac.authorization.k8s.io/v1"},
+                               {"kind", "RoleBinding"},
+                               {"metadata", {{"name", "shadowsync-operator"}, {"namespace", ns}}},
+                               {"roleRef",
+                                {{"apiGroup", "rbac.authorization.k8s.io"},
+                                 {"kind", "Role"},
+                                 {"name", "shadowsync-operator"}}},
+                               {"subjects",
+                                {{{"kind", "ServiceAccount"},
+                                  {"name", "shadowsync-operator"},
+                                  {"namespace", testing::kOperatorNamespace}}}}}));
+  }
+  namespaces_ = {"team-a", "team-b"};
+  StartController();
+  auto config_map = [&](const std::string& ns) {
+    return api_->Get(absl::StrCat("/api/v1/namespaces/", ns, "/configmaps/j-config")).ok();
+  };
+  ASSERT_TRUE(kube::Eventually([&] { return config_map("team-a") && config_map("team-b"); }));
+  ASSERT_TRUE(kube::Eventually([&] { return controller_->ready(); }));
+  EXPECT_FALSE(config_map("team-c"));
+  EXPECT_FALSE(api_->Get("/apis/shadowsync.io/v1alpha1/namespaces/team-c/shadowsyncjobs/j")
+                   ->contains("status"));
+  for (const testing::FakeKubeApiServer::Request& r : api_->Requests()) {
+    if (r.user != testing::kOperatorUser) continue;
+    EXPECT_FALSE(absl::StrContains(r.path, "team-c")) << r.method << " " << r.path;
+    EXPECT_TRUE(absl::StrContains(r.path, "/namespaces/"))
+        << "cluster-wide: " << r.method << " " << r.path;
+  }
 }
 
 // Issue 30: each job's credentials. The key derives every token; a job's

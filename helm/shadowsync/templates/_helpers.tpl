@@ -120,3 +120,9 @@ true
 {{- .Values.credentials.existingSecret | default (printf "%s-credentials-key" (include "shadowsync.fullname" .)) }}
 {{- end }}
 {{- define "shadowsync.authDir" -}}/etc/shadowsync/auth{{- end }}
+
+{{- /* The namespaces a namespaced operator watches, as a JSON array:
+operator.watchNamespaces, else the release namespace. */}}
+{{- define "shadowsync.watchNamespaces" -}}
+{{- if .Values.operator.watchNamespaces }}{{ toJson .Values.operator.watchNamespaces }}{{ else }}{{ list .Release.Namespace | toJson }}{{ end }}
+{{- end }}
