@@ -299,15 +299,21 @@ GrpcSecurity Controller::SecurityFor(const Json& job) const {
     return security != nullptr && security->is_object() && security->contains(key) &&
            (*security)[key].is_object();
   };
-  if (!has("tls") && !options_.reconcile.credentials_tls) {
+  // As Reconcile decides: a job whose servers started without credentials
+  // keeps running without them.
+  std::optional<Json> ps;
+  if (const Caches* caches = CachesOf(NamespaceOf(job)); caches != nullptr) {
+    ps = caches->stateful_sets->GetByKey(
+        absl::StrCat(NamespaceOf(job), "/", ChildName(NameOf(job), Role::kPs)));
+  }
+  const bool credentials = UsesCredentials(ps ? &*ps : nullptr, options_.reconcile);
+  if (!has("tls") && !(credentials && options_.reconcile.credentials_tls)) {
     out.ca_pem.clear();
     out.cert_pem.clear();
     out.key_pem.clear();
   }
   if (!has("authToken")) out.auth_token.clear();
-  if (!options_.credentials_key.empty()) {
-    out.admin_token = DeriveJobToken(options_.credentials_key, kAdminTokenKey, job);
-  }
+  if (credentials) out.admin_token = DeriveJobToken(options_.credentials_key, kAdminTokenKey, job);
   return out;
 }
 

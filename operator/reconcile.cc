@@ -565,8 +565,28 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
 }  // namespace
 }  // namespace internal
 
+bool UsesCredentials(const nlohmann::json* ps_stateful_set, const ReconcileOptions& options) {
+  if (!options.credentials) return false;
+  if (ps_stateful_set == nullptr) return true;  // A new job.
+  const nlohmann::json& containers = ps_stateful_set->value(
+      "/spec/template/spec/containers"_json_pointer, nlohmann::json::array());
+  if (!containers.is_array() || containers.empty() || !containers[0].is_object()) return false;
+  for (const nlohmann::json& arg : containers[0].value("args", nlohmann::json::array())) {
+    if (arg.is_string() && arg.get<std::string>().starts_with("--admin-token-file=")) return true;
+  }
+  return false;
+}
+
 Actions Reconcile(const Observed& observed, const ReconcileOptions& options) {
-  Actions actions = internal::ReconcileJob(observed, options);
+  // A job whose servers run without credentials (started before the
+  // operator had a key) keeps running without: a restarted pod of it with
+  // TLS and tokens could not talk to its peers.
+  auto ps = observed.stateful_sets.find(ChildName(internal::RefOf(observed.job).name, Role::kPs));
+  ReconcileOptions effective = options;
+  effective.credentials =
+      UsesCredentials(ps == observed.stateful_sets.end() ? nullptr : &ps->second, options);
+  if (!effective.credentials) effective.credentials_tls = false;
+  Actions actions = internal::ReconcileJob(observed, effective);
   // Event messages are capped (the API accepts at most 1 KiB in a note).
   constexpr size_t kMaxEventMessage = 1024;
   for (EventSpec& e : actions.events) {

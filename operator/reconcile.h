@@ -185,6 +185,11 @@ inline constexpr std::string_view kTlsCertKey = "tls.crt";
 inline constexpr std::string_view kTlsKeyKey = "tls.key";
 // Where the pods find them.
 inline constexpr std::string_view kCredentialsMountPath = "/etc/shadowsync/credentials";
+// Whether a job's pods get its credentials: options.credentials, for a new
+// job (no parameter-server StatefulSet yet) or one whose servers already run
+// with them; a job started without keeps running without (its pods must
+// agree on TLS and tokens), until it is recreated.
+bool UsesCredentials(const nlohmann::json* ps_stateful_set, const ReconcileOptions& options);
 // The Secret itself, with `data` (key -> contents, base64-encoded here),
 // labelled and owned like the job's other children.
 nlohmann::json RenderCredentialsSecret(const nlohmann::json& job,

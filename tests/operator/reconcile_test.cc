@@ -521,6 +521,30 @@ TEST(ReconcileTest, CredentialsGiveTheAdminTokenToTheServersOnly) {
   EXPECT_THAT(ps_args, Not(Contains(HasSubstr("credentials/ca.crt"))));
 }
 
+// A job whose servers started before the operator had credentials keeps
+// running without them: a restarted pod with TLS and tokens could not talk
+// to its peers. A new job gets them.
+TEST(ReconcileTest, AJobStartedWithoutCredentialsKeepsRunningWithout) {
+  Cluster c;
+  c.Step();  // Without credentials.
+  const json ps_before = c.StatefulSet(Role::kPs);
+  ASSERT_THAT(ps_before.dump(), Not(HasSubstr("--admin-token-file")));
+  EXPECT_FALSE(UsesCredentials(&ps_before, {.credentials = true}));
+  c.options.credentials = true;
+  c.options.credentials_tls = true;
+  c.Step();
+  EXPECT_EQ(c.StatefulSet(Role::kPs), ps_before);
+  EXPECT_THAT(c.StatefulSet(Role::kTrainer).dump(), Not(HasSubstr("credentials")));
+
+  EXPECT_TRUE(UsesCredentials(nullptr, {.credentials = true}));
+  EXPECT_FALSE(UsesCredentials(nullptr, {}));
+  Cluster fresh;
+  fresh.options.credentials = true;
+  fresh.Step();
+  const json ps_new = fresh.StatefulSet(Role::kPs);
+  EXPECT_TRUE(UsesCredentials(&ps_new, {.credentials = true}));
+}
+
 TEST(ReconcileTest, TheCredentialsSecretIsOwnedByTheJobAndHoldsItsData) {
   json job = BaseJob();
   const json secret = RenderCredentialsSecret(
