@@ -96,12 +96,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   if (!options_.resume || !fs::exists(admin_token_file_)) {
     SS_RETURN_IF_ERROR(WriteNewToken(admin_token_file_));
   }
-  {
-    GrpcSecurityFiles files;
-    files.admin_token_file = admin_token_file_;
-    SS_ASSIGN_OR_RETURN(const GrpcSecurity admin, LoadGrpcSecurity(files));
-    security_.admin_token = admin.admin_token;
-  }
+  SS_ASSIGN_OR_RETURN(security_.admin_token, ReadTokenFile("admin token", admin_token_file_));
   fs::remove_all(run_dir_ + "/control");  // Requests for a launcher that is gone.
   fs::create_directories(run_dir_ + "/control");
   std::ofstream(run_dir_ + "/control/launcher.pid") << getpid() << "\n";

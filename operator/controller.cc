@@ -523,9 +523,10 @@ std::vector<std::string> Controller::PsAddresses(const Json& job, int n) const {
 std::optional<PsClusterState> Controller::ObservePs(const Json& job, int servers) {
   std::optional<ShardMap> newest;
   bool disagree = false;
+  const GrpcSecurity security = SecurityFor(job);  // Once: it derives the admin token.
   for (int i = 0; i < servers; ++i) {
     absl::StatusOr<ShardMap> map =
-        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline, SecurityFor(job));
+        ps::FetchShardMap(Address(job, Role::kPs, i), options_.ps_rpc_deadline, security);
     if (!map.ok()) continue;  // Not up yet, or joined without a map.
     disagree = disagree || (newest.has_value() && map->epoch() != newest->epoch());
     if (!newest.has_value() || map->epoch() > newest->epoch()) newest = *std::move(map);

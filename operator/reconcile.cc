@@ -572,7 +572,7 @@ bool UsesCredentials(const nlohmann::json* ps_stateful_set, const ReconcileOptio
       "/spec/template/spec/containers"_json_pointer, nlohmann::json::array());
   if (!containers.is_array() || containers.empty() || !containers[0].is_object()) return false;
   for (const nlohmann::json& arg : containers[0].value("args", nlohmann::json::array())) {
-    if (arg.is_string() && arg.get<std::string>().starts_with("--admin-token-file=")) return true;
+    if (arg.is_string() && arg.get<std::string>().starts_with(kAdminTokenFileArg)) return true;
   }
   return false;
 }

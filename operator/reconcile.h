@@ -185,6 +185,8 @@ inline constexpr std::string_view kTlsCertKey = "tls.crt";
 inline constexpr std::string_view kTlsKeyKey = "tls.key";
 // Where the pods find them.
 inline constexpr std::string_view kCredentialsMountPath = "/etc/shadowsync/credentials";
+// The argument that hands a pod the admin token; UsesCredentials looks for it.
+inline constexpr std::string_view kAdminTokenFileArg = "--admin-token-file=";
 // Whether a job's pods get its credentials: options.credentials, for a new
 // job (no parameter-server StatefulSet yet) or one whose servers already run
 // with them; a job started without keeps running without (its pods must

@@ -254,7 +254,7 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   // share one template. The trainers of other jobs never get it.
   if (opt.credentials && (role == Role::kPs || warm_start)) {
     credential_files.push_back(credential(kAdminTokenKey));
-    args.push_back(absl::StrCat("--admin-token-file=", credential(kAdminTokenKey)));
+    args.push_back(absl::StrCat(Av(kAdminTokenFileArg), credential(kAdminTokenKey)));
   }
 
   auto field_env = [](std::string_view name, std::string_view path) {

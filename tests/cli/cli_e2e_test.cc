@@ -229,6 +229,24 @@ current-context: x
                      &out),
             2);
   EXPECT_NE(out.find("workers: 0, want >= 1"), std::string::npos) << out;
+  // A credentials key too short to derive tokens from, and an empty name in
+  // the namespace list, are refused before anything starts.
+  testing::WriteFile(dir_.File("short-key"), "only-twenty-chars-xx\n");
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --credentials-key-file " +
+                         dir_.File("short-key") + " --kubeconfig " + dir_.File("kubeconfig"),
+                     &out),
+            2);
+  EXPECT_NE(out.find("--credentials-key-file: " + dir_.File("short-key") +
+                     " holds 20 characters; want at least 32"),
+            std::string::npos)
+      << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --namespace a,,b --kubeconfig " +
+                         dir_.File("kubeconfig"),
+                     &out),
+            2);
+  EXPECT_NE(out.find("--namespace: an empty name in \"a,,b\""), std::string::npos) << out;
 }
 
 // Logs go through glog at the level of --log-level (docs/architecture.md,

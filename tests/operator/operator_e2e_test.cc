@@ -72,9 +72,10 @@ std::vector<std::string> ChartSecurityArgs(const std::string& dir) {
     ADD_FAILURE() << cmd << " (scripts/install-kube-tools.sh installs helm)\n" << out;
     return {};
   }
+  const std::vector<json> docs = testing::YamlDocumentsToJson(YAML::LoadAll(out));
   std::map<std::string, std::string> mounts;  // Secret name -> local dir
   std::vector<std::string> args;
-  for (const json& doc : testing::YamlDocumentsToJson(YAML::LoadAll(out))) {
+  for (const json& doc : docs) {
     if (doc.value("kind", "") == "Secret") {
       const std::string local = dir + "/" + doc["metadata"]["name"].get<std::string>();
       std::filesystem::create_directories(local);
@@ -86,7 +87,7 @@ std::vector<std::string> ChartSecurityArgs(const std::string& dir) {
       mounts[doc["metadata"]["name"]] = local;
     }
   }
-  for (const json& doc : testing::YamlDocumentsToJson(YAML::LoadAll(out))) {
+  for (const json& doc : docs) {
     if (doc.value("kind", "") != "Deployment") continue;
     const json& pod = doc["spec"]["template"]["spec"];
     std::map<std::string, std::string> paths;  // mountPath -> local dir
