@@ -295,9 +295,14 @@ TEST_F(SyncStrategyTest, ShadowMaAveragesInTheBackground) {
 // mass between the replica and the centre, so replica + centre equals the
 // sum of the local updates however rounds and updates interleave, up to
 // Hogwild's own lost updates: the training thread's and the shadow thread's
-// relaxed read-modify-writes of the replica can collide (about one run in
-// a hundred loses one). Overwriting instead of applying the delta loses
-// nearly all of them (applyMode: overwrite ends near 1 here, not 200).
+// relaxed read-modify-writes of the replica can collide. A collision loses
+// either one step (1.0) or one round's whole delta, alpha * (replica -
+// centre), which grows with the steps between rounds. A sum 3.5 above the
+// steps was seen under ThreadSanitizer, whose slow rounds let the replica
+// run ahead: the delta of a replica 7 steps past the centre, lost.
+// Overwriting instead of applying the delta loses nearly all of them
+// (applyMode: overwrite ends at 1 here, not 200), hence a bound of a tenth
+// of the steps.
 // One training thread's steps of +1 on member `a`'s replica (serving
 // `gate` between them, if given): at least 200, and on until several rounds
 // ran (a loaded machine can starve the shadow thread for a while). Returns
@@ -325,7 +330,7 @@ TEST_F(SyncStrategyTest, ShadowEasgdKeepsLocalProgressMadeDuringRounds) {
   std::vector<float> centre(1);
   SS_ASSERT_OK(a.client->PullCentre(centre));
   EXPECT_GE(a.strategy->stats().rounds, 3);
-  EXPECT_NEAR(a.params[0] + centre[0], steps, 3.0);
+  EXPECT_NEAR(a.params[0] + centre[0], steps, 0.1 * steps);
   EXPECT_GT(centre[0], 0);  // The centre followed.
   EXPECT_GT(a.strategy->stats().mean_gap_steps(), 0);
 }
