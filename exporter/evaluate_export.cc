@@ -6,7 +6,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "common/status_macros.h"
 #include "data/criteo_reader.h"
-#include "model/export.h"
 #include "worker/trainer.h"
 
 namespace shadowsync::exporter {
@@ -24,15 +23,10 @@ absl::StatusOr<QualityReport> EvaluateModel(model::SavedModel& model,
   return trainer.Evaluate(data);
 }
 
-absl::StatusOr<QualityReport> EvaluateExport(const std::string& dir,
-                                             const std::vector<std::string>& data,
-                                             const ModelEvalOptions& options) {
-  SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
-  const model::DlrmConfig& config = reader.config();
-  const std::vector<model::EmbeddingTableConfig>& tables = reader.info().embeddings.tables;
-  // The rows the data looks up, found as the trainer finds them
-  // (Trainer::CollectRows): a row left out would read as its initial value.
-  std::vector<absl::flat_hash_set<uint64_t>> wanted(tables.size());
+absl::StatusOr<model::RowFilter> RowsLookedUpBy(
+    const model::DlrmConfig& config, const std::vector<model::EmbeddingTableConfig>& tables,
+    const std::vector<std::string>& data) {
+  auto wanted = std::make_shared<std::vector<absl::flat_hash_set<uint64_t>>>(tables.size());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> input,
                       CriteoReader::Open(data, worker::TrainerOptions().reader));
   ExampleBlock block;
@@ -41,15 +35,23 @@ absl::StatusOr<QualityReport> EvaluateExport(const std::string& dir,
     if (!more) break;
     for (int64_t e = 0; e < block.size(); ++e) {
       for (int t = 0; t < config.num_tables; ++t) {
-        wanted[t].insert(
+        (*wanted)[t].insert(
             model::BucketOf(t, block.sparse[e * block.num_sparse + t], tables[t].hash_buckets));
       }
     }
   }
-  SS_ASSIGN_OR_RETURN(model::SavedModel model,
-                      model::LoadExport(dir, [&wanted](uint32_t table, uint64_t id) {
-                        return table < wanted.size() && wanted[table].contains(id);
-                      }));
+  return [wanted](uint32_t table, uint64_t id) {
+    return table < wanted->size() && (*wanted)[table].contains(id);
+  };
+}
+
+absl::StatusOr<QualityReport> EvaluateExport(const std::string& dir,
+                                             const std::vector<std::string>& data,
+                                             const ModelEvalOptions& options) {
+  SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
+  SS_ASSIGN_OR_RETURN(const model::RowFilter keep,
+                      RowsLookedUpBy(reader.config(), reader.info().embeddings.tables, data));
+  SS_ASSIGN_OR_RETURN(model::SavedModel model, model::LoadExport(dir, keep));
   return EvaluateModel(model, data, options);
 }
 

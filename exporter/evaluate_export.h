@@ -1,7 +1,7 @@
 // Scoring a saved model on held-out data: the one code path behind
 // `shadowsync eval --model` and an export's manifest `eval` (ExportJob scores
-// the export it has just written, from its files), so the two repeat the same
-// arithmetic bit for bit.
+// the rows it has just written, kept as it wrote them), so the two repeat the
+// same arithmetic bit for bit.
 //
 //   SS_ASSIGN_OR_RETURN(QualityReport q, EvaluateExport("exports/model-000002", {"eval.tsv"}));
 //   std::cout << EvalJson(q).dump(2);
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "common/eval_metrics.h"
 #include "model/dlrm.h"
+#include "model/export.h"
 #include "model/model_io.h"
 #include "nlohmann/json.hpp"
 
@@ -27,6 +28,13 @@ struct ModelEvalOptions {
   int batch_size = 1024;
   model::DensePrecision precision = model::DensePrecision::kFp32;
 };
+
+// The rows a model of `config` and `tables` looks up to score `data`,
+// found as the trainer finds them (Trainer::CollectRows): a row left out
+// would read as its initial value. What an export's score holds in memory.
+absl::StatusOr<model::RowFilter> RowsLookedUpBy(
+    const model::DlrmConfig& config, const std::vector<model::EmbeddingTableConfig>& tables,
+    const std::vector<std::string>& data);
 
 // The export at `dir` scored on `data` (Criteo TSV files). Only the rows the
 // data looks up are held in memory (every part is still read and its

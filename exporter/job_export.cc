@@ -162,19 +162,24 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
   info.examples_trained = dense.examples;
   nlohmann::json eval = nlohmann::json::object();
   model::ExportWriter::Scorer score;
+  model::RowFilter eval_rows;
   if (!request.eval_data.empty()) {
     // The export as written, not the live servers: anything that changed
     // their rows between a score of them and the stream made the manifest
-    // describe another model. The same path and defaults as `shadowsync
-    // eval --model`, so that it repeats this score exactly.
-    score = [&](const std::string& written) -> absl::StatusOr<nlohmann::json> {
-      SS_ASSIGN_OR_RETURN(QualityReport q, EvaluateExport(written, request.eval_data));
+    // describe another model. The writer keeps the rows the eval looks up
+    // as it writes them; scored with `shadowsync eval --model`'s code and
+    // defaults, so that it repeats this score exactly.
+    SS_ASSIGN_OR_RETURN(eval_rows,
+                        RowsLookedUpBy(info.config, info.embeddings.tables, request.eval_data));
+    score = [&](model::SavedModel& written) -> absl::StatusOr<nlohmann::json> {
+      SS_ASSIGN_OR_RETURN(QualityReport q, EvaluateModel(written, request.eval_data));
       eval = EvalJson(q);
       return eval;
     };
   }
   const std::string source = info.dense_source;
   SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, std::move(info)));
+  if (eval_rows != nullptr) SS_RETURN_IF_ERROR(writer->KeepRows(std::move(eval_rows)));
   SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
   SS_ASSIGN_OR_RETURN(
       RowStreamStats rows,

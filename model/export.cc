@@ -126,8 +126,35 @@ absl::Status ExportWriter::WriteDense(std::span<const float> params,
   SS_RETURN_IF_ERROR(WriteFile(kDense, bytes, -1));
   files_.back()["params"] = params.size();
   files_.back()["optimizerState"] = info_.with_optimizer_state ? dense_state.size() : 0;
+  params_.assign(params.begin(), params.end());
+  if (info_.with_optimizer_state) dense_state_.assign(dense_state.begin(), dense_state.end());
   dense_written_ = true;
   return absl::OkStatus();
+}
+
+absl::Status ExportWriter::KeepRows(RowFilter keep) {
+  if (next_part_ > 0 || part_ >= 0) {
+    return absl::FailedPreconditionError("export: KeepRows after the first part was begun");
+  }
+  keep_ = std::move(keep);
+  return absl::OkStatus();
+}
+
+void ExportWriter::Keep(uint32_t table, uint64_t id, const char* values) {
+  if (keep_ == nullptr || !keep_(table, id)) return;
+  const LocalStoreOptions& o = info_.embeddings;
+  if (kept_ == nullptr) {
+    kept_ = std::make_unique<LocalEmbeddingStore>(o);
+    values_.resize(o.dim);
+    // Zero where the export carries no state, as LoadExportRows puts it.
+    state_.assign(static_cast<size_t>(o.dim * StateFloatsPerParam(o.optimizer.kind)), 0.0f);
+  }
+  std::memcpy(values_.data(), values, values_.size() * sizeof(float));
+  if (state_floats_ > 0) {
+    std::memcpy(state_.data(), values + values_.size() * sizeof(float),
+                state_floats_ * sizeof(float));
+  }
+  kept_->PutRow(table, id, values_, state_);
 }
 
 absl::Status ExportWriter::BeginPart(int part) {
@@ -171,6 +198,7 @@ absl::Status ExportWriter::AddRow(uint32_t table, uint64_t id, std::span<const f
   put(&id, sizeof(id));
   put(values.data(), values.size_bytes());
   if (state_floats_ > 0) put(state.data(), state.size_bytes());
+  Keep(table, id, buffer_.data() + buffer_.size() - RecordBytes() + sizeof(table) + sizeof(id));
   ++rows_;
   if (buffer_.size() >= kWriteBufferBytes) FlushBuffer();
   return absl::OkStatus();
@@ -200,6 +228,16 @@ absl::Status ExportWriter::AddRecords(std::string_view records, uint32_t crc) {
       return absl::InvalidArgumentError(absl::StrCat(
           "export: row (table ", table, ", id ", id, ", slot ", slot, ") does not belong in part ",
           part_, " (slots ", part_begin_, "-", part_end_, ")"));
+    }
+  }
+  if (keep_ != nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t table;
+      uint64_t id;
+      const char* p = records.data() + i * record_bytes;
+      std::memcpy(&table, p, sizeof(table));
+      std::memcpy(&id, p + sizeof(table), sizeof(id));
+      Keep(table, id, p + sizeof(table) + sizeof(id));
     }
   }
   FlushBuffer();
@@ -272,14 +310,18 @@ absl::Status ExportWriter::Commit(const Scorer& score) {
     SS_RETURN_IF_ERROR(BeginPart(info_.num_parts - 1));
     SS_RETURN_IF_ERROR(EndPart());
   }
-  SS_RETURN_IF_ERROR(WriteManifest(info_.eval));
+  json eval = info_.eval;
   if (score != nullptr) {
-    // The scorer reads the export through its manifest, as any reader
-    // does; the manifest is then rewritten with the score (it lists no
-    // checksum of itself).
-    SS_ASSIGN_OR_RETURN(const json eval, score(tmp_));
-    SS_RETURN_IF_ERROR(WriteManifest(eval));
+    SavedModel model;
+    model.config = info_.config;
+    model.store_options = info_.embeddings;
+    model.params = std::move(params_);
+    model.dense_state = std::move(dense_state_);
+    model.store = kept_ != nullptr ? std::move(kept_)
+                                   : std::make_unique<LocalEmbeddingStore>(info_.embeddings);
+    SS_ASSIGN_OR_RETURN(eval, score(model));
   }
+  SS_RETURN_IF_ERROR(WriteManifest(eval));
   // Into place: a plain rename, or an atomic exchange with the export there.
   std::error_code ec;
   if (!fs::exists(dir_, ec)) {

@@ -51,6 +51,10 @@ inline uint32_t PartSlotBegin(const ExportInfo& info, int part) {
                                static_cast<uint64_t>(info.num_parts));
 }
 
+// Which rows to load: true keeps the row. A row left out reads as its
+// initial value (InitEmbeddingRow), as a row never trained does.
+using RowFilter = std::function<bool(uint32_t table, uint64_t id)>;
+
 class ExportWriter {
  public:
   // Starts an export that Commit() will put at `dir` (replacing an export
@@ -76,11 +80,17 @@ class ExportWriter {
   absl::Status AddRecords(std::string_view records, uint32_t crc);
   size_t RecordBytes() const;
   absl::Status EndPart();
-  // Scores the export, finished but not yet in place: called with the
-  // temporary directory, which ExportReader::Open and LoadExport read like
-  // any export (its manifest without `eval`). What it returns becomes the
-  // manifest's `eval`, so the score is of exactly the files committed.
-  using Scorer = std::function<absl::StatusOr<nlohmann::json>(const std::string& dir)>;
+  // From here on, the rows `keep` keeps are also held in memory, exactly as
+  // written, for Commit's scorer: an eval's rows, which it then needs no
+  // second read of every part to find (an export of many GB). Call before
+  // the first row.
+  absl::Status KeepRows(RowFilter keep);
+  // Scores the export, finished but not yet in place: called with the model
+  // as LoadExport(dir, keep) would return it from the files written, made
+  // from the dense parameters and the rows KeepRows kept (none without it).
+  // What it returns becomes the manifest's `eval`, so the score is of
+  // exactly what is committed.
+  using Scorer = std::function<absl::StatusOr<nlohmann::json>(SavedModel& model)>;
   // Writes the manifest and renames the export into place; with `score`,
   // first scores the export as Scorer says (an error from it commits
   // nothing).
@@ -93,12 +103,18 @@ class ExportWriter {
   ExportWriter(std::string dir, std::string tmp, ExportInfo info);
   absl::Status WriteFile(const std::string& name, const std::string& bytes, int64_t rows);
   absl::Status WriteManifest(const nlohmann::json& eval);
+  // A written row (its record's bytes) into kept_, if keep_ keeps it.
+  void Keep(uint32_t table, uint64_t id, const char* values);
 
   const std::string dir_, tmp_;
   const ExportInfo info_;
   const int state_floats_;  // Per row, when carried.
   nlohmann::json files_ = nlohmann::json::array();
   bool dense_written_ = false, committed_ = false;
+  std::vector<float> params_, dense_state_;  // As written, for the scorer.
+  RowFilter keep_;
+  std::unique_ptr<LocalEmbeddingStore> kept_;
+  std::vector<float> values_, state_;  // Keep's aligned copies of one row.
   int next_part_ = 0;
   // The open part.
   int part_ = -1;
@@ -155,10 +171,6 @@ class ExportReader {
   nlohmann::json manifest_;
   ExportInfo info_;
 };
-
-// Which rows to load: true keeps the row. A row left out reads as its
-// initial value (InitEmbeddingRow), as a row never trained does.
-using RowFilter = std::function<bool(uint32_t table, uint64_t id)>;
 
 // An export as a trainable model in this process: dense parameters and
 // state, and a LocalEmbeddingStore of every row (zero optimizer state where

@@ -1,8 +1,9 @@
 // The export format (model/export.h): a round trip restores every
 // bit; rows land in the part of their slot; nothing is visible before Commit
 // and a second export replaces the first, leaving nothing behind (the
-// exchange's atomicity itself is renameat2's); a scorer reads the finished
-// export before it is committed and its score is the manifest's eval; a load
+// exchange's atomicity itself is renameat2's); a scorer gets the rows kept as
+// they were written before the export is committed, and its score is the
+// manifest's eval; a load
 // keeps the rows asked for; and a truncated, corrupt,
 // incomplete, foreign-shaped or future-version export is refused naming the
 // file and what is wrong.
@@ -10,6 +11,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -302,39 +304,92 @@ TEST_F(ExportTest, NothingIsVisibleBeforeCommitAndASecondExportReplacesTheFirst)
   EXPECT_EQ(testing::ReadFile(dir_.File("precious")), "not an export");
 }
 
-// A scorer sees the finished export before it is in place, readable like
-// any export; its result is the committed manifest's eval. A scorer's error
-// commits nothing and leaves nothing behind.
-TEST_F(ExportTest, CommitScoresTheWrittenExportBeforeItIsInPlace) {
+// The scorer gets, before the export is in place, the model LoadExport(dir,
+// keep) returns once it is: the dense parameters and exactly the rows kept,
+// whether they came as rows (AddRow) or as records (AddRecords). Its result
+// is the committed manifest's eval; its error commits nothing and leaves
+// nothing behind.
+TEST_F(ExportTest, CommitScoresTheRowsKeptAsWrittenBeforeItIsInPlace) {
   const std::string dir = dir_.File("export");
+  auto keep = [](uint32_t table, uint64_t id) { return table >= 1 && id % 2 == 0; };
+  auto rows_of = [](const LocalEmbeddingStore& store) {
+    Rows out;
+    store.ForEachRow(
+        [&](uint32_t t, uint64_t id, std::span<const float> v, std::span<const float> s) {
+          out[{t, id}] = {{v.begin(), v.end()}, {s.begin(), s.end()}};
+        });
+    return out;
+  };
   auto write = [&](const ExportWriter::Scorer& score) -> absl::Status {
     SS_ASSIGN_OR_RETURN(auto w, ExportWriter::Create(dir, Info()));
     SS_RETURN_IF_ERROR(w->WriteDense(params_, dense_state_));
-    SS_RETURN_IF_ERROR(w->BeginPart(0));
-    SS_RETURN_IF_ERROR(w->EndPart());
+    SS_RETURN_IF_ERROR(w->KeepRows(keep));
+    for (int part = 0; part < 4; ++part) {
+      SS_RETURN_IF_ERROR(w->BeginPart(part));
+      std::string records;  // table 2's rows, as a server sends them
+      for (const auto& [key, row] : rows_) {
+        const auto& [t, id] = key;
+        const uint32_t slot = SlotOf(t, id, 64);
+        if (slot < w->PartBegin(part) || slot >= w->PartBegin(part + 1)) continue;
+        const auto& [values, state] = row;
+        if (t < 2) {
+          SS_RETURN_IF_ERROR(w->AddRow(t, id, values, state));
+          continue;
+        }
+        records.append(reinterpret_cast<const char*>(&t), sizeof(t));
+        records.append(reinterpret_cast<const char*>(&id), sizeof(id));
+        records.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+        records.append(reinterpret_cast<const char*>(state.data()), state.size() * 4);
+      }
+      const uint32_t crc = static_cast<uint32_t>(
+          crc32_z(0, reinterpret_cast<const Bytef*>(records.data()), records.size()));
+      SS_RETURN_IF_ERROR(w->AddRecords(records, crc));
+      SS_RETURN_IF_ERROR(w->EndPart());
+    }
     return w->Commit(score);
   };
-  std::string scored;
-  SS_ASSERT_OK(write([&](const std::string& written) -> absl::StatusOr<json> {
-    scored = written;
+  Rows scored;
+  std::vector<float> scored_params, scored_state;
+  SS_ASSERT_OK(write([&](SavedModel& m) -> absl::StatusOr<json> {
     EXPECT_FALSE(fs::exists(dir)) << "in place before it is scored";
-    SS_ASSIGN_OR_RETURN(SavedModel m, LoadExport(written));
-    EXPECT_EQ(m.params, params_);
+    scored = rows_of(*m.store);
+    scored_params = m.params;
+    scored_state = m.dense_state;
+    EXPECT_EQ(m.config, Config());
     return json{{"eval_ne", 0.5}, {"eval_auc", 0.625}};
   }));
-  EXPECT_NE(scored, dir);
-  EXPECT_FALSE(fs::exists(scored));
+  Rows want;
+  for (const auto& [key, row] : rows_) {
+    if (keep(key.first, key.second)) want[key] = row;
+  }
+  ASSERT_TRUE(std::any_of(want.begin(), want.end(), [](auto& r) { return r.first.first == 1; }));
+  ASSERT_TRUE(std::any_of(want.begin(), want.end(), [](auto& r) { return r.first.first == 2; }));
+  EXPECT_EQ(scored, want);
+  EXPECT_EQ(scored_params, params_);
+  EXPECT_EQ(scored_state, dense_state_);
+  auto loaded = LoadExport(dir, keep);
+  SS_ASSERT_OK(loaded);
+  EXPECT_EQ(rows_of(*loaded->store), scored);
+  EXPECT_EQ(loaded->params, scored_params);
+  EXPECT_EQ(loaded->dense_state, scored_state);
   auto reader = ExportReader::Open(dir);
   SS_ASSERT_OK(reader);
   EXPECT_EQ(reader->info().eval, (json{{"eval_ne", 0.5}, {"eval_auc", 0.625}}));
   SS_EXPECT_OK(reader->Verify());
 
   fs::remove_all(dir);
-  EXPECT_THAT(write([](const std::string&) -> absl::StatusOr<json> {
+  EXPECT_THAT(write([](SavedModel&) -> absl::StatusOr<json> {
                 return absl::DataLossError("cannot score");
               }),
               testing::StatusIs(absl::StatusCode::kDataLoss, "cannot score"));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 0);
+
+  // Rows already written could not be kept.
+  auto late = ExportWriter::Create(dir, Info());
+  SS_ASSERT_OK(late);
+  SS_ASSERT_OK((*late)->BeginPart(0));
+  EXPECT_THAT((*late)->KeepRows(keep),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "KeepRows after"));
 }
 
 // A filtered load keeps the rows asked for; the others read as their
