@@ -426,6 +426,13 @@ const cases = {
       assert.equal(image(render(null, 'x', ['--set', `image.digest=${digest}`]).objects), `shadowsync@${digest}`);
     });
 
+    check("the chart declares the repository's license, which LICENSE holds", () => {
+      const meta = yaml.load(fs.readFileSync(path.join(chart, 'Chart.yaml'), 'utf8'));
+      assert.equal(meta.annotations['artifacthub.io/license'], 'Apache-2.0');
+      const license = fs.readFileSync(path.join(chart, '..', '..', 'LICENSE'), 'utf8');
+      assert.match(license, /^\s*Apache License\s+Version 2\.0, January 2004/);
+    });
+
     check('rbac.create=false and serviceAccount.create=false render no RBAC and no ServiceAccount', () => {
       const r = render(null, 'x', ['--set', 'rbac.create=false', '--set', 'serviceAccount.create=false', '--set', 'serviceAccount.name=mine']);
       assert.deepEqual(kinds(r.objects).sort(), ['Deployment', 'Secret', 'Secret', 'Service']);
