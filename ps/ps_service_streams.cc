@@ -63,8 +63,11 @@ void PsService::ReturnImportBlock(RowBlock block) {
 // by one, then the next slot; a single operation is outstanding at any time.
 // Every StartWrite (which serialises the chunk) runs on the export executor
 // too, so the stream's whole cost on this server is low-priority CPU, not
-// the CPU that lookups and pushes need. The snapshot is taken at normal
-// priority: it holds the store's write lock while it flushes cached rows.
+// the CPU that lookups and pushes need. So is the write-back of the cached
+// rows that the snapshot needs in RocksDB (up to a checkpoint interval's
+// worth: seconds of memtable inserts), which pushes do not wait for. Only
+// the snapshot itself is taken at normal priority: it holds the store's
+// write lock while it writes back the rows pushed since.
 // The stream is the store at one moment, however long the client takes to
 // read it. Finish (or StartWriteAndFinish) is always the reactor's last
 // touch of itself: OnDone may delete it on another thread right after.
@@ -74,15 +77,21 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       : service_(service), slots_(std::move(slots)), weights_only_(weights_only), packed_(packed) {}
 
   void Start() {
-    service_->executor_.Schedule([this] {
-      absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
-          service_->store_->TakeSnapshot();
-      if (!snapshot.ok()) {
-        Done(snapshot.status());
+    service_->export_executor_.Schedule([this] {
+      if (absl::Status written = service_->store_->WriteBackDirtyRows(); !written.ok()) {
+        Done(written);
         return;
       }
-      snapshot_ = *std::move(snapshot);
-      service_->export_executor_.Schedule([this] { LoadNext(); });
+      service_->executor_.Schedule([this] {
+        absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
+            service_->store_->TakeSnapshot();
+        if (!snapshot.ok()) {
+          Done(snapshot.status());
+          return;
+        }
+        snapshot_ = *std::move(snapshot);
+        service_->export_executor_.Schedule([this] { LoadNext(); });
+      });
     });
   }
 

@@ -202,6 +202,12 @@ class RowStore {
     virtual absl::Status ExportSlotBytes(uint32_t slot, const RowBytesVisitor& visit) = 0;
   };
   virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() = 0;
+  // Writes the dirty cached rows to RocksDB while pushes go on, holding no
+  // lock a push needs for longer than a copy of one cache shard's rows: the
+  // bulk of a snapshot's (or checkpoint's) write-back, which a caller may
+  // run at low priority. A TakeSnapshot right after has only the rows pushed
+  // meanwhile left to write under the lock that stops pushes.
+  virtual absl::Status WriteBackDirtyRows() = 0;
   // A repeated key within one call: the last occurrence is stored.
   virtual absl::Status ImportRows(std::span<const StoredRow> rows) = 0;
   // The bulk form: rows in key order with no key twice (SortRowBlock), else

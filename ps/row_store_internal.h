@@ -224,6 +224,7 @@ class RowStoreImpl final : public RowStore {
       const std::vector<uint32_t>& slots,
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) override;
   absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() override;
+  absl::Status WriteBackDirtyRows() override ABSL_LOCKS_EXCLUDED(write_mu_);
   absl::Status ImportRows(std::span<const StoredRow> rows) override;
   absl::Status ImportRowBlock(const RowBlock& rows) override;
   absl::StatusOr<int64_t> DropSlots(const std::vector<uint32_t>& slots) override;

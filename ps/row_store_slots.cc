@@ -120,6 +120,11 @@ Mutex& TsanIngestMutex() {
 
 }  // namespace
 
+absl::Status RowStoreImpl::WriteBackDirtyRows() {
+  MutexLock f(&flush_mu_);
+  return FlushAllConcurrently(UINT64_MAX);
+}
+
 absl::Status RowStoreImpl::ConsistentSnapshot(SnapshotHolder* holder) {
   // Most dirty rows go while pushes continue; the rest under one hold, so
   // the snapshot is the state between two writes.

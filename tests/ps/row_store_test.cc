@@ -965,6 +965,48 @@ TEST_F(RowStoreTest, PushDuringAFlushKeepsTheRowDirty) {
   EXPECT_EQ(LookupRow(*store, 0, 5), want);
 }
 
+// WriteBackDirtyRows writes every dirty cached row to RocksDB while pushes
+// go on: a second call has nothing to write, a row pushed during the
+// write-back stays dirty for the next one, and a snapshot sees the newest
+// value of every row.
+TEST_F(RowStoreTest, WriteBackLeavesOnlyRowsPushedMeanwhileDirty) {
+  RowStoreOptions o = Options();
+  o.optimizer = {model::OptimizerKind::kSgd, 1.0f, 0.0f};
+  int flushes = 0;
+  bool push_during = false;
+  RowStore* raw = nullptr;
+  o.TEST_flush_hook = [&] {
+    ++flushes;
+    if (!push_during) return;
+    push_during = false;
+    EXPECT_TRUE(PushRow(*raw, 0, 5, {1, 1, 1, 1}).ok());
+  };
+  auto store = Open(o);
+  raw = store.get();
+  for (uint64_t id = 0; id < 40; ++id) SS_ASSERT_OK(PushRow(*store, id % 3, id, {1, 1, 1, 1}));
+  SS_ASSERT_OK(store->WriteBackDirtyRows());
+  EXPECT_GT(flushes, 0);
+  flushes = 0;
+  SS_ASSERT_OK(store->WriteBackDirtyRows());
+  EXPECT_EQ(flushes, 0) << "every row was written back";
+
+  // One dirty row, pushed again while its shard is written back.
+  SS_ASSERT_OK(PushRow(*store, 0, 5, {1, 1, 1, 1}));
+  push_during = true;
+  SS_ASSERT_OK(store->WriteBackDirtyRows());
+  EXPECT_EQ(flushes, 1);
+  EXPECT_FALSE(push_during) << "the hook pushed mid-write-back";
+  flushes = 0;
+  SS_ASSERT_OK(store->WriteBackDirtyRows());
+  EXPECT_EQ(flushes, 1) << "the row pushed meanwhile";
+  flushes = 0;
+  SS_ASSERT_OK(store->WriteBackDirtyRows());
+  EXPECT_EQ(flushes, 0);
+  const std::vector<float> want = LookupRow(*store, 0, 5);
+  EXPECT_FLOAT_EQ(want[0], Init(o, 0, 5)[0] - 2.0f);
+  EXPECT_EQ(ExportAll(*store).at({0, 5}), want);
+}
+
 // A copy of a live store's files is what a crash leaves; tearing the last
 // redo-log record (a write the kill interrupted) loses exactly that push.
 TEST_F(RowStoreTest, ReplayDiscardsATornLastRecord) {
