@@ -36,6 +36,7 @@
 #include "jobspec/job_spec.h"
 #include "model/export.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
 namespace shadowsync::cli {
@@ -142,8 +143,13 @@ int ServeFinished(const std::string& metrics_listen, const nlohmann::json& repor
   auto registry = std::make_shared<prometheus::Registry>();
   AddFixedGauge(*registry, "shadowsync_trainer_finished",
                 "1: this trainer has trained its whole share and exited cleanly.", 1);
-  AddFixedGauge(*registry, "shadowsync_trainer_examples_total", "Examples this trainer trained.",
-                static_cast<double>(examples));
+  // A counter, as in a training pod: `rate()` over it reads 0 once done.
+  prometheus::BuildCounter()
+      .Name("shadowsync_trainer_examples_total")
+      .Help("Examples this trainer trained in its last run.")
+      .Register(*registry)
+      .Add({})
+      .Increment(static_cast<double>(examples));
   AddFixedGauge(*registry, "shadowsync_trainer_examples_resumed",
                 "Examples of its share the trainer trained before its last run.",
                 static_cast<double>(resumed));

@@ -12,7 +12,8 @@
 //    every PromQL expression of every dashboard panel and template variable
 //    (each must return data) and every alert and recording rule (each must
 //    evaluate without error) through Prometheus's HTTP API, and runs
-//    `promtool check metrics` on each process's /metrics.
+//    `promtool check metrics` on each process's /metrics, and on a trainer
+//    pod's whose share is done.
 //
 //   node tests/deploy/monitoring_test.mjs --bin-dir build/release/bin [--static] [--keep]
 //
@@ -385,8 +386,22 @@ ${staticJob}
     });
     log('every target up and scraped');
 
+    // A trainer pod whose share is done serves its final counts until
+    // stopped (shadowsync pod, after a container restart).
+    const finishedPort = await freePort();
+    fs.mkdirSync(`${dir}/finished`);
+    fs.writeFileSync(`${dir}/finished/done`, JSON.stringify({ examples: 6000, skipped_examples: 0 }));
+    fs.writeFileSync(`${dir}/shard-map.json`, JSON.stringify({ numServers: 1, psAddresses: ['127.0.0.1:1'], syncerAddresses: [] }));
+    start('finished trainer pod', shadowsync, ['pod', '--role', 'trainer', '--index', '0', '--config', `${dir}/job.yaml`,
+      '--shard-map', `${dir}/shard-map.json`, '--data-dir', `${dir}/finished`, '--metrics-listen', `127.0.0.1:${finishedPort}`],
+    `${dir}/finished.log`);
+    await waitFor('the finished trainer pod\'s /metrics', async () => {
+      try { return (await getText(`http://127.0.0.1:${finishedPort}/metrics`)).includes('shadowsync_trainer_finished 1'); } catch { return false; }
+    }, 20000).catch((e) => { throw new Error(`${e.message}\n${tail(`${dir}/finished.log`)}`); });
+
     // promtool check metrics on every process's exposition.
-    const endpoints = [...targets.map((t) => ({ name: t.pod, port: t.port })), { name: 'operator', port: operatorPort }];
+    const endpoints = [...targets.map((t) => ({ name: t.pod, port: t.port })), { name: 'operator', port: operatorPort },
+      { name: 'finished trainer pod', port: finishedPort }];
     await Promise.all(endpoints.map(async (e) => {
       const text = await getText(`http://127.0.0.1:${e.port}/metrics`);
       const r = await runWithInput(promtool, ['check', 'metrics'], text);
