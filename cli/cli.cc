@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/version.h"
 
 namespace shadowsync::cli {
 
@@ -14,7 +15,7 @@ int RunCli(int argc, char** argv) {
   DisableMutexDeadlockDetection();
   CLI::App app{"ShadowSync: train DLRM-style CTR models on one machine or many."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "shadowsync 0.1.0");
+  app.set_version_flag("--version", "shadowsync " + std::string(kReleaseVersion));
   // The logging flags are the main command's, also accepted after the
   // subcommand (fallthrough, which the subcommands inherit): `shadowsync ps
   // --log-level warning` and a pod template's extra args work too.

@@ -14,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/metrics_http.h"
+#include "common/version.h"
 #include "glog/logging.h"
 #include "operator/controller.h"
 #include "operator/kube_client.h"
@@ -34,7 +35,7 @@ struct OperatorFlags {
   std::string identity;
   double lease_duration_seconds = 15;
   int workers = 2;
-  std::string image = "shadowsync:0.1.0";
+  std::string image = "shadowsync:" + std::string(kReleaseVersion);
   int ps_port = 7000;
   int syncer_port = 7100;
   int pod_metrics_port = 9100;

@@ -25,7 +25,10 @@
 #include "civetweb.h"
 #include "common/grpc_util.h"
 #include "common/mutex.h"
+#include "common/version.h"
 #include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 
 namespace shadowsync {
 namespace {
@@ -200,6 +203,14 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
+  server->build_info_ = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("shadowsync_build_info")
+      .Help("1, labelled with the ShadowSync release this process runs.")
+      .Register(*server->build_info_)
+      .Add({{"version", std::string(kReleaseVersion)}})
+      .Set(1);
+  server->exposer_->RegisterCollectable(server->build_info_);
   HealthRegistry::Get().Register(server->port_, server->health_);
   return server;
 }

@@ -3,7 +3,8 @@
 // and while stopping), /readyz (also 503 while not ready) and /livez (503
 // only while the health check fails: a liveness probe must not kill a
 // process that is starting or draining), on civetweb through prometheus-cpp's
-// Exposer.
+// Exposer. Every /metrics also carries shadowsync_build_info{version} 1, so
+// a dashboard or alert can tell which release each process runs.
 // Thread-safe.
 //
 //   SS_ASSIGN_OR_RETURN(auto http, MetricsHttpServer::Start("0.0.0.0:7001"));
@@ -23,6 +24,7 @@
 namespace prometheus {
 class Collectable;
 class Exposer;
+class Registry;
 }  // namespace prometheus
 
 namespace shadowsync {
@@ -62,6 +64,7 @@ class MetricsHttpServer {
   int port_ = 0;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<HealthState> health_;
+  std::shared_ptr<prometheus::Registry> build_info_;
 };
 
 }  // namespace shadowsync

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "cpprest/http_client.h"
 #include "glog/logging.h"
+#include "operator/crd.h"
 #include "operator/credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -29,9 +30,6 @@ namespace shadowsync::op {
 namespace {
 
 using kube::Json;
-
-constexpr char kGroup[] = "shadowsync.io";
-constexpr char kVersion[] = "v1alpha1";
 
 std::string Rfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
@@ -216,6 +214,12 @@ struct Controller::Metrics {
                                  .Help("Shard-map slots the reshards in progress are to move.")
                                  .Register(*registry)
                                  .Add({});
+    job_phase = &prometheus::BuildGauge()
+                     .Name("shadowsync_job_phase")
+                     .Help(
+                         "1 for the phase (status.phase) a job is in, 0 for the others; "
+                         "series for the jobs this replica reconciles while it leads.")
+                     .Register(*registry);
     duration = &prometheus::BuildHistogram()
                     .Name("shadowsync_operator_reconcile_duration_seconds")
                     .Help("Time of one reconcile.")
@@ -235,6 +239,46 @@ struct Controller::Metrics {
   prometheus::Gauge* reshard_slots_moved = nullptr;
   prometheus::Gauge* reshard_slots_planned = nullptr;
   prometheus::Histogram* duration = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_phase = nullptr;
+
+  // The job `key` ("namespace/name") is in `phase`: its series, one per
+  // phase of kPhases, labelled job_namespace (the operator's own namespace
+  // label is the scrape target's), shadowsync_job and phase.
+  void SetPhase(const std::string& key, std::string_view phase) ABSL_LOCKS_EXCLUDED(phase_mu) {
+    if (job_phase == nullptr) return;
+    MutexLock l(&phase_mu);
+    std::vector<prometheus::Gauge*>& gauges = phases[key];
+    if (gauges.empty()) {
+      const size_t slash = key.find('/');
+      for (std::string_view p : kPhases) {
+        gauges.push_back(&job_phase->Add({{"job_namespace", key.substr(0, slash)},
+                                          {"shadowsync_job", key.substr(slash + 1)},
+                                          {"phase", std::string(p)}}));
+      }
+    }
+    for (size_t i = 0; i < gauges.size(); ++i) gauges[i]->Set(kPhases[i] == phase ? 1 : 0);
+  }
+  // The job's series go: it was deleted, or (every job) this replica stopped
+  // leading, so that only the leader's phases are scraped.
+  void RemovePhase(const std::string& key) ABSL_LOCKS_EXCLUDED(phase_mu) {
+    if (job_phase == nullptr) return;
+    MutexLock l(&phase_mu);
+    auto it = phases.find(key);
+    if (it == phases.end()) return;
+    for (prometheus::Gauge* g : it->second) job_phase->Remove(g);
+    phases.erase(it);
+  }
+  void RemoveAllPhases() ABSL_LOCKS_EXCLUDED(phase_mu) {
+    std::vector<std::string> keys;
+    {
+      MutexLock l(&phase_mu);
+      for (const auto& [key, gauges] : phases) keys.push_back(key);
+    }
+    for (const std::string& key : keys) RemovePhase(key);
+  }
+
+  Mutex phase_mu;
+  std::map<std::string, std::vector<prometheus::Gauge*>> phases ABSL_GUARDED_BY(phase_mu);
 };
 
 // One reshard of one job, on its own thread.
@@ -429,6 +473,7 @@ void Controller::OnStartedLeading() {
 void Controller::OnStoppedLeading() {
   if (!leading_.exchange(false)) return;
   if (metrics_->leader != nullptr) metrics_->leader->Set(0);
+  metrics_->RemoveAllPhases();
   LOG(WARNING) << "lost the Lease: no longer acting";
   if (options_.on_lost_leadership && !stopped_.load()) options_.on_lost_leadership();
 }
@@ -726,7 +771,7 @@ absl::Status Controller::WriteEvent(const Json& job, const EventSpec& event) {
       {"kind", "Event"},
       {"metadata", {{"name", event_name}, {"namespace", ns}}},
       {"involvedObject",
-       {{"apiVersion", absl::StrCat(kGroup, "/", kVersion)},
+       {{"apiVersion", absl::StrCat(std::string(kGroup), "/", std::string(kVersion))},
         {"kind", "ShadowSyncJob"},
         {"name", name},
         {"namespace", ns},
@@ -847,6 +892,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
   if (caches != nullptr) job = caches->jobs->GetByKey(key);
   if (!job.has_value()) {
     // Deleted: ownerReferences clean the children up; forget its progress.
+    metrics_->RemovePhase(key);
     MutexLock l(&mu_);
     progress_.erase(key);
     return absl::OkStatus();
@@ -897,6 +943,7 @@ absl::Status Controller::ReconcileKey(const std::string& key) {
   }
   for (const EventSpec& event : actions.events) RecordEvent(*job, event);
   SS_RETURN_IF_ERROR(WriteStatus(*job, actions.status));
+  metrics_->SetPhase(key, actions.status.value("phase", ""));
   {
     // Succeeded as soon as the trainers exited 0; their final counts come
     // from their idle restarts a moment later: look again until all report.

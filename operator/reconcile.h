@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/version.h"
 
 namespace shadowsync::op {
 
@@ -44,7 +45,8 @@ inline constexpr std::string_view kDefaultAddressTemplate =
     "{job}-{role}-{index}.{job}-{role}.{namespace}.svc:{port}";
 
 struct ReconcileOptions {
-  std::string image = "shadowsync:0.1.0";  // Image of every pod unless its template sets one.
+  // Image of every pod unless its template sets one.
+  std::string image = "shadowsync:" + std::string(kReleaseVersion);
   std::string image_pull_policy = "IfNotPresent";
   int ps_port = 7000;       // gRPC port of the parameter servers.
   int syncer_port = 7100;   // gRPC port of the syncers.

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/version.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -86,6 +89,19 @@ TEST(MetricsHttpServerTest, ServesHealthAndMetricsWithLargeThreadLocalStorage) {
   // take about 21 KB of that.
   ASSERT_NE(probe->min_left(), PTRDIFF_MAX) << "no scrape reached the probe";
   EXPECT_GE(probe->min_left(), 64 * 1024);
+}
+
+// Every process's /metrics names the release it runs (CMake's project
+// version), with nothing registered by the process itself.
+TEST(MetricsHttpServerTest, EveryMetricsPageNamesTheRelease) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(http.ok()) << http.status();
+  EXPECT_THAT(std::string(kReleaseVersion), ::testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+.*"));
+  std::string body;
+  ASSERT_EQ(testing::HttpGet((*http)->port(), "/metrics", &body), 200);
+  EXPECT_THAT(body, ::testing::HasSubstr("# TYPE shadowsync_build_info gauge"));
+  EXPECT_THAT(body, ::testing::HasSubstr(absl::StrCat("shadowsync_build_info{version=\"",
+                                                      std::string(kReleaseVersion), "\"} 1")));
 }
 
 // Only civetweb's threads get the extra stack: every other caller of

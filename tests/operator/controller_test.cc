@@ -192,6 +192,40 @@ TEST_F(ControllerTest, AnEventThatCannotBeWrittenDoesNotHoldUpTheStatus) {
   EXPECT_TRUE(counted) << "shadowsync_operator_events_total{result=\"error\"}";
 }
 
+// shadowsync_job_phase: one series per phase of each job, 1 for the phase
+// its status shows; the job's series go with the job.
+TEST_F(ControllerTest, TheJobPhaseGaugeFollowsTheStatusAndGoesWithTheJob) {
+  auto phases = [&](const std::string& job) {
+    std::map<std::string, double> out;
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != "shadowsync_job_phase") continue;
+      for (const auto& metric : family.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : metric.label) labels[l.name] = l.value;
+        if (labels["shadowsync_job"] != job) continue;
+        EXPECT_EQ(labels["job_namespace"], "default");
+        out[labels["phase"]] = metric.gauge.value;
+      }
+    }
+    return out;
+  };
+  auto only = [](const std::string& phase) {
+    std::map<std::string, double> want;
+    for (std::string_view p : kPhases) want[std::string(p)] = p == phase ? 1 : 0;
+    return want;
+  };
+  ReadyPods("j");
+  SS_ASSERT_OK(api_->Create(kJobs, testing::JobJson("j", 6000, 1, 1)));
+  StartController();
+  ASSERT_TRUE(kube::Eventually([&] { return phases("j") == only("Running"); }))
+      << JobObject("j")["status"].dump(2);
+  Suspend("j", true);
+  ASSERT_TRUE(kube::Eventually([&] { return phases("j") == only("Suspended"); }))
+      << JobObject("j")["status"].dump(2);
+  SS_ASSERT_OK(api_->Delete(absl::StrCat(kJobs, "/j")));
+  EXPECT_TRUE(kube::Eventually([&] { return phases("j").empty(); }));
+}
+
 // The namespaced install with a list of namespaces: the operator's rules as
 // a Role in each watched namespace and no ClusterRoleBinding. The operator
 // manages the jobs there, and never touches, lists or watches another
