@@ -156,6 +156,31 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
                                          .Help("Progressive training log loss since the start.")
                                          .Register(*registry)
                                          .Add(labels);
+  // The latest evaluation on the held-out data (the starting model's, each
+  // of the curve's, then the final one). Added at the first evaluation: a
+  // 0 before any would read as a perfect model.
+  struct EvalGauge {
+    prometheus::Family<prometheus::Gauge>* family;
+    prometheus::Gauge* gauge = nullptr;
+  };
+  auto eval_gauge = [&](const std::string& name, const std::string& help) {
+    return EvalGauge{&prometheus::BuildGauge().Name(name).Help(help).Register(*registry)};
+  };
+  EvalGauge eval_ne =
+      eval_gauge("shadowsync_trainer_eval_ne",
+                 "Normalized entropy on the held-out data at the latest evaluation.");
+  EvalGauge eval_auc = eval_gauge("shadowsync_trainer_eval_auc",
+                                  "AUC on the held-out data at the latest evaluation.");
+  EvalGauge eval_calibration = eval_gauge(
+      "shadowsync_trainer_eval_calibration",
+      "Predicted over observed click rate on the held-out data at the latest evaluation.");
+  auto publish_eval = [&](const QualityReport& q) {
+    for (auto [g, v] : {std::pair{&eval_ne, q.ne}, std::pair{&eval_auc, q.auc},
+                        std::pair{&eval_calibration, q.calibration}}) {
+      if (g->gauge == nullptr) g->gauge = &g->family->Add(labels);
+      g->gauge->Set(v);
+    }
+  };
   // Job progress on a dashboard is examples_total / examples_target.
   prometheus::Gauge& examples_target =
       prometheus::BuildGauge()
@@ -277,6 +302,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
         return;
       }
       report.curve.push_back({p.examples, p.seconds, q->ne, q->auc});
+      publish_eval(*q);
     }
   };
   to.progress_interval_seconds = options.progress_interval_seconds;
@@ -311,6 +337,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     init.reset();
     if (!options.eval_data.empty()) {
       SS_ASSIGN_OR_RETURN(report.init_eval, trainer.Evaluate(options.eval_data));
+      publish_eval(*report.init_eval);
     }
   }
 
@@ -323,12 +350,14 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     SS_ASSIGN_OR_RETURN(QualityReport q,
                         trainer.EvaluateSnapshot(options.eval_data, options.eval_curve_examples));
     report.curve.push_back({report.train.examples, report.train.seconds, q.ne, q.auc});
+    publish_eval(q);
   }
   examples_total.Increment(static_cast<double>(report.train.examples - reported));
   report.sync = sync->stats();
   report.sync_details = sync->Details();
   if (!options.eval_data.empty()) {
     SS_ASSIGN_OR_RETURN(report.eval, trainer.Evaluate(options.eval_data));
+    publish_eval(*report.eval);
   }
   return report;
 }

@@ -2,6 +2,8 @@
 // real parameter server and syncer on loopback.
 #include "worker/worker_process.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -310,6 +312,50 @@ TEST_F(WorkerProcessTest, MetricsExposeLossAndTheRunsExampleTarget) {
   EXPECT_LT(*exposed, 2.0);
   EXPECT_NEAR(*exposed, logloss, 1e-6 * logloss);
   EXPECT_TRUE(Sample(text, R"(shadowsync_trainer_train_ne{trainer="0"})").has_value()) << text;
+}
+
+// /metrics after each evaluation on the held-out data: NE, AUC and
+// calibration of the latest one, absent (not 0) before the first.
+TEST_F(WorkerProcessTest, MetricsExposeTheLatestEvaluation) {
+  WorkerOptions o = Solo("");
+  o.metrics_address = "127.0.0.1:0";
+  o.max_examples = 1200;
+  o.eval_data = {dir_ + "/train.tsv"};
+  o.eval_every = 300;
+  o.eval_curve_examples = 200;
+  o.progress_interval_seconds = 0.005;
+  o.step_delay = absl::Milliseconds(5);  // Progress reports between the evaluations.
+  int port = 0;
+  o.on_ready = [&](int p) { port = p; };
+  std::vector<std::string> texts;
+  o.on_progress = [&](const Progress&) {
+    std::string text;
+    ASSERT_EQ(testing::HttpGet(port, "/metrics", &text), 200);
+    texts.push_back(text);
+  };
+  auto report = RunWorker(o);
+  SS_ASSERT_OK(report);
+  ASSERT_GE(report->curve.size(), 2u);
+  ASSERT_FALSE(texts.empty());
+  EXPECT_FALSE(Sample(texts.front(), R"(shadowsync_trainer_eval_ne{trainer="0"})").has_value())
+      << texts.front();
+  // Every exposed evaluation is one of the curve's.
+  int seen = 0;
+  for (const std::string& text : texts) {
+    const std::optional<double> ne = Sample(text, R"(shadowsync_trainer_eval_ne{trainer="0"})");
+    if (!ne.has_value()) continue;
+    ++seen;
+    const std::optional<double> auc = Sample(text, R"(shadowsync_trainer_eval_auc{trainer="0"})");
+    ASSERT_TRUE(auc.has_value()) << text;
+    EXPECT_TRUE(std::any_of(report->curve.begin(), report->curve.end(), [&](const auto& c) {
+      return std::abs(c.eval_ne - *ne) < 1e-9 && std::abs(c.eval_auc - *auc) < 1e-9;
+    })) << text;
+    const std::optional<double> calibration =
+        Sample(text, R"(shadowsync_trainer_eval_calibration{trainer="0"})");
+    ASSERT_TRUE(calibration.has_value()) << text;
+    EXPECT_GT(*calibration, 0);
+  }
+  EXPECT_GT(seen, 0) << "no progress report after an evaluation";
 }
 
 // The target is set before training starts; without the job's size or a
