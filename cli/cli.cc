@@ -36,7 +36,7 @@ int RunCli(int argc, char** argv) {
   std::vector<Action> actions = {
       AddTrainCommand(app), AddEvalCommand(app),   AddGenDataCommand(app), AddBenchCommand(app),
       AddPsCommand(app),    AddSyncerCommand(app), AddWorkerCommand(app),  AddRunCommand(app),
-      AddScaleCommand(app), AddExportCommand(app), AddCrdCommand(app),     AddOperatorCommand(app),
+      AddScaleCommand(app), AddExportCommand(app), AddCrdCommand(app),     AddValidateCommand(app), AddOperatorCommand(app),
       AddPodCommand(app)};
   try {
     app.parse(argc, argv);

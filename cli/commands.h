@@ -23,6 +23,7 @@ Action AddRunCommand(CLI::App& app);
 Action AddScaleCommand(CLI::App& app);
 Action AddExportCommand(CLI::App& app);
 Action AddCrdCommand(CLI::App& app);
+Action AddValidateCommand(CLI::App& app);
 Action AddOperatorCommand(CLI::App& app);
 Action AddPodCommand(CLI::App& app);
 

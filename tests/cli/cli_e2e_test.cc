@@ -249,6 +249,45 @@ current-context: x
   EXPECT_NE(out.find("--namespace: an empty name in \"a,,b\""), std::string::npos) << out;
 }
 
+// `shadowsync validate` checks job files as `run` and the operator do,
+// without running anything: every problem of an invalid file (with its line
+// where the field is in the file), the summary of a valid one, and exit 1
+// while any file is invalid.
+TEST_F(CliTest, ValidateListsEveryProblemOfEachFile) {
+  const std::string quickstart = testing::SourceDir() + "/deploy/examples/quickstart.yaml";
+  const std::string bad = dir_.File("bad.yaml");
+  testing::WriteFile(bad,
+                     "apiVersion: shadowsync.io/v1alpha1\n"
+                     "kind: ShadowSyncJob\n"
+                     "metadata: {name: bad}\n"
+                     "spec:\n"
+                     "  data: {format: criteo-tsv}\n"
+                     "  trainer: {replicas: 2}\n"
+                     "  sync:\n"
+                     "    algorithm: ds-sync\n"
+                     "    dsSync: {groupSize: 4}\n");
+  std::string out;
+  EXPECT_EQ(RunShell(Bin() + " validate " + quickstart, &out), 0) << out;
+  EXPECT_NE(out.find(quickstart + ": valid (job=quickstart algorithm=shadow-easgd"),
+            std::string::npos)
+      << out;
+
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " validate " + quickstart + " " + bad, &out), 1) << out;
+  EXPECT_NE(out.find(quickstart + ": valid"), std::string::npos) << out;
+  EXPECT_NE(out.find(bad + ": invalid"), std::string::npos) << out;
+  EXPECT_NE(out.find(bad + ":9: spec.sync.dsSync.groupSize: must be <= spec.trainer.replicas (2), "
+                           "got 4"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(bad + ": spec.data.paths: must list at least one file"), std::string::npos)
+      << out;
+
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " validate " + dir_.File("missing.yaml"), &out), 1) << out;
+  EXPECT_NE(out.find("missing.yaml"), std::string::npos) << out;
+}
+
 // Logs go through glog at the level of --log-level (docs/architecture.md,
 // "Logs and output"). A syncer that cannot write its --ready-file (its
 // directory is missing) logs its start at INFO, then the failure at ERROR, and
