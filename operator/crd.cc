@@ -41,7 +41,9 @@ json Object(std::string_view description, json properties) {
 json ReplicaStatusSchema(std::string_view role) {
   return Object(
       absl::StrCat("Pods of the ", std::string(role), " StatefulSet."),
-      {{"ready", Integer("Pods whose Ready condition is True.")},
+      {{"desired", Integer("Pods the spec asks for (0 while the spec is invalid).")},
+       {"ready", Integer("Pods whose Ready condition is True.")},
+       {"readyOfDesired", String("ready/desired, as `kubectl get` shows it, e.g. \"2/3\".")},
        {"active", Integer("Pods not terminated (Pending or Running) and not being deleted.")},
        {"succeeded",
         Integer("Pods whose main container exited 0 (trainers: finished their share).")},
@@ -329,10 +331,12 @@ nlohmann::json ShadowSyncJobCrd() {
        {PrinterColumn("Phase", "string", ".status.phase",
                       "Pending, Running, Resharding, "
                       "Succeeded, Failed or Suspended."),
-        PrinterColumn("Trainers", "integer", ".status.replicaStatuses.trainer.ready",
-                      "Ready trainer pods."),
-        PrinterColumn("PS", "integer", ".status.replicaStatuses.ps.ready",
-                      "Ready parameter-server pods."),
+        PrinterColumn("Trainers", "string", ".status.replicaStatuses.trainer.readyOfDesired",
+                      "Ready over desired trainer pods."),
+        PrinterColumn("PS", "string", ".status.replicaStatuses.ps.readyOfDesired",
+                      "Ready over desired parameter-server pods."),
+        PrinterColumn("Restarts", "integer", ".status.restarts",
+                      "Trainer restarts counted against runPolicy.backoffLimit."),
         PrinterColumn("Algorithm", "string", ".spec.sync.algorithm", "Dense sync strategy."),
         PrinterColumn("Examples/s", "number", ".status.examplesPerSecond",
                       "Recent training throughput."),

@@ -97,7 +97,8 @@ struct RoleCounts {
 };
 
 RoleCounts CountPods(const Observed& o, const JobRef& ref, Role role);
-json ReplicaStatus(const RoleCounts& c);
+// `desired`: the pods the spec asks for.
+json ReplicaStatus(const RoleCounts& c, int desired);
 
 struct Condition {
   std::string_view type;

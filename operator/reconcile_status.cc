@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "operator/crd.h"
 #include "operator/reconcile_internal.h"
 
@@ -102,8 +103,10 @@ RoleCounts CountPods(const Observed& o, const JobRef& ref, Role role) {
   return counts;
 }
 
-json ReplicaStatus(const RoleCounts& c) {
-  return {{"ready", c.ready},
+json ReplicaStatus(const RoleCounts& c, int desired) {
+  return {{"desired", desired},
+          {"readyOfDesired", absl::StrCat(c.ready, "/", desired)},
+          {"ready", c.ready},
           {"active", c.active},
           {"succeeded", c.succeeded},
           {"failed", c.failed},

@@ -107,7 +107,8 @@ TEST_F(CrdTest, PrinterColumns) {
     EXPECT_EQ((*node)["type"], c["type"]);
   }
   EXPECT_THAT(names, ElementsAreArray(
-                         {"Phase", "Trainers", "PS", "Algorithm", "Examples/s", "Export", "Age"}));
+                         {"Phase", "Trainers", "PS", "Restarts", "Algorithm", "Examples/s",
+                          "Export", "Age"}));
 }
 
 TEST_F(CrdTest, StatusAndScaleSubresources) {
@@ -224,7 +225,7 @@ TEST_F(CrdTest, StatusSchemaHasPhasesAndConditions) {
     EXPECT_TRUE(status["resharding"]["properties"].contains(f)) << f;
   }
   for (const char* role : {"trainer", "ps", "syncer"}) {
-    for (const char* f : {"ready", "active", "succeeded", "failed"}) {
+    for (const char* f : {"desired", "ready", "readyOfDesired", "active", "succeeded", "failed"}) {
       EXPECT_TRUE(status["replicaStatuses"]["properties"][role]["properties"].contains(f));
     }
   }

@@ -363,7 +363,10 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
   auto job = api_->Get(path);
   ASSERT_TRUE(job.ok()) << job.status();
   (*job)["status"] = {{"phase", "Running"},
-                      {"replicaStatuses", {{"trainer", {{"ready", 2}}}, {"ps", {{"ready", 2}}}}},
+                      {"replicaStatuses",
+                       {{"trainer", {{"ready", 1}, {"readyOfDesired", "1/2"}}},
+                        {"ps", {{"ready", 2}, {"readyOfDesired", "2/2"}}}}},
+                      {"restarts", 3},
                       {"examplesPerSecond", 51234.5},
                       {"examplesProcessed", 800000}};
   SS_ASSERT_OK(api_->UpdateStatus(path, *job));
@@ -371,9 +374,12 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
   ASSERT_EQ(get.exit_code, 0) << get.output;
   std::vector<std::vector<std::string>> rows = Rows(get.output);
   ASSERT_EQ(rows.size(), 2u) << get.output;
-  for (const char* column : {"NAME", "PHASE", "TRAINERS", "PS", "ALGORITHM", "EXAMPLES/S", "AGE"}) {
-    EXPECT_THAT(rows[0], ::testing::Contains(column)) << get.output;
-  }
+  EXPECT_EQ(rows[0], std::vector<std::string>({"NAME", "PHASE", "TRAINERS", "PS", "RESTARTS",
+                                               "ALGORITHM", "EXAMPLES/S", "EXPORT", "AGE"}))
+      << get.output;
+  EXPECT_THAT(rows[1], ::testing::ElementsAre("quickstart", "Running", "1/2", "2/2", "3",
+                                              "shadow-easgd", "51234.5", "<none>", ::testing::_))
+      << get.output;
   EXPECT_THAT(rows[1], ::testing::Contains("Running")) << get.output;
   EXPECT_THAT(rows[1], ::testing::Contains("shadow-easgd")) << get.output;
   EXPECT_THAT(get.output, ::testing::HasSubstr("51234")) << get.output;

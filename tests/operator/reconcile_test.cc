@@ -704,6 +704,10 @@ TEST(ReconcileTest, PodsReadyMakeTheJobRunning) {
   EXPECT_EQ(c.Condition("Created")["lastTransitionTime"], "2027-01-15T08:00:00Z");
   EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["ready"], 2);
   EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["active"], 2);
+  // What `kubectl get ssj` shows: ready over what the spec asks for.
+  EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["desired"], 2);
+  EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["readyOfDesired"], "2/2");
+  EXPECT_EQ(c.status()["replicaStatuses"]["syncer"]["readyOfDesired"], "1/1");
   EXPECT_EQ(c.status()["examplesProcessed"], 1234);
   EXPECT_THAT(Reasons(a.events), ElementsAre("Normal/Running"));
   EXPECT_THAT(a.apply, IsEmpty());
