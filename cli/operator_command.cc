@@ -36,6 +36,8 @@ struct OperatorFlags {
   double lease_duration_seconds = 15;
   int workers = 2;
   std::string image = "shadowsync:" + std::string(kReleaseVersion);
+  std::string image_pull_policy = "IfNotPresent";
+  std::string image_pull_secrets;
   int ps_port = 7000;
   int syncer_port = 7100;
   int pod_metrics_port = 9100;
@@ -129,6 +131,10 @@ int RunOperator(const OperatorFlags& f) {
     std::_Exit(1);
   };
   options.reconcile.image = f.image;
+  options.reconcile.image_pull_policy = f.image_pull_policy;
+  for (absl::string_view name : absl::StrSplit(f.image_pull_secrets, ',', absl::SkipEmpty())) {
+    options.reconcile.image_pull_secrets.emplace_back(name);
+  }
   options.reconcile.ps_port = f.ps_port;
   options.reconcile.syncer_port = f.syncer_port;
   options.reconcile.metrics_port = f.pod_metrics_port;
@@ -212,6 +218,12 @@ Action AddOperatorCommand(CLI::App& app) {
   cmd->add_option("--workers", f->workers, "concurrent reconciles")->capture_default_str();
   cmd->add_option("--image", f->image, "image of the job pods unless their template sets one")
       ->capture_default_str();
+  cmd->add_option("--image-pull-policy", f->image_pull_policy, "the job pods' imagePullPolicy")
+      ->check(CLI::IsMember({"Always", "IfNotPresent", "Never"}))
+      ->capture_default_str();
+  cmd->add_option("--image-pull-secrets", f->image_pull_secrets,
+                  "the job pods' imagePullSecrets (a,b), unless their template sets some: Secrets "
+                  "in each job's namespace");
   cmd->add_option("--ps-port", f->ps_port, "parameter servers' gRPC port")->capture_default_str();
   cmd->add_option("--syncer-port", f->syncer_port, "syncers' gRPC port")->capture_default_str();
   cmd->add_option("--pod-metrics-port", f->pod_metrics_port, "job pods' /metrics port")

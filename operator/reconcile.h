@@ -48,6 +48,9 @@ struct ReconcileOptions {
   // Image of every pod unless its template sets one.
   std::string image = "shadowsync:" + std::string(kReleaseVersion);
   std::string image_pull_policy = "IfNotPresent";
+  // The pods' imagePullSecrets, unless a template sets its own: Secrets that
+  // must exist in each job's namespace (a pod can use no other).
+  std::vector<std::string> image_pull_secrets;
   int ps_port = 7000;       // gRPC port of the parameter servers.
   int syncer_port = 7100;   // gRPC port of the syncers.
   int metrics_port = 9100;  // /metrics and /healthz of every pod (port name "metrics").

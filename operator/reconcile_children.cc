@@ -358,6 +358,8 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                   {"projected", {{"sources", std::move(projected)}, {"defaultMode", kSecretMode}}}};
   }
 
+  json pull_secrets = json::array();
+  for (const std::string& name : opt.image_pull_secrets) pull_secrets.push_back({{"name", name}});
   json pod_spec = {{"containers", {std::move(container)}},
                    {"volumes", std::move(volumes)},
                    {"restartPolicy", "Always"},
@@ -371,6 +373,7 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                      {"runAsGroup", opt.run_as_user},
                      {"fsGroup", opt.run_as_user},
                      {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
+  if (!pull_secrets.empty()) pod_spec["imagePullSecrets"] = std::move(pull_secrets);
   json template_ = {{"metadata",
                      {{"labels", Labels(ref, role, opt)},
                       {"annotations",

@@ -433,6 +433,16 @@ const cases = {
       assert.match(license, /^\s*Apache License\s+Version 2\.0, January 2004/);
     });
 
+    check('the job pods get the pull policy and the pull secrets the values name', () => {
+      const opArgs = (objs) => ofKind(objs, 'Deployment')[0].spec.template.spec.containers[0].args;
+      assert.ok(opArgs(def.objects).includes('--image-pull-policy=IfNotPresent'), opArgs(def.objects).join(' '));
+      assert.ok(!opArgs(def.objects).some((a) => a.startsWith('--image-pull-secrets')));
+      const set = render(null, 'x', ['--set', 'operator.jobImagePullPolicy=Always',
+        '--set', 'operator.jobImagePullSecrets={reg-a,reg-b}']);
+      assert.ok(opArgs(set.objects).includes('--image-pull-policy=Always'), opArgs(set.objects).join(' '));
+      assert.ok(opArgs(set.objects).includes('--image-pull-secrets=reg-a,reg-b'), opArgs(set.objects).join(' '));
+    });
+
     check('rbac.create=false and serviceAccount.create=false render no RBAC and no ServiceAccount', () => {
       const r = render(null, 'x', ['--set', 'rbac.create=false', '--set', 'serviceAccount.create=false', '--set', 'serviceAccount.name=mine']);
       assert.deepEqual(kinds(r.objects).sort(), ['Deployment', 'Secret', 'Secret', 'Service']);

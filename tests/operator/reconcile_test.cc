@@ -679,6 +679,34 @@ TEST(ReconcileTest, PodTemplatesMergeTheUserTemplate) {
             "shadowsync:0.1.0");
 }
 
+// The operator's pull policy and pull secrets reach every pod; a template's
+// own imagePullSecrets replace them, as any pod-spec field of a template does.
+TEST(ReconcileTest, PullPolicyAndSecretsReachThePodsUnlessATemplateSetsItsOwn) {
+  json job = BaseJob();
+  job["spec"]["syncer"]["template"] =
+      json::parse(R"({"spec": {"imagePullSecrets": [{"name": "team-registry"}]}})");
+  Cluster c(job);
+  c.options.image_pull_policy = "Always";
+  c.options.image_pull_secrets = {"registry-a", "registry-b"};
+  c.Step();
+  for (Role role : {Role::kTrainer, Role::kPs}) {
+    const json& pod = c.StatefulSet(role)["spec"]["template"];
+    EXPECT_EQ(pod["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    EXPECT_EQ(pod["spec"]["imagePullSecrets"],
+              json::parse(R"([{"name": "registry-a"}, {"name": "registry-b"}])"));
+  }
+  const json& syncer = c.StatefulSet(Role::kSyncer)["spec"]["template"];
+  EXPECT_EQ(syncer["spec"]["containers"][0]["imagePullPolicy"], "Always");
+  EXPECT_EQ(syncer["spec"]["imagePullSecrets"], json::parse(R"([{"name": "team-registry"}])"));
+
+  // None by default.
+  Cluster plain(BaseJob());
+  plain.Step();
+  const json& pod = plain.StatefulSet(Role::kTrainer)["spec"]["template"];
+  EXPECT_FALSE(pod["spec"].contains("imagePullSecrets"));
+  EXPECT_EQ(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+}
+
 // --- Running and scaling trainers -----------------------------------------------------------
 
 TEST(ReconcileTest, PodsReadyMakeTheJobRunning) {
