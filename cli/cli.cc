@@ -34,10 +34,11 @@ int RunCli(int argc, char** argv) {
                  "show VLOG(n) lines for n <= N (default: $GLOG_v, else 0)")
       ->check(CLI::NonNegativeNumber);
   std::vector<Action> actions = {
-      AddTrainCommand(app), AddEvalCommand(app),   AddGenDataCommand(app), AddBenchCommand(app),
-      AddPsCommand(app),    AddSyncerCommand(app), AddWorkerCommand(app),  AddRunCommand(app),
-      AddScaleCommand(app), AddExportCommand(app), AddCrdCommand(app),     AddValidateCommand(app), AddOperatorCommand(app),
-      AddPodCommand(app)};
+      AddTrainCommand(app),    AddEvalCommand(app), AddGenDataCommand(app),
+      AddBenchCommand(app),    AddPsCommand(app),   AddSyncerCommand(app),
+      AddWorkerCommand(app),   AddRunCommand(app),  AddScaleCommand(app),
+      AddExportCommand(app),   AddCrdCommand(app),  AddValidateCommand(app),
+      AddOperatorCommand(app), AddPodCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -240,11 +240,11 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   const RoleCounts servers_pods = CountPods(o, ref, Role::kPs);
   const RoleCounts syncers = CountPods(o, ref, Role::kSyncer);
   // Desired as the spec in effect says (none while it is invalid).
-  const JobSpec* spec = effective ? &effective->spec : nullptr;
+  const JobSpec* desired = effective ? &effective->spec : nullptr;
   status["replicaStatuses"] = {
-      {"trainer", ReplicaStatus(trainers, spec ? spec->trainer.replicas : 0)},
-      {"ps", ReplicaStatus(servers_pods, spec ? spec->parameter_server.replicas : 0)},
-      {"syncer", ReplicaStatus(syncers, spec ? spec->syncer.replicas : 0)}};
+      {"trainer", ReplicaStatus(trainers, desired ? desired->trainer.replicas : 0)},
+      {"ps", ReplicaStatus(servers_pods, desired ? desired->parameter_server.replicas : 0)},
+      {"syncer", ReplicaStatus(syncers, desired ? desired->syncer.replicas : 0)}};
   status["selector"] = TrainerSelector(ref.name);
   if (o.examples_processed) status["examplesProcessed"] = *o.examples_processed;
   if (o.examples_per_second) status["examplesPerSecond"] = *o.examples_per_second;

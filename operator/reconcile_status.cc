@@ -104,12 +104,9 @@ RoleCounts CountPods(const Observed& o, const JobRef& ref, Role role) {
 }
 
 json ReplicaStatus(const RoleCounts& c, int desired) {
-  return {{"desired", desired},
-          {"readyOfDesired", absl::StrCat(c.ready, "/", desired)},
-          {"ready", c.ready},
-          {"active", c.active},
-          {"succeeded", c.succeeded},
-          {"failed", c.failed},
+  return {{"desired", desired},       {"readyOfDesired", absl::StrCat(c.ready, "/", desired)},
+          {"ready", c.ready},         {"active", c.active},
+          {"succeeded", c.succeeded}, {"failed", c.failed},
           {"restarts", c.restarts}};
 }
 

@@ -106,9 +106,8 @@ TEST_F(CrdTest, PrinterColumns) {
     ASSERT_NE(node, nullptr);
     EXPECT_EQ((*node)["type"], c["type"]);
   }
-  EXPECT_THAT(names, ElementsAreArray(
-                         {"Phase", "Trainers", "PS", "Restarts", "Algorithm", "Examples/s",
-                          "Export", "Age"}));
+  EXPECT_THAT(names, ElementsAreArray({"Phase", "Trainers", "PS", "Restarts", "Algorithm",
+                                       "Examples/s", "Export", "Age"}));
 }
 
 TEST_F(CrdTest, StatusAndScaleSubresources) {

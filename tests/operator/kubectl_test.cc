@@ -367,6 +367,7 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
                        {{"trainer", {{"ready", 1}, {"readyOfDesired", "1/2"}}},
                         {"ps", {{"ready", 2}, {"readyOfDesired", "2/2"}}}}},
                       {"restarts", 3},
+                      {"export", {{"latest", {{"model", "model-000001"}}}}},
                       {"examplesPerSecond", 51234.5},
                       {"examplesProcessed", 800000}};
   SS_ASSERT_OK(api_->UpdateStatus(path, *job));
@@ -377,8 +378,9 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
   EXPECT_EQ(rows[0], std::vector<std::string>({"NAME", "PHASE", "TRAINERS", "PS", "RESTARTS",
                                                "ALGORITHM", "EXAMPLES/S", "EXPORT", "AGE"}))
       << get.output;
-  EXPECT_THAT(rows[1], ::testing::ElementsAre("quickstart", "Running", "1/2", "2/2", "3",
-                                              "shadow-easgd", "51234.5", "<none>", ::testing::_))
+  EXPECT_THAT(rows[1],
+              ::testing::ElementsAre("quickstart", "Running", "1/2", "2/2", "3", "shadow-easgd",
+                                     "51234.5", "model-000001", ::testing::_))
       << get.output;
   EXPECT_THAT(rows[1], ::testing::Contains("Running")) << get.output;
   EXPECT_THAT(rows[1], ::testing::Contains("shadow-easgd")) << get.output;
