@@ -217,12 +217,17 @@ absl::Status ExportWriter::AddRecords(std::string_view records, uint32_t crc) {
         absl::StrCat("export: ", records.size(), " bytes of records of ", record_bytes, " bytes"));
   }
   const size_t n = records.size() / record_bytes;
+  // Record i's table and id, and where its floats start.
+  auto record = [&](size_t i, uint32_t* table, uint64_t* id) {
+    const char* p = records.data() + i * record_bytes;
+    std::memcpy(table, p, sizeof(*table));
+    std::memcpy(id, p + sizeof(*table), sizeof(*id));
+    return p + sizeof(*table) + sizeof(*id);
+  };
   for (size_t i = 0; i < n; ++i) {
     uint32_t table;
     uint64_t id;
-    const char* p = records.data() + i * record_bytes;
-    std::memcpy(&table, p, sizeof(table));
-    std::memcpy(&id, p + sizeof(table), sizeof(id));
+    record(i, &table, &id);
     const uint32_t slot = SlotOf(table, id, info_.num_slots);
     if (slot < part_begin_ || slot >= part_end_ || table >= info_.embeddings.tables.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -230,14 +235,12 @@ absl::Status ExportWriter::AddRecords(std::string_view records, uint32_t crc) {
           part_, " (slots ", part_begin_, "-", part_end_, ")"));
     }
   }
-  if (keep_ != nullptr) {
+  if (keep_ != nullptr) {  // Only once every record is known to belong here.
     for (size_t i = 0; i < n; ++i) {
       uint32_t table;
       uint64_t id;
-      const char* p = records.data() + i * record_bytes;
-      std::memcpy(&table, p, sizeof(table));
-      std::memcpy(&id, p + sizeof(table), sizeof(id));
-      Keep(table, id, p + sizeof(table) + sizeof(id));
+      const char* values = record(i, &table, &id);
+      Keep(table, id, values);
     }
   }
   FlushBuffer();
