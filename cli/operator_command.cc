@@ -132,8 +132,15 @@ int RunOperator(const OperatorFlags& f) {
   };
   options.reconcile.image = f.image;
   options.reconcile.image_pull_policy = f.image_pull_policy;
-  for (absl::string_view name : absl::StrSplit(f.image_pull_secrets, ',', absl::SkipEmpty())) {
-    options.reconcile.image_pull_secrets.emplace_back(name);
+  if (!f.image_pull_secrets.empty()) {
+    for (absl::string_view name : absl::StrSplit(f.image_pull_secrets, ',')) {
+      if (name.empty()) {
+        LOG(ERROR) << "operator: --image-pull-secrets: an empty name in \"" << f.image_pull_secrets
+                   << "\"";
+        return 2;
+      }
+      options.reconcile.image_pull_secrets.emplace_back(name);
+    }
   }
   options.reconcile.ps_port = f.ps_port;
   options.reconcile.syncer_port = f.syncer_port;

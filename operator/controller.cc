@@ -269,12 +269,12 @@ struct Controller::Metrics {
     phases.erase(it);
   }
   void RemoveAllPhases() ABSL_LOCKS_EXCLUDED(phase_mu) {
-    std::vector<std::string> keys;
-    {
-      MutexLock l(&phase_mu);
-      for (const auto& [key, gauges] : phases) keys.push_back(key);
+    if (job_phase == nullptr) return;
+    MutexLock l(&phase_mu);
+    for (const auto& [key, gauges] : phases) {
+      for (prometheus::Gauge* g : gauges) job_phase->Remove(g);
     }
-    for (const std::string& key : keys) RemovePhase(key);
+    phases.clear();
   }
 
   Mutex phase_mu;

@@ -247,6 +247,23 @@ current-context: x
                      &out),
             2);
   EXPECT_NE(out.find("--namespace: an empty name in \"a,,b\""), std::string::npos) << out;
+
+  // The job pods' image settings: a pull policy Kubernetes does not have,
+  // and an empty Secret name.
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --image-pull-policy Sometimes", &out),
+            2);
+  EXPECT_NE(out.find("--image-pull-policy: Sometimes not in {Always,IfNotPresent,Never}"),
+            std::string::npos)
+      << out;
+  out.clear();
+  EXPECT_EQ(
+      RunShell(Bin() + " operator --metrics-listen '' --image-pull-secrets reg-a, --kubeconfig " +
+                   dir_.File("kubeconfig"),
+               &out),
+      2);
+  EXPECT_NE(out.find("--image-pull-secrets: an empty name in \"reg-a,\""), std::string::npos)
+      << out;
 }
 
 // `shadowsync validate` checks job files as `run` and the operator do,
