@@ -76,22 +76,6 @@ void AddFixedGauge(prometheus::Registry& registry, const std::string& name, cons
   prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
 }
 
-namespace {
-
-// Writes the first `keep` lines of `in` to `head` and the rest to `tail`.
-absl::Status SplitLines(const std::string& in, int64_t keep, const std::string& head,
-                        const std::string& tail) {
-  std::ifstream src(in);
-  std::ofstream a(head), b(tail);
-  if (!src || !a || !b) return absl::UnavailableError(absl::StrCat("cannot split ", in));
-  std::string line;
-  for (int64_t i = 0; std::getline(src, line); ++i) (i < keep ? a : b) << line << '\n';
-  if (!a.flush() || !b.flush()) return absl::UnavailableError(absl::StrCat("cannot split ", in));
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& dir) {
   JobData data;
   if (spec.data.format == DataFormat::kCriteoTsv) {
@@ -108,17 +92,19 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
                                          synth.eval_examples, "-", synth.seed, ".done");
   if (std::filesystem::exists(stamp)) return data;
   std::filesystem::create_directories(dir);
-  const std::string all = dir + "/synthetic.tsv";
   SyntheticOptions gen;
-  gen.out_path = all;
-  gen.examples = synth.examples + synth.eval_examples;
+  gen.out_path = data.train[0];
+  gen.examples = synth.examples;
+  gen.eval_out_path = data.eval[0];
+  gen.eval_examples = synth.eval_examples;
   gen.seed = static_cast<uint64_t>(synth.seed);
-  LOG(INFO) << "generating " << gen.examples << " synthetic examples into " << all;
-  SS_ASSIGN_OR_RETURN(TeacherReport teacher, GenerateSynthetic(gen));
-  LOG(INFO) << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f", teacher.ctr, teacher.ne,
-                               teacher.auc);
-  SS_RETURN_IF_ERROR(SplitLines(all, synth.examples, data.train[0], data.eval[0]));
-  std::filesystem::remove(all);
+  LOG(INFO) << "generating " << gen.examples << " + " << gen.eval_examples
+            << " held-out synthetic examples into " << dir;
+  TeacherReport eval;
+  SS_ASSIGN_OR_RETURN(TeacherReport teacher, GenerateSynthetic(gen, &eval));
+  LOG(INFO) << absl::StrFormat("teacher: ctr %.4f ne %.4f auc %.4f; on the held-out: ne %.4f",
+                               teacher.ctr, teacher.ne, teacher.auc, eval.ne);
+  if (synth.eval_examples == 0) std::ofstream{data.eval[0]};  // evalExamples 0: nothing to score.
   std::ofstream(stamp) << "ok\n";
   return data;
 }

@@ -152,8 +152,9 @@ nlohmann::json Launch::Report(double seconds) {
       out["eval_source"] = "the exported model";
     }
   }
-  // Synthetic data: the planted teacher's own quality, the best any model can do.
-  std::ifstream teacher_file(run_dir_ + "/data/synthetic.tsv.teacher.json");
+  // Synthetic data: the planted teacher's own quality on the held-out
+  // examples, the best eval any model can reach.
+  std::ifstream teacher_file(run_dir_ + "/data/eval.tsv.teacher.json");
   nlohmann::json teacher = nlohmann::json::parse(teacher_file, nullptr, false);
   if (teacher.is_object()) out["teacher"] = teacher;
   nlohmann::json series = nlohmann::json::array();

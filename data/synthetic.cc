@@ -52,10 +52,11 @@ constexpr int64_t kMaxAucExamples = int64_t{1} << 24;
 // the plain generation speed; files are ~15% larger.
 constexpr int kGzipLevel = 1;
 
-// One block's bytes for the file (TSV text, or one gzip member of it) and
-// the teacher's probabilities and drawn labels.
+// One block's bytes for each file (TSV text, or one gzip member of it; a
+// block straddles the two files at most once) and the teacher's probabilities
+// and drawn labels.
 struct Block {
-  std::string bytes;
+  std::string bytes[2];  // Training file, held-out file.
   std::vector<float> probs;
   std::vector<float> labels;
 };
@@ -103,11 +104,13 @@ absl::StatusOr<std::string> GzipMember(std::string_view text) {
   return out;
 }
 
+// The block's first `train` examples go to the training file, the rest to
+// the held-out one.
 absl::StatusOr<Block> GenerateBlock(const Teacher& teacher, uint64_t seed, int64_t index,
-                                    int64_t count, bool gzip) {
+                                    int64_t count, int64_t train, bool gzip) {
   Rng rng(Mix64(StreamKey(seed, Stream::kBlocks) + static_cast<uint64_t>(index)));
   Block block;
-  block.bytes.reserve(count * 256);  // Rows average ~245 bytes.
+  block.bytes[train > 0 ? 0 : 1].reserve(count * 256);  // Rows average ~245 bytes.
   block.probs.reserve(count);
   block.labels.reserve(count);
   Row row;
@@ -115,15 +118,63 @@ absl::StatusOr<Block> GenerateBlock(const Teacher& teacher, uint64_t seed, int64
     teacher.SampleRow(&rng, &row);
     const double prob = Sigmoid(teacher.Logit(row));
     const bool label = rng.Uniform() < prob;
-    AppendRow(teacher, row, label, &block.bytes);
+    AppendRow(teacher, row, label, &block.bytes[i < train ? 0 : 1]);
     block.probs.push_back(static_cast<float>(prob));
     block.labels.push_back(label ? 1.0f : 0.0f);
   }
   if (gzip) {
-    SS_ASSIGN_OR_RETURN(block.bytes, GzipMember(block.bytes));
+    for (std::string& bytes : block.bytes) {
+      if (!bytes.empty()) {
+        SS_ASSIGN_OR_RETURN(bytes, GzipMember(bytes));
+      }
+    }
   }
   return block;
 }
+
+// The teacher's quality over one file's examples, as they stream by.
+class Tally {
+ public:
+  explicit Tally(int64_t examples)
+      : examples_(examples), auc_stride_((examples + kMaxAucExamples - 1) / kMaxAucExamples) {
+    auc_probs_.reserve(examples / auc_stride_ + 1);
+    auc_labels_.reserve(examples / auc_stride_ + 1);
+  }
+
+  void Add(float prob, float label) {
+    entropy_.Add(prob, label);
+    positives_ += label;
+    if (seen_++ % auc_stride_ == 0) {
+      auc_probs_.push_back(prob);
+      auc_labels_.push_back(label);
+    }
+  }
+
+  TeacherReport Report() const {
+    const QualityReport quality = Evaluate(auc_probs_, auc_labels_);
+    TeacherReport report;
+    report.examples = examples_;
+    report.ctr = quality.ctr;
+    report.logloss = quality.logloss;
+    report.ne = quality.ne;
+    report.auc = quality.auc;
+    if (auc_stride_ > 1) {
+      // Evaluate() saw a subset; the streaming sums are exact.
+      report.ctr = positives_ / static_cast<double>(examples_);
+      report.logloss = entropy_.logloss();
+      report.ne = entropy_.ne();
+    }
+    return report;
+  }
+
+ private:
+  const int64_t examples_;
+  const int64_t auc_stride_;
+  int64_t seen_ = 0;
+  RunningEntropy entropy_;
+  double positives_ = 0;
+  std::vector<float> auc_probs_, auc_labels_;
+};
 
 // "<what> <path>: <strerror>", with the code errno implies (NotFound for a
 // missing directory, PermissionDenied, ResourceExhausted for a full disk...).
@@ -185,49 +236,64 @@ absl::Status WriteReport(const std::string& path, const TeacherReport& report, u
 
 }  // namespace
 
-absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options) {
+absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options,
+                                                TeacherReport* eval_report) {
   if (options.out_path.empty()) return absl::InvalidArgumentError("out_path must not be empty");
   if (options.examples < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("examples must be at least 1, got ", options.examples));
+  }
+  if (options.eval_examples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval_examples must not be negative, got ", options.eval_examples));
+  }
+  const bool held_out = options.eval_examples > 0;
+  if (held_out && (options.eval_out_path.empty() || options.eval_out_path == options.out_path)) {
+    return absl::InvalidArgumentError(
+        "eval_out_path must be set, and differ from out_path, when eval_examples > 0");
+  }
+  if (held_out &&
+      absl::EndsWith(options.eval_out_path, ".gz") != absl::EndsWith(options.out_path, ".gz")) {
+    return absl::InvalidArgumentError(
+        "eval_out_path and out_path must both end in .gz, or neither (one compression for both)");
   }
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("threads must be 0 (all cores) or positive, got ", options.threads));
   }
   // Open first so a bad path fails before the calibration work.
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(options.out_path));
+  std::unique_ptr<OutputFile> out[2];
+  SS_ASSIGN_OR_RETURN(out[0], OutputFile::Open(options.out_path));
+  if (held_out) {
+    SS_ASSIGN_OR_RETURN(out[1], OutputFile::Open(options.eval_out_path));
+  }
 
   Teacher teacher(options.seed);
   teacher.Calibrate();
 
-  const int64_t num_blocks = (options.examples + kBlockExamples - 1) / kBlockExamples;
+  const int64_t total = options.examples + options.eval_examples;
+  const int64_t num_blocks = (total + kBlockExamples - 1) / kBlockExamples;
   int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, num_blocks));
-  const int64_t auc_stride = (options.examples + kMaxAucExamples - 1) / kMaxAucExamples;
 
   const bool gzip = absl::EndsWith(options.out_path, ".gz");
-  auto make_block = [&teacher, &options, gzip](int64_t index) {
-    const int64_t count = std::min(kBlockExamples, options.examples - index * kBlockExamples);
-    return GenerateBlock(teacher, options.seed, index, count, gzip);
+  auto make_block = [&teacher, &options, total, gzip](int64_t index) {
+    const int64_t begin = index * kBlockExamples;
+    const int64_t count = std::min(kBlockExamples, total - begin);
+    const int64_t train = std::clamp<int64_t>(options.examples - begin, 0, count);
+    return GenerateBlock(teacher, options.seed, index, count, train, gzip);
   };
-  RunningEntropy entropy;
-  double positives = 0;
-  std::vector<float> auc_probs, auc_labels;
-  auc_probs.reserve(options.examples / auc_stride + 1);
-  auc_labels.reserve(options.examples / auc_stride + 1);
+  Tally tally[2] = {Tally(options.examples), Tally(std::max<int64_t>(options.eval_examples, 1))};
   auto consume = [&](const absl::StatusOr<Block>& result, int64_t index) -> absl::Status {
     SS_RETURN_IF_ERROR(result.status());
     const Block& block = *result;
-    SS_RETURN_IF_ERROR(out->Write(block.bytes));
+    for (int f : {0, 1}) {
+      if (!block.bytes[f].empty()) SS_RETURN_IF_ERROR(out[f]->Write(block.bytes[f]));
+    }
     for (size_t i = 0; i < block.probs.size(); ++i) {
-      entropy.Add(block.probs[i], block.labels[i]);
-      positives += block.labels[i];
-      if ((index * kBlockExamples + static_cast<int64_t>(i)) % auc_stride == 0) {
-        auc_probs.push_back(block.probs[i]);
-        auc_labels.push_back(block.labels[i]);
-      }
+      const bool train = index * kBlockExamples + static_cast<int64_t>(i) < options.examples;
+      tally[train ? 0 : 1].Add(block.probs[i], block.labels[i]);
     }
     return absl::OkStatus();
   };
@@ -249,23 +315,17 @@ absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options)
       SS_RETURN_IF_ERROR(consume(block, b));
     }
   }
-  SS_RETURN_IF_ERROR(out->Close());
-
-  const QualityReport quality = Evaluate(auc_probs, auc_labels);
-  TeacherReport report;
-  report.examples = options.examples;
-  report.ctr = quality.ctr;
-  report.logloss = quality.logloss;
-  report.ne = quality.ne;
-  report.auc = quality.auc;
-  if (auc_stride > 1) {
-    // Evaluate() saw a subset; the streaming sums are exact.
-    report.ctr = positives / static_cast<double>(options.examples);
-    report.logloss = entropy.logloss();
-    report.ne = entropy.ne();
-  }
+  SS_RETURN_IF_ERROR(out[0]->Close());
+  const TeacherReport report = tally[0].Report();
   SS_RETURN_IF_ERROR(
       WriteReport(options.out_path + ".teacher.json", report, options.seed, teacher));
+  if (held_out) {
+    SS_RETURN_IF_ERROR(out[1]->Close());
+    const TeacherReport eval = tally[1].Report();
+    SS_RETURN_IF_ERROR(
+        WriteReport(options.eval_out_path + ".teacher.json", eval, options.seed, teacher));
+    if (eval_report != nullptr) *eval_report = eval;
+  }
   return report;
 }
 

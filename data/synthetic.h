@@ -17,6 +17,11 @@ struct SyntheticOptions {
   std::string out_path;  // TSV output; a ".gz" suffix writes gzip.
   int64_t examples = 1'000'000;
   uint64_t seed = 1;
+  // Held-out examples from the same teacher, written after the training ones
+  // to eval_out_path (required when eval_examples > 0). The two files
+  // together hold exactly the bytes of one file of examples + eval_examples.
+  int64_t eval_examples = 0;
+  std::string eval_out_path;
   // Generator threads; 0 = one per core. Default: 0. The bytes written do not
   // depend on it.
   int threads = 0;
@@ -33,9 +38,11 @@ struct TeacherReport {
 };
 
 // Writes options.examples examples to options.out_path and the teacher report
-// beside it. Returns InvalidArgument for bad options, an I/O error naming the
-// path otherwise.
-absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options);
+// beside it, and likewise the held-out examples when asked for (their report
+// also into *eval_report, if not null). Returns InvalidArgument for bad
+// options, an I/O error naming the path otherwise.
+absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options,
+                                                TeacherReport* eval_report = nullptr);
 
 }  // namespace shadowsync
 

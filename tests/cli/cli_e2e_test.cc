@@ -24,15 +24,20 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   std::string out;
-  ASSERT_EQ(
-      RunShell(Bin() + " gen-data --out " + dir_.File("all.tsv") + " --examples 30000 --seed 5",
-               &out),
-      0)
-      << out;
-  ASSERT_EQ(RunShell("head -n 25000 " + dir_.File("all.tsv") + " > " + dir_.File("train.tsv") +
-                         " && tail -n 5000 " + dir_.File("all.tsv") + " > " + dir_.File("eval.tsv"),
+  // Held-out examples from the same teacher, into train.eval.tsv by default.
+  ASSERT_EQ(RunShell(Bin() + " gen-data --out " + dir_.File("train.tsv") +
+                         " --examples 25000 --eval-examples 5000 --seed 5",
                      &out),
+            0)
+      << out;
+  EXPECT_THAT(
+      out, ::testing::HasSubstr("wrote 5000 held-out examples to " + dir_.File("train.eval.tsv")));
+  std::string lines;
+  ASSERT_EQ(RunShell("mv " + dir_.File("train.eval.tsv") + " " + dir_.File("eval.tsv") +
+                         " && wc -l < " + dir_.File("eval.tsv"),
+                     &lines),
             0);
+  EXPECT_EQ(lines, "5000\n");
   const std::string train =
       Bin() + " train --data " + dir_.File("train.tsv") + " --eval-data " + dir_.File("eval.tsv") +
       " --threads 2 --batch-size 128" + " --bottom-mlp 64,32 --top-mlp 64 --hash-buckets 20000" +

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/example.h"
 #include "data/criteo_reader.h"
 #include "gmock/gmock.h"
@@ -121,6 +122,55 @@ TEST_F(SyntheticTest, SameSeedGivesIdenticalBytesForAnyThreadCount) {
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == ReadFile(three));
   EXPECT_EQ(ReadFile(one + ".teacher.json"), ReadFile(three + ".teacher.json"));
+}
+
+// Held-out examples continue the training file's stream: the same teacher,
+// and together exactly the bytes of one file of both counts, whatever the
+// split's place in a block.
+TEST_F(SyntheticTest, HeldOutExamplesContinueTheSameStream) {
+  const std::string whole = ReadFile(Generate("whole.tsv", 10'000, 7, /*threads=*/3));
+  for (const int64_t train : {int64_t{4096}, int64_t{5'000}}) {
+    SyntheticOptions options;
+    options.out_path = dir_.File(absl::StrCat("train", train, ".tsv"));
+    options.eval_out_path = dir_.File(absl::StrCat("eval", train, ".tsv"));
+    options.examples = train;
+    options.eval_examples = 10'000 - train;
+    options.seed = 7;
+    options.threads = 3;
+    TeacherReport eval;
+    absl::StatusOr<TeacherReport> report = GenerateSynthetic(options, &eval);
+    SS_ASSERT_OK(report);
+    const std::string head = ReadFile(options.out_path);
+    const std::string tail = ReadFile(options.eval_out_path);
+    EXPECT_EQ(Lines(head).size(), static_cast<size_t>(train));
+    EXPECT_EQ(Lines(tail).size(), static_cast<size_t>(10'000 - train));
+    EXPECT_TRUE(head + tail == whole) << "split at " << train;
+    EXPECT_EQ(report->examples, train);
+    EXPECT_EQ(eval.examples, 10'000 - train);
+    EXPECT_GT(eval.ne, 0.5);
+    EXPECT_LT(eval.ne, 1.0);
+    const auto json = nlohmann::json::parse(ReadFile(options.eval_out_path + ".teacher.json"));
+    EXPECT_EQ(json["examples"], 10'000 - train);
+    EXPECT_DOUBLE_EQ(json["ne"].get<double>(), eval.ne);
+  }
+}
+
+TEST_F(SyntheticTest, HeldOutExamplesNeedTheirOwnPathOfTheSameCompression) {
+  SyntheticOptions options;
+  options.out_path = dir_.File("t.tsv");
+  options.examples = 10;
+  options.eval_examples = 5;
+  EXPECT_THAT(GenerateSynthetic(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, "eval_out_path"));
+  options.eval_out_path = options.out_path;
+  EXPECT_THAT(GenerateSynthetic(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, "eval_out_path"));
+  options.eval_out_path = dir_.File("e.tsv.gz");
+  EXPECT_THAT(GenerateSynthetic(options), StatusIs(absl::StatusCode::kInvalidArgument, ".gz"));
+  options.eval_out_path = dir_.File("e.tsv");
+  options.eval_examples = -1;
+  EXPECT_THAT(GenerateSynthetic(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, "eval_examples"));
 }
 
 TEST_F(SyntheticTest, DifferentSeedsGiveDifferentData) {
