@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,16 @@ struct OptimizerConfig {
   float learning_rate = 0.05f;
   float epsilon = 1e-10f;  // Adagrad's denominator guard, as in PyTorch.
 };
+
+// The linear learning-rate warm-up: the factor of the learning rate at the
+// 0-based `step` of `warmup_steps` (1 from then on, and with no warm-up).
+// Adagrad's first step moves every weight by the full learning rate whatever
+// its gradient; spread over warm-up steps, those first steps cannot push a
+// whole ReLU layer dead (docs/decisions.md, "learning-rate warm-up").
+constexpr float WarmupFactor(int64_t step, int64_t warmup_steps) {
+  return step >= warmup_steps ? 1.0f
+                              : static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
+}
 
 // Floats of optimizer state kept per parameter (0 for SGD, 1 for Adagrad).
 constexpr int StateFloatsPerParam(OptimizerKind kind) {

@@ -3,6 +3,7 @@
 #ifndef SHADOWSYNC_TESTS_WORKER_STRATEGY_TEST_UTIL_H_
 #define SHADOWSYNC_TESTS_WORKER_STRATEGY_TEST_UTIL_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,10 +46,11 @@ class StrategyTest : public ::testing::Test {
   }
 
   // Member `name` running `config`'s strategy, started on replica `init`
-  // (behind `gate`, if given).
+  // (behind `gate`, and at the warm-up factor `*lr_factor`, if given).
   Member Make(const std::string& name, const SyncConfig& config, std::vector<float> init,
               model::OptimizerConfig optimizer = {model::OptimizerKind::kSgd, 1.0f},
-              int threads = 1, ReplicaGate* gate = nullptr) {
+              int threads = 1, ReplicaGate* gate = nullptr,
+              const std::atomic<float>* lr_factor = nullptr) {
     Member m;
     m.params = std::move(init);
     m.state.assign(m.params.size(), 0.0f);
@@ -57,7 +59,7 @@ class StrategyTest : public ::testing::Test {
     EXPECT_TRUE(strategy.ok()) << strategy.status();
     m.strategy = std::move(*strategy);
     const absl::Status started =
-        m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads, gate});
+        m.strategy->Start(DenseReplica{m.params, m.state, optimizer, threads, gate, lr_factor});
     EXPECT_TRUE(started.ok()) << started;
     return m;
   }

@@ -256,6 +256,29 @@ TEST_F(SyncStrategyTest, AspScalesItsLearningRate) {
   EXPECT_THAT(a.params, ElementsAre(0.0f, -1.0f));
 }
 
+// The trainer's learning-rate warm-up reaches every algorithm's dense
+// update, whichever way it applies it: locally, through the syncer's global
+// weights (asp, ssp), after an all-reduce (bsp) or as a versioned delta
+// (ps-plus).
+TEST_F(SyncStrategyTest, EveryDenseUpdateFollowsTheTrainersWarmupFactor) {
+  for (SyncAlgorithm algorithm : {SyncAlgorithm::kNone, SyncAlgorithm::kAsp, SyncAlgorithm::kSsp,
+                                  SyncAlgorithm::kBsp, SyncAlgorithm::kPsPlus}) {
+    SCOPED_TRACE(EnumName(algorithm));
+    SyncConfig c = Config(algorithm);
+    std::atomic<float> factor{0.25f};
+    Member a = Make(std::string(EnumName(algorithm)), c, {1, 1}, {model::OptimizerKind::kSgd, 1.0f},
+                    1, nullptr, &factor);
+    // The algorithms that share global weights adopt those the previous one left.
+    const std::vector<float> start = a.params;
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{4, 8}));
+    EXPECT_THAT(a.params, ElementsAre(start[0] - 1, start[1] - 2));
+    factor = 1.0f;  // Warmed up: the full rate.
+    SS_ASSERT_OK(a.strategy->ApplyGradient(0, std::vector<float>{1, 1}));
+    EXPECT_THAT(a.params, ElementsAre(start[0] - 2, start[1] - 3));
+    SS_ASSERT_OK(a.strategy->Finish());
+  }
+}
+
 // Each algorithm gets the scale that is about it: learningRateScale for the
 // shared-weight ones, replicaLearningRateScale for shadow-* and fg-* (each
 // replica keeps its own Adagrad accumulator), none for bsp.

@@ -35,7 +35,7 @@ class AspStrategy final : public SyncStrategy {
     const Clock::time_point start = Clock::now();
     // Counted per thread: concurrent threads share the client's counters.
     const int64_t bytes = static_cast<int64_t>(grad.size() * sizeof(float));
-    OptimizerDelta(replica_.optimizer, replica_.state, grad, b.delta);
+    OptimizerDelta(DenseOptimizer(), replica_.state, grad, b.delta);
     SS_RETURN_IF_ERROR(client_->AddAndPull(b.delta, b.global));
     StoreRelaxed(replica_.params, b.global);
     const absl::Duration took = Since(start);

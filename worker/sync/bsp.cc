@@ -54,7 +54,7 @@ class BspStrategy final : public SyncStrategy {
     const float scale = 1.0f / static_cast<float>(std::max(pooled_, 1));
     for (float& g : sum_) g *= scale;
     SS_RETURN_IF_ERROR(client_->AllReduceMean(config_.group, sum_, mean_).status());
-    model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+    model::ApplyUpdateRelaxed(DenseOptimizer(), replica_.params.data(), replica_.state.data(),
                               mean_.data(), static_cast<long>(mean_.size()));
     std::fill(sum_.begin(), sum_.end(), 0.0f);
     pooled_ = 0;

@@ -138,7 +138,7 @@ absl::Status PsPlusStrategy::ApplyGradient(int thread, std::span<const float> gr
   // R only grows, so this is >= 0; the min guards the invariant anyway.
   const int64_t tau = static_cast<int64_t>(now_version - std::min(ts.start_version, now_version));
   ts.last_tau = tau;
-  model::OptimizerConfig optimizer = replica_.optimizer;
+  model::OptimizerConfig optimizer = DenseOptimizer();
   optimizer.learning_rate = StalenessLearningRate(
       config_.ps_plus.lr_modulation, optimizer.learning_rate, tau, config_.ps_plus.gamma);
   OptimizerDelta(optimizer, replica_.state, grad, ts.delta);

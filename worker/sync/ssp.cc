@@ -70,7 +70,7 @@ absl::Status SspStrategy::ApplyGradient(int thread, std::span<const float> grad)
   std::vector<float>& global = global_[thread];
   const Clock::time_point start = Clock::now();
   const int64_t bytes = static_cast<int64_t>(grad.size() * sizeof(float));
-  OptimizerDelta(replica_.optimizer, replica_.state, grad, delta);
+  OptimizerDelta(DenseOptimizer(), replica_.state, grad, delta);
   SS_RETURN_IF_ERROR(client_->AddAndPull(delta, global));
   StoreRelaxed(replica_.params, global);
   const absl::Duration took = Since(start);

@@ -63,13 +63,22 @@ absl::Status SyncStrategy::Start(const DenseReplica& replica) {
   return absl::OkStatus();
 }
 
+model::OptimizerConfig SyncStrategy::DenseOptimizer() const {
+  model::OptimizerConfig optimizer = replica_.optimizer;
+  if (replica_.lr_factor != nullptr) {
+    optimizer.learning_rate *= replica_.lr_factor->load(std::memory_order_relaxed);
+  }
+  return optimizer;
+}
+
 absl::Status SyncStrategy::ApplyGradient(int thread, std::span<const float> grad) {
+  const model::OptimizerConfig optimizer = DenseOptimizer();
   if (replica_.gate != nullptr && replica_.gate->serialised()) {
-    model::ApplyUpdateExclusive(replica_.optimizer, replica_.params.data(), replica_.state.data(),
+    model::ApplyUpdateExclusive(optimizer, replica_.params.data(), replica_.state.data(),
                                 grad.data(), static_cast<long>(grad.size()));
   } else {
-    model::ApplyUpdateRelaxed(replica_.optimizer, replica_.params.data(), replica_.state.data(),
-                              grad.data(), static_cast<long>(grad.size()));
+    model::ApplyUpdateRelaxed(optimizer, replica_.params.data(), replica_.state.data(), grad.data(),
+                              static_cast<long>(grad.size()));
   }
   return absl::OkStatus();
 }

@@ -100,6 +100,9 @@ struct DenseReplica {
   // replica through it, and a serialised gate's lone training thread writes
   // with plain stores. Null: every thread accesses it with relaxed atomics.
   ReplicaGate* gate = nullptr;
+  // The trainer's learning-rate warm-up factor (model::WarmupFactor), by
+  // which every dense update multiplies optimizer.learning_rate. Null: 1.
+  const std::atomic<float>* lr_factor = nullptr;
 };
 
 class SyncStrategy {
@@ -157,6 +160,9 @@ class SyncStrategy {
   // Returns the time spent waiting for that.
   absl::Duration AccessReplica(absl::FunctionRef<void()> fn);
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+  // replica_.optimizer at the trainer's current warm-up factor: what a dense
+  // update applies now.
+  model::OptimizerConfig DenseOptimizer() const;
   // A histogram labelled with the algorithm, in `registry` (null: none).
   prometheus::Histogram* AddHistogram(prometheus::Registry* registry, const std::string& name,
                                       const std::string& help,
