@@ -9,16 +9,26 @@
 #     evaluated on the last 10%; eval NE divided by the teacher's NE (the best
 #     achievable; 1.0 = matches it). About 4M training examples are what it
 #     takes to come within 1.5% of the teacher.
+#  3. The seed grid: GRID_SEEDS seeds (default 20) x {1, 2 threads} x {fp32,
+#     bf16} x {batch 256, 512}, on synthetic data (GRID_SYNTH_EXAMPLES
+#     training examples, default 200k, plus 50k held out from the same
+#     teacher, data seed 7) and on the Criteo split of check 1. Each cell's
+#     runs differ only in the initialisation seed. A run is collapsed when its
+#     eval NE is more than 1% above its cell's median; seed_spread_ne is the
+#     largest relative distance from a cell's median. Calibration (mean
+#     prediction / observed rate) should land in [0.9, 1.1]. --grid-seeds 0
+#     skips it (it takes about 30 minutes on 2 cores).
 #
 #   bench/quality.sh [--batch-size 256] [--lr 0.02] [--optimizer adagrad]
 #                    [--hash-buckets 1000000] [--seed 1] [--threads 1]
 #                    [--train-fraction 0.9] [--data criteo_sample.tsv]
 #                    [--synth-examples 4400000] [--synth-seed 7] [--synth-threads 2]
-#                    [--precision fp32]
+#                    [--precision fp32] [--lr-warmup-steps 100] [--grid-seeds 20] [--grid-synth-examples 200000]
 #
 # Environment variables of the same names work too (BATCH_SIZE, LR, OPTIMIZER,
 # HASH_BUCKETS, SEED, THREADS, TRAIN_FRACTION, DATA, SYNTH_EXAMPLES, SYNTH_SEED,
-# SYNTH_THREADS, PRECISION). --synth-examples 0 skips check 2. --precision is
+# SYNTH_THREADS, PRECISION, LR_WARMUP_STEPS, GRID_SEEDS, GRID_SYNTH_EXAMPLES,
+# GRID_THREADS). --synth-examples 0 skips check 2. --precision is
 # the MLP GEMMs' (fp32, bf16 or auto): ours gets it as --dense-precision, and
 # the peer runs under torch.autocast(bfloat16) whenever ours resolves to bf16.
 #
@@ -30,6 +40,8 @@
 # The last line is machine-readable:
 #   RESULT name=quality ours_auc=.. torch_auc=.. auc_gap=.. ours_ne=.. torch_ne=..
 #          synth_ne=.. teacher_ne=.. synth_ne_ratio=.. synth_examples=..
+#          seed_spread_ne=.. collapsed_runs=.. grid_runs=.. calibration_min=..
+#          calibration_max=..
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,9 +60,14 @@ SYNTH_EXAMPLES="${SYNTH_EXAMPLES:-4400000}"
 SYNTH_SEED="${SYNTH_SEED:-7}"
 SYNTH_THREADS="${SYNTH_THREADS:-2}"
 PRECISION="${PRECISION:-fp32}"
+LR_WARMUP_STEPS="${LR_WARMUP_STEPS:-100}"
+GRID_SEEDS="${GRID_SEEDS:-20}"
+GRID_THREADS="${GRID_THREADS:-1 2}"  # The grid's thread counts (a subset reruns part of it).
+GRID_SYNTH_EXAMPLES="${GRID_SYNTH_EXAMPLES:-200000}"
 
 parse_flags --batch-size --lr --optimizer --hash-buckets --seed --threads --train-fraction \
-  --data --synth-examples --synth-seed --synth-threads --precision -- "$@"
+  --data --synth-examples --synth-seed --synth-threads --precision --grid-seeds \
+  --grid-synth-examples --lr-warmup-steps -- "$@"
 SYNTH_THREADS="${SYNTH_THREADS:-$THREADS}"
 
 [[ -f "$DATA" ]] || die "Criteo sample not found at $DATA (expected ../shared/data/criteo/criteo_sample.tsv next to the repository; pass --data FILE to use another)"
@@ -62,7 +79,7 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$BENCH_TMP/quality"
 OUT="$BENCH_TMP/quality"
 
-hp_args=(--batch-size "$BATCH_SIZE" --lr "$LR" --optimizer "$OPTIMIZER"
+hp_args=(--batch-size "$BATCH_SIZE" --lr "$LR" --lr-warmup-steps "$LR_WARMUP_STEPS" --optimizer "$OPTIMIZER"
   --hash-buckets "$HASH_BUCKETS" --seed "$SEED" --preload)
 torch_precision=()
 case "$PRECISION" in
@@ -134,7 +151,72 @@ if [[ "$SYNTH_EXAMPLES" -gt 0 ]]; then
     "after $synth_examples training examples"
 fi
 
+# ---- 3. the seed grid
+grid_result="seed_spread_ne=nan collapsed_runs=nan grid_runs=0 calibration_min=nan calibration_max=nan"
+if [[ "$GRID_SEEDS" -gt 0 ]]; then
+  grid="$OUT/grid"
+  rm -rf "$grid"
+  mkdir -p "$grid"
+  gsynth="$BENCH_TMP/grid_synth_${GRID_SYNTH_EXAMPLES}.tsv"
+  if [[ ! -s "$gsynth" || ! -s "${gsynth%.tsv}.eval.tsv" ]]; then
+    note "generating $GRID_SYNTH_EXAMPLES + 50000 held-out synthetic examples into $gsynth"
+    "$SHADOWSYNC" gen-data --out "$gsynth" --examples "$GRID_SYNTH_EXAMPLES" \
+      --eval-examples 50000 --seed 7 >&2
+  fi
+  echo
+  echo "3. seed grid: $GRID_SEEDS seeds x {1,2 threads} x {fp32,bf16} x {batch 256,512}," \
+    "synthetic ($GRID_SYNTH_EXAMPLES examples) and Criteo"
+  for data in synth criteo; do
+    if [[ "$data" == synth ]]; then
+      files=("$gsynth" "${gsynth%.tsv}.eval.tsv")
+    else
+      files=("$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv")
+    fi
+    for threads in $GRID_THREADS; do
+      for precision in fp32 bf16; do
+        for batch in 256 512; do
+          for ((seed = 1; seed <= GRID_SEEDS; ++seed)); do
+            j="$grid/$data-t$threads-$precision-b$batch-s$seed.json"
+            "$SHADOWSYNC" train --data "${files[0]}" --eval-data "${files[1]}" --threads "$threads" \
+              --batch-size "$batch" --lr "$LR" --lr-warmup-steps "$LR_WARMUP_STEPS" \
+              --optimizer "$OPTIMIZER" \
+              --hash-buckets "$HASH_BUCKETS" --seed "$seed" --dense-precision "$precision" \
+              --report-json "$j" >"${j%.json}.log" 2>&1 || die "shadowsync train failed (log: ${j%.json}.log)"
+          done
+        done
+      done
+    done
+  done
+  grid_result=$("$PY" - "$grid" <<'PYEOF'
+import glob, json, os, statistics, sys
+cells = {}
+for path in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    name = os.path.basename(path)[:-5]
+    cell, seed = name.rsplit("-s", 1)
+    r = json.load(open(path))
+    cells.setdefault(cell, []).append((int(seed), r["eval_ne"], r["eval_calibration"]))
+spread, collapsed, runs, cals = 0.0, 0, 0, []
+print(f"{'cell':24} {'median NE':>9} {'max dev':>8} {'collapsed':>9} {'calibration':>13}", file=sys.stderr)
+for cell in sorted(cells):
+    rows = sorted(cells[cell])
+    med = statistics.median(ne for _, ne, _ in rows)
+    devs = [(ne - med) / med for _, ne, _ in rows]
+    bad = [s for (s, ne, _), d in zip(rows, devs) if d > 0.01]
+    c = [cal for _, _, cal in rows]
+    spread = max(spread, max(abs(d) for d in devs))
+    collapsed += len(bad)
+    runs += len(rows)
+    cals += c
+    print(f"{cell:24} {med:9.4f} {max(abs(d) for d in devs):8.4f} {len(bad):9d} "
+          f"{min(c):6.3f}-{max(c):.3f}" + (f"  collapsed seeds {bad}" if bad else ""), file=sys.stderr)
+print(f"seed_spread_ne={spread:.4f} collapsed_runs={collapsed} grid_runs={runs} "
+      f"calibration_min={min(cals):.3f} calibration_max={max(cals):.3f}")
+PYEOF
+  )
+  echo "$grid_result"
+fi
+
 echo "reports and logs: $OUT"
 echo "RESULT name=quality ours_auc=$ours_auc torch_auc=$torch_auc auc_gap=$auc_gap ours_ne=$ours_ne" \
   "torch_ne=$torch_ne synth_ne=$synth_ne teacher_ne=$teacher_ne synth_ne_ratio=$synth_ratio" \
-  "synth_examples=$synth_examples"
+  "synth_examples=$synth_examples $grid_result"

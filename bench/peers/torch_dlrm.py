@@ -41,6 +41,9 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--optimizer", choices=["adagrad", "sgd"], default="adagrad")
+    p.add_argument("--lr-warmup-steps", type=int, default=100,
+                   help="the dense learning rate rises linearly over the first steps, as "
+                        "shadowsync's trainer.lrWarmupSteps (0: none)")
     p.add_argument("--threads", type=int, default=1, help="intra- and inter-op threads (and OpenBLAS)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--hash-buckets", type=int, default=1_000_000, help="rows per embedding table")
@@ -395,7 +398,11 @@ def make_optimizers(model, args):
         if model.impl != "manual":
             opts.append(torch.optim.SGD(model.sparse_params(), lr=args.lr))
     manual = ManualSparseOptimizer(model, args.optimizer, args.lr) if model.impl == "manual" else None
-    return opts, manual
+    # The dense optimizer's warm-up: step k (from 0) at lr * min(1, (k + 1) / W).
+    w = args.lr_warmup_steps
+    warmup = (torch.optim.lr_scheduler.LambdaLR(opts[0], lambda k: min(1.0, (k + 1) / w))
+              if w > 0 else None)
+    return opts, manual, warmup
 
 
 # --------------------------------------------------------------------------- metrics
@@ -418,6 +425,12 @@ def normalized_entropy(probs, labels):
     if ctr <= 0 or ctr >= 1:
         return float("nan")
     return logloss(probs, labels) / binary_entropy(ctr)
+
+
+def calibration(probs, labels):
+    """Mean prediction over the observed rate (common/eval_metrics.cc): 1 is calibrated."""
+    positives = float(np.sum(labels, dtype=np.float64))
+    return float(np.sum(probs, dtype=np.float64)) / positives if positives > 0 else float("nan")
 
 
 def auc(probs, labels):
@@ -469,7 +482,7 @@ def evaluate(model, labels, dense, rows, args):
     probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
     return {"eval_ne": normalized_entropy(probs, labels), "eval_auc": auc(probs, labels),
             "eval_logloss": logloss(probs, labels) if len(labels) else float("nan"),
-            "eval_examples": len(labels)}
+            "eval_examples": len(labels), "eval_calibration": calibration(probs, labels)}
 
 
 def train_step(model, opts, manual, x, i, y, bf16=False):
@@ -512,17 +525,20 @@ def main(args):
     bottom = [int(v) for v in args.bottom_mlp.split(",") if v]
     top = [int(v) for v in args.top_mlp.split(",") if v]
     model = DLRM(bottom, top, args.embedding_dim, args.hash_buckets, args.emb_impl)
-    opts, manual = make_optimizers(model, args)
+    opts, manual, warmup = make_optimizers(model, args)
     n = len(labels)
     train_logits = torch.empty(n)
 
     log(f"training: {len(batches)} batches of {args.batch_size}, {args.threads} thread(s), "
-        f"{args.optimizer} lr={args.lr}, emb-impl={args.emb_impl}")
+        f"{args.optimizer} lr={args.lr} (warm-up {args.lr_warmup_steps} steps), "
+        f"emb-impl={args.emb_impl}")
     start = time.perf_counter()
     cpu_start = time.process_time()
     pos = 0
     for x, i, y in batches:
         logits = train_step(model, opts, manual, x, i, y, args.bf16)
+        if warmup is not None:
+            warmup.step()
         b = y.shape[0]
         train_logits[pos:pos + b].copy_(logits.detach())  # progressive: made before the update
         pos += b
@@ -543,7 +559,7 @@ def main(args):
     if ev is not None:
         report.update(evaluate(model, ev[0], ev[1], ev_rows, args))
     report.update({"peer": "torch", "torch_version": torch.__version__, "optimizer": args.optimizer,
-                   "lr": args.lr, "hash_buckets": args.hash_buckets, "emb_impl": args.emb_impl,
+                   "lr": args.lr, "lr_warmup_steps": args.lr_warmup_steps, "hash_buckets": args.hash_buckets, "emb_impl": args.emb_impl,
                    "dense_precision": "bf16" if args.bf16 else "fp32"})
 
     if args.profile > 0:
