@@ -70,6 +70,7 @@ nlohmann::json Launch::Report(double seconds) {
   double ne = 0, logloss = 0, blocked = 0, round_seconds = 0, gap = 0;
   double eval_ne = 0, eval_auc = 0, eval_logloss = 0, eval_calibration = 0;
   int evaluated = 0, n = 0;
+  nlohmann::json learning_problems = nlohmann::json::array();
   for (const Child& c : children_) {
     if (c.role != Role::kTrainer) continue;
     std::ifstream in(run_dir_ + "/" + c.name + ".json");
@@ -92,6 +93,9 @@ nlohmann::json Launch::Report(double seconds) {
       eval_auc += Num(r, "eval_auc");
       eval_logloss += Num(r, "eval_logloss");
       eval_calibration += Num(r, "eval_calibration");
+    }
+    if (!r.value("learning_problem", "").empty()) {
+      learning_problems.push_back({{"trainer", c.name}, {"problem", r["learning_problem"]}});
     }
     trainers.push_back(std::move(r));
   }
@@ -124,6 +128,9 @@ nlohmann::json Launch::Report(double seconds) {
       {"peak_rss_bytes", peak},
       {"per_trainer", trainers},
   };
+  // LearningCheck's findings (worker/learning_check.h), which the trainers
+  // also logged as they happened.
+  if (!learning_problems.empty()) out["learning_problems"] = std::move(learning_problems);
   if (evaluated > 0) {
     out["eval_ne"] = eval_ne / evaluated;
     out["eval_auc"] = eval_auc / evaluated;

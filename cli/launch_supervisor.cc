@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/launch_internal.h"
+#include "common/exit_codes.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
@@ -134,7 +135,12 @@ absl::Status Launch::Reap() {
     // Why it failed, where its log may not outlive the run (a test's or a
     // CI's temporary directory).
     const std::string last_line = LastLogLine(c.log);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+    if (c.role == Role::kTrainer && WIFEXITED(status) && WEXITSTATUS(status) == kExitNotLearning) {
+      return absl::AbortedError(absl::StrCat(c.name, " stopped: its run is not learning (",
+                                             "spec.trainer.learningCheck.fail); see ", c.log,
+                                             last_line));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitBadInput) {
       return absl::InvalidArgumentError(
           absl::StrCat(c.name, " ", how, " (bad input); see ", c.log, last_line));
     }

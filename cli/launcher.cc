@@ -27,6 +27,7 @@ namespace internal {
 
 absl::StatusOr<nlohmann::json> Launch::Run() {
   SS_ASSIGN_OR_RETURN(job_, LoadJobFile(options_.job_path));
+  if (options_.fail_on_divergence) job_.spec.trainer.learning_check.fail = true;
   const JobSpec& spec = job_.spec;
   if (absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(SecurityFilesOf(spec.security));
       security.ok()) {

@@ -32,6 +32,9 @@ struct LaunchOptions {
   // Continue the job in run_dir from its servers' state and the trainers'
   // checkpoints instead of starting fresh.
   bool resume = false;
+  // Sets spec.trainer.learningCheck.fail: a trainer whose run is not
+  // learning fails the job.
+  bool fail_on_divergence = false;
 };
 
 struct ScaleRequest {

@@ -27,6 +27,7 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
+#include "common/exit_codes.h"
 #include "common/file_util.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
@@ -54,7 +55,21 @@ struct PodFlags {
   std::string job_uid;
   std::string init_dir;        // Trainers of a warm start: the init claim's mount.
   GrpcSecurityFiles security;  // Overrides spec.security's paths where given.
+  // The container's terminationMessagePath; written only if it exists (the
+  // kubelet creates it), so a pod run by hand leaves /dev alone.
+  std::string termination_message = "/dev/termination-log";
 };
+
+// A trainer's LearningCheck finding, from its report, as the termination
+// message the operator reads (common/exit_codes.h).
+void ReportLearningProblem(const std::string& report_path, const std::string& message_path) {
+  std::ifstream in(report_path);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string problem =
+      report.is_object() ? report.value("learning_problem", std::string()) : "";
+  if (problem.empty() || !std::filesystem::exists(message_path)) return;
+  std::ofstream(message_path) << kNotLearningMessagePrefix << problem;
+}
 
 // The ordinal of a StatefulSet pod name: "job-ps-3" -> 3.
 int OrdinalOf(const std::string& pod_name) {
@@ -311,10 +326,14 @@ int RunPod(const PodFlags& f) {
   }
   LOG(INFO) << "pod: " << f.role << " " << index << ": " << absl::StrJoin(args, " ");
   const int code = RunChild(args);
-  if (f.role != "trainer" || code != 0) return code;
+  if (f.role != "trainer") return code;
+  const std::string done = f.data_dir + "/done";
+  if (code == 0 || code == kExitNotLearning) {
+    ReportLearningProblem(done + ".tmp", f.termination_message);
+  }
+  if (code != 0) return code;
   // `done` appears under its final name only now: a restart after this
   // point finds it and does not train again.
-  const std::string done = f.data_dir + "/done";
   std::error_code ec;
   std::filesystem::rename(done + ".tmp", done, ec);
   const absl::Status renamed =
@@ -337,6 +356,10 @@ Action AddPodCommand(CLI::App& app) {
   cmd->add_option("--config", f->config, "the job (job.json of the job's ConfigMap)")->required();
   cmd->add_option("--shard-map", f->shard_map, "shard-map.json of the job's ConfigMap")->required();
   cmd->add_option("--data-dir", f->data_dir, "this pod's state: RocksDB, data, checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--termination-message", f->termination_message,
+                  "a trainer whose run is not learning writes why here, if the file exists (the "
+                  "container's terminationMessagePath)")
       ->capture_default_str();
   cmd->add_option("--listen", f->listen, "gRPC host:port (ps and syncer)");
   cmd->add_option("--metrics-listen", f->metrics_listen, "HTTP host:port for /metrics, /healthz")

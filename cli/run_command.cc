@@ -58,6 +58,10 @@ void PrintReport(const nlohmann::json& r) {
     std::cout << absl::StrFormat(" %s %.0f MiB", name, bytes.get<int64_t>() / 1048576.0);
   }
   std::cout << "\nrestarts: " << r["restarts"].get<int>() << "\n";
+  for (const auto& p : r.value("learning_problems", nlohmann::json::array())) {
+    std::cout << "WARNING: " << p["trainer"].get<std::string>() << ": "
+              << p["problem"].get<std::string>() << "\n";
+  }
   const std::string dir = r["run_dir"].get<std::string>();
   std::cout << "report: " << dir << "/report.json  plot: " << dir << "/report.svg\n";
 }
@@ -76,6 +80,9 @@ Action AddRunCommand(CLI::App& app) {
   cmd->add_flag("--resume", options->resume,
                 "continue the job in the run directory (after the launcher was killed) from its "
                 "servers' state and the trainers' checkpoints");
+  cmd->add_flag("--fail-on-divergence", options->fail_on_divergence,
+                "fail the job (exit 1) when a trainer's run is not learning "
+                "(spec.trainer.learningCheck.fail)");
   return [options] {
     options->binary = SelfPath();
     options->tty = isatty(STDERR_FILENO);

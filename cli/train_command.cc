@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/exit_codes.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
 #include "exporter/evaluate_export.h"
@@ -37,6 +38,8 @@ struct TrainFlags {
   int threads = 2;
   int batch_size = 256;
   double lr = 0.02;
+  int64_t lr_warmup_steps = JobSpec{}.trainer.lr_warmup_steps;
+  LearningCheckSpec learning_check;  // From --config; --fail-on-divergence sets .fail.
   std::string optimizer = "adagrad";
   int64_t hash_buckets = 1'000'000;
   int embedding_dim = 16;
@@ -80,6 +83,10 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   if (!given("--threads")) flags.threads = spec.trainer.threads;
   if (!given("--batch-size")) flags.batch_size = spec.trainer.batch_size;
   if (!given("--lr")) flags.lr = spec.trainer.learning_rate;
+  if (!given("--lr-warmup-steps")) flags.lr_warmup_steps = spec.trainer.lr_warmup_steps;
+  const bool fail = flags.learning_check.fail;  // The flag's, if given.
+  flags.learning_check = spec.trainer.learning_check;
+  flags.learning_check.fail |= fail;
   if (!given("--optimizer")) flags.optimizer = std::string(EnumName(spec.trainer.optimizer));
   if (!given("--dense-precision"))
     flags.dense_precision = std::string(EnumName(spec.trainer.dense_precision));
@@ -144,6 +151,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
     return Fail(absl::InvalidArgumentError(
         "--threads, --batch-size, --lr and --hash-buckets must all be positive"));
   }
+  if (flags.lr_warmup_steps < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--lr-warmup-steps: must be >= 0, got ", flags.lr_warmup_steps)));
+  }
   auto precision = model::ParseDensePrecision(flags.dense_precision, "--dense-precision");
   if (!precision.ok()) return Fail(precision.status());
 
@@ -172,6 +183,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   options.threads = flags.threads;
   options.batch_size = flags.batch_size;
   options.optimizer = store_options.optimizer;
+  options.lr_warmup_steps = flags.lr_warmup_steps;
+  options.learning_check = {.after_examples = flags.learning_check.after_examples,
+                            .max_train_ne = flags.learning_check.max_train_ne};
+  options.stop_when_not_learning = flags.learning_check.fail;
   options.seed = flags.seed;
   options.precision = *precision;
   options.max_examples = flags.max_examples;
@@ -193,10 +208,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
 
   LOG(INFO) << absl::StrFormat(
       "training DLRM (%d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d threads, batch %d, "
-      "%s lr %g",
+      "%s lr %g (warm-up %d steps)",
       trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6,
       model::DensePrecisionName(*precision), flags.data.front(), flags.threads, flags.batch_size,
-      flags.optimizer, flags.lr);
+      flags.optimizer, flags.lr, flags.lr_warmup_steps);
   auto report = trainer.Train(flags.data);
   EndProgress();
   if (!report.ok()) return Fail(report.status());
@@ -216,11 +231,18 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
       {"batch_size", flags.batch_size},
       {"optimizer", flags.optimizer},
       {"learning_rate", flags.lr},
+      {"lr_warmup_steps", flags.lr_warmup_steps},
       {"hash_buckets", flags.hash_buckets},
       {"dense_params", trainer.model().num_params()},
       {"embedding_rows", store.num_rows()},
       {"flops_per_example", trainer.model().FlopsPerExample()},
+      {"learning_problem", report->learning_problem},
   };
+  const bool stopped = !report->learning_problem.empty() && flags.learning_check.fail;
+  if (!report->learning_problem.empty()) {
+    TellUser(absl::StrCat(stopped ? "stopped: " : "WARNING: ", kNotLearningMessagePrefix,
+                          report->learning_problem));
+  }
   std::cout << absl::StrFormat("trained %d examples in %.2fs: %.0f examples/s, train NE %.4f\n",
                                report->examples, report->seconds, report->examples_per_second,
                                report->train_ne);
@@ -241,7 +263,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
         "eval on %d examples: NE %.4f  AUC %.4f  logloss %.4f  calibration %.3f\n", eval->examples,
         eval->ne, eval->auc, eval->logloss, eval->calibration);
   }
-  if (!flags.save_model.empty()) {
+  if (!flags.save_model.empty() && !stopped) {
     model::ExportInfo info;
     info.config = config;
     info.num_slots = flags.slots;
@@ -259,7 +281,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
     f << out.dump(2) << "\n";
     if (!f) return Fail(absl::UnavailableError(absl::StrCat("cannot write ", flags.report_json)));
   }
-  return 0;
+  return stopped ? kExitNotLearning : 0;
 }
 
 }  // namespace
@@ -276,6 +298,9 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--batch-size", flags->batch_size, "examples per thread step")
       ->capture_default_str();
   cmd->add_option("--lr", flags->lr, "learning rate")->capture_default_str();
+  cmd->add_option("--lr-warmup-steps", flags->lr_warmup_steps,
+                  "dense learning-rate warm-up, in steps (0: none)")
+      ->capture_default_str();
   cmd->add_option("--optimizer", flags->optimizer, "sgd or adagrad")->capture_default_str();
   cmd->add_option("--hash-buckets", flags->hash_buckets, "rows per embedding table")
       ->capture_default_str();
@@ -292,6 +317,9 @@ Action AddTrainCommand(CLI::App& app) {
                   "CPU has AVX512-BF16)")
       ->capture_default_str();
   cmd->add_flag("--preload", flags->preload, "parse all data before timing (benchmarks)");
+  cmd->add_flag("--fail-on-divergence", flags->learning_check.fail,
+                "stop, write no model and exit 3 when the run is not learning: a non-finite loss, "
+                "or a train NE still at the base rate's (spec.trainer.learningCheck)");
   cmd->add_option("--progress-interval", flags->progress_interval,
                   "seconds between progress lines");
   cmd->add_option("--report-json", flags->report_json, "write the final report as JSON here");

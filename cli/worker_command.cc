@@ -12,6 +12,7 @@
 #include "cli/cli_util.h"
 #include "cli/cluster_export.h"
 #include "cli/commands.h"
+#include "common/exit_codes.h"
 #include "common/file_util.h"
 #include "glog/logging.h"
 #include "jobspec/job_spec.h"
@@ -144,6 +145,18 @@ int RunWorkerCommand(const WorkerFlags& f) {
   auto report = worker::RunWorker(o);
   if (!report.ok()) return fail(report.status());
   nlohmann::json out = worker::WorkerReportToJson(o, *report);
+  if (!report->train.learning_problem.empty() && job->spec.trainer.learning_check.fail) {
+    // Stopped short of its share: not done, no final export, and a code the
+    // supervisors read as "do not restart".
+    LOG(ERROR) << "worker: trainer " << f.index << " stopped, " << kNotLearningMessagePrefix
+               << report->train.learning_problem;
+    if (!f.report_json.empty()) {
+      if (absl::Status s = WriteFileAtomically(f.report_json, out.dump(2) + "\n"); !s.ok()) {
+        return fail(s);
+      }
+    }
+    return kExitNotLearning;
+  }
   if (!f.export_dir.empty()) {
     if (absl::Status s = MarkTrainerDone(f.trainers_dir, f.index); !s.ok()) return fail(s);
   }

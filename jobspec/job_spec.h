@@ -229,12 +229,24 @@ struct StragglerSpec {
   bool operator==(const StragglerSpec&) const = default;
 };
 
+// "learningCheck": whether each trainer's run is learning (a finite loss,
+// and a train NE below max_train_ne once after_examples are trained).
+struct LearningCheckSpec {
+  int64_t after_examples = 100'000;  // "afterExamples". 0: the loss's finiteness only.
+  double max_train_ne = 0.99;        // "maxTrainNe".
+  bool fail = false;                 // Fail the job at a problem, instead of a warning.
+  bool operator==(const LearningCheckSpec&) const = default;
+};
+
 struct TrainerSpec {
   int replicas = 2;
   int threads = 2;                            // Hogwild threads per trainer.
   int batch_size = 256;                       // "batchSize". Examples per thread step.
   double learning_rate = 0.02;                // "learningRate". Dense optimizer step size.
   Optimizer optimizer = Optimizer::kAdagrad;  // Dense optimizer.
+  // "lrWarmupSteps". The dense learning rate's linear warm-up, in steps.
+  int64_t lr_warmup_steps = 100;
+  LearningCheckSpec learning_check;  // "learningCheck".
   // "densePrecision". Of the MLP GEMMs; weights and optimizer stay fp32.
   GemmPrecision dense_precision = GemmPrecision::kFp32;
   std::optional<StragglerSpec> straggler;  // Absent: no injected slowness.

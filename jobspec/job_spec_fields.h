@@ -165,6 +165,27 @@ void Fields(V& v, S& s) {
     {.name = "synthetic", .doc = "Generator settings, read when format is synthetic."});
 }
 
+template <typename V, Is<LearningCheckSpec> S>
+void Fields(V& v, S& s) {
+  v(s.after_examples,
+    {.name = "afterExamples",
+     .doc = "The train NE (each example scored before its update) is judged over windows of "
+            "afterExamples/2 examples, each one that ends at or after afterExamples examples of a "
+            "trainer (raised to twice the warm-up's examples, lrWarmupSteps x batchSize, if "
+            "smaller). 0: only a non-finite loss counts.",
+     .min = 0});
+  v(s.max_train_ne,
+    {.name = "maxTrainNe",
+     .doc = "A window whose train NE is at or above this has not learned (1.0 is predicting the "
+            "base rate).",
+     .min = 0,
+     .exclusive_min = true});
+  v(s.fail, {.name = "fail",
+             .doc = "A problem fails the job (phase Failed, reason NotLearning, no restarts) "
+                    "instead of a warning in the log, the report, the trainer's metrics and the "
+                    "job's conditions."});
+}
+
 template <typename V, Is<StragglerSpec> S>
 void Fields(V& v, S& s) {
   v(s.count, {.name = "count", .doc = "Trainers slowed down: indices 0..count-1.", .min = 1});
@@ -188,6 +209,19 @@ void Fields(V& v, S& s) {
                       .min = 0,
                       .exclusive_min = true});
   v(s.optimizer, {.name = "optimizer", .doc = "Dense optimizer, run by every Hogwild thread."});
+  v(s.lr_warmup_steps,
+    {.name = "lrWarmupSteps",
+     .doc = "The dense learning rate rises linearly from learningRate/lrWarmupSteps to "
+            "learningRate over each trainer's first lrWarmupSteps steps (every thread's steps "
+            "counted). Without it, Adagrad's first full-size steps can leave the bottom MLP's "
+            "output dead and the run stalls near the base rate (docs/decisions.md). Skipped when "
+            "a trainer starts from saved dense Adagrad state (a resume, or spec.init with "
+            "optimizer state). 0: none.",
+     .min = 0});
+  v(s.learning_check,
+    {.name = "learningCheck",
+     .doc = "Whether each trainer's run is learning: a non-finite loss, or a train NE still at "
+            "the base rate's after many examples, is reported (docs/decisions.md)."});
   v(s.dense_precision,
     {.name = "densePrecision",
      .doc = "Arithmetic of the MLP GEMMs: fp32; bf16 (inputs rounded to bfloat16, fp32 products, "

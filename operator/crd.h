@@ -29,9 +29,10 @@ inline constexpr std::string_view kPhases[] = {"Pending",   "Running", "Reshardi
                                                "Succeeded", "Failed",  "Suspended"};
 
 // The condition types the operator maintains (metav1.Condition), in the
-// order they appear in status.conditions.
-inline constexpr std::string_view kConditionTypes[] = {"Created",   "Running",   "Resharding",
-                                                       "Suspended", "Succeeded", "Failed"};
+// order they appear in status.conditions. NotLearning appears only once a
+// trainer reported that its run is not learning (spec.trainer.learningCheck).
+inline constexpr std::string_view kConditionTypes[] = {
+    "Created", "Running", "Resharding", "Suspended", "Succeeded", "Failed", "NotLearning"};
 
 // The apiextensions.k8s.io/v1 CustomResourceDefinition
 // shadowsyncjobs.shadowsync.io: version v1alpha1 (served, storage), scope

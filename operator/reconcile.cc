@@ -395,6 +395,10 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   // --- Finished now?
   const int64_t restarts = std::max<int64_t>(IntField(previous, "restarts"), trainers.restarts);
   status["restarts"] = restarts;
+  // A trainer's report that its run is not learning; kept once seen (a
+  // restarted container's message goes with its state).
+  std::string learning_problem = trainers.learning_problem;
+  if (learning_problem.empty()) learning_problem = ConditionMessage(previous, "NotLearning");
   std::optional<Condition> finished;  // The Succeeded or Failed condition.
   bool all_trainers_done = spec.trainer.replicas > 0;
   for (int i = 0; i < spec.trainer.replicas; ++i) {
@@ -415,6 +419,10 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
         Condition{"Failed", true, "DeadlineExceeded",
                   absl::StrCat("the job was active longer than runPolicy.activeDeadlineSeconds (",
                                *policy.active_deadline_seconds, " s)")};
+  } else if (trainers.stopped_not_learning) {
+    finished = Condition{"Failed", true, "NotLearning",
+                         absl::StrCat(learning_problem.empty() ? "a trainer" : learning_problem,
+                                      " (spec.trainer.learningCheck.fail)")};
   } else if (restarts > policy.backoff_limit) {
     finished = Condition{
         "Failed", true, "BackoffLimitExceeded",
@@ -434,6 +442,9 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
          succeeded ? finished->message : ""},
         {"Failed", !succeeded, succeeded ? "JobSucceeded" : finished->reason,
          succeeded ? "" : finished->message}};
+    if (!learning_problem.empty()) {
+      conditions.push_back({"NotLearning", true, "NotLearning", learning_problem});
+    }
     status["phase"] = succeeded ? "Succeeded" : "Failed";
     status["conditions"] = BuildConditions(previous, conditions, generation, o.now);
     status["completionTime"] = Rfc3339(o.now);
@@ -518,7 +529,7 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
     running_condition = {"Running", true, all_ready ? "AllReplicasReady" : "ReplicasNotReady",
                          ready};
   }
-  const std::vector<Condition> conditions = {
+  std::vector<Condition> conditions = {
       {"Created", true, "JobCreated",
        absl::StrCat("StatefulSets, Services and ConfigMap of ", ref.name, " created")},
       running_condition,
@@ -536,6 +547,9 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
                                    spec.trainer.replicas)},
       {"Failed", false, "NotFailed",
        absl::StrCat("trainer restarts: ", restarts, " of backoffLimit ", policy.backoff_limit)}};
+  if (!learning_problem.empty()) {
+    conditions.push_back({"NotLearning", true, "NotLearning", learning_problem});
+  }
   status["phase"] = suspended    ? "Suspended"
                     : resharding ? "Resharding"
                     : running    ? "Running"

@@ -92,6 +92,11 @@ struct RoleCounts {
   int succeeded = 0;
   int failed = 0;
   int restarts = 0;  // Failed runs of the main containers (see CountPods).
+  // Trainers: the latest termination message that says the run is not
+  // learning ("<pod>: not learning: ..."), and whether a trainer stopped
+  // for it (spec.trainer.learningCheck.fail).
+  std::string learning_problem;
+  bool stopped_not_learning = false;
   std::set<int> ready_indices;
   std::set<int> succeeded_indices;
 };
@@ -108,6 +113,8 @@ struct Condition {
 };
 
 bool ConditionTrue(const json& status, std::string_view type);
+// The condition's message; empty when it is absent.
+std::string ConditionMessage(const json& status, std::string_view type);
 
 // metav1.Conditions in kConditionTypes order; lastTransitionTime is kept
 // from `previous` unless the status flipped.

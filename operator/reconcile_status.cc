@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "operator/crd.h"
 #include "operator/reconcile_internal.h"
 
@@ -41,6 +42,13 @@ int64_t ExitCode(const json& container_state) {
   const json& terminated = Field(container_state, "terminated");
   if (!terminated.is_object()) return kNotTerminated;
   return IntField(terminated, "exitCode", -1);
+}
+
+// A terminated container state's message if it says the run was not
+// learning (cli/pod_command.cc writes it), else empty.
+std::string NotLearningMessage(const json& container_state) {
+  std::string message = StringField(Field(container_state, "terminated"), "message");
+  return message.starts_with(kNotLearningMessagePrefix) ? message : "";
 }
 
 bool PodReady(const json& pod) {
@@ -99,6 +107,14 @@ RoleCounts CountPods(const Observed& o, const JobRef& ref, Role role) {
     }
     if (failing) ++counts.failed;
     counts.restarts += failures;
+    if (role == Role::kTrainer) {
+      std::string problem = NotLearningMessage(state);
+      if (problem.empty()) problem = NotLearningMessage(Field(main, "lastState"));
+      if (!problem.empty()) {
+        counts.learning_problem = absl::StrCat(StringField(meta, "name"), ": ", problem);
+      }
+      counts.stopped_not_learning |= exit_latest_dead == kExitNotLearning;
+    }
   }
   return counts;
 }
@@ -126,6 +142,11 @@ const json* FindCondition(const json& status, std::string_view type) {
 bool ConditionTrue(const json& status, std::string_view type) {
   const json* c = FindCondition(status, type);
   return c != nullptr && StringField(*c, "status") == "True";
+}
+
+std::string ConditionMessage(const json& status, std::string_view type) {
+  const json* c = FindCondition(status, type);
+  return c != nullptr ? StringField(*c, "message") : "";
 }
 
 json BuildConditions(const json& previous, const std::vector<Condition>& conditions,
@@ -164,6 +185,8 @@ void ConditionEvents(const json& before, const json& after, std::vector<EventSpe
     if (is) {
       if (type == "Failed") {
         events.push_back({"Warning", reason, message});
+      } else if (type == "NotLearning") {
+        events.push_back({"Warning", "NotLearning", message});
       } else if (type == "Created" || type == "Running" || type == "Suspended" ||
                  type == "Succeeded" || type == "Resharding") {
         events.push_back({"Normal", std::string(type), message});

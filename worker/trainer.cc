@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/dense_ops.h"
 #include "worker/background_call.h"
 #include "worker/sync/strategy.h"
@@ -247,6 +248,14 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
     grads.rows.push_back(ts.row_grads[t].values);
   }
   SyncStrategy* const sync = options_.sync;
+  model::OptimizerConfig optimizer = options_.optimizer;
+  // Counted only through the warm-up: no shared write per step after it.
+  if (warmup_steps_ > 0 && dense_steps_.load(std::memory_order_relaxed) <= warmup_steps_) {
+    const int64_t step = dense_steps_.fetch_add(1, std::memory_order_relaxed);
+    const float factor = model::WarmupFactor(step, warmup_steps_);
+    lr_factor_.store(factor, std::memory_order_relaxed);
+    optimizer.learning_rate *= factor;
+  }
   if (options_.threads == 1) {
     // Nothing races with a lone thread (other threads wait for gate_): no
     // snapshot, and a vectorised update.
@@ -254,7 +263,7 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
     if (sync != nullptr) {
       SS_RETURN_IF_ERROR(sync->ApplyGradient(ts.index, ts.dense_grad));
     } else {
-      model::ApplyUpdateExclusive(options_.optimizer, params_.data(), dense_state_.data(),
+      model::ApplyUpdateExclusive(optimizer, params_.data(), dense_state_.data(),
                                   ts.dense_grad.data(), model_.num_params());
     }
   } else {
@@ -265,7 +274,7 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
     if (sync != nullptr) {
       SS_RETURN_IF_ERROR(sync->ApplyGradient(ts.index, ts.dense_grad));
     } else {
-      model::ApplyUpdateRelaxed(options_.optimizer, params_.data(), dense_state_.data(),
+      model::ApplyUpdateRelaxed(optimizer, params_.data(), dense_state_.data(),
                                 ts.dense_grad.data(), model_.num_params());
     }
   }
@@ -302,6 +311,16 @@ absl::Status Trainer::RunWorkers(int count, const std::function<absl::Status(int
   return first_error;
 }
 
+LearningCheckOptions Trainer::LearningCheckAfterWarmup() const {
+  LearningCheckOptions check = options_.learning_check;
+  // The first judged window starts at after_examples / 2: not before the
+  // warm-up's examples are past, when its small steps have had their effect.
+  if (check.after_examples > 0) {
+    check.after_examples = std::max(check.after_examples, 2 * warmup_steps_ * options_.batch_size);
+  }
+  return check;
+}
+
 absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths) {
   const auto load_start = std::chrono::steady_clock::now();
   SS_ASSIGN_OR_RETURN(auto source, BatchSource::Open(paths, options_.reader, options_.max_examples,
@@ -310,16 +329,24 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   TrainReport report;
   if (options_.preload) report.load_seconds = SecondsSince(load_start);
 
+  // Accumulated Adagrad state already bounds the first steps.
+  const bool fresh_state =
+      std::all_of(dense_state_.begin(), dense_state_.end(), [](float s) { return s == 0; });
+  warmup_steps_ = fresh_state ? options_.lr_warmup_steps : 0;
+  dense_steps_.store(0, std::memory_order_relaxed);
+  lr_factor_.store(model::WarmupFactor(0, warmup_steps_), std::memory_order_relaxed);
+
   // Progress shared by the workers; one lock per batch is noise next to a step.
   Mutex mu;
-  RunningEntropy entropy;  // Guarded by mu, as are the two below.
+  RunningEntropy entropy;  // Guarded by mu, as are the four below.
   double interval_loss = 0;
   int64_t interval_examples = 0;
+  LearningCheck learning(LearningCheckAfterWarmup());
+  std::string learning_problem;
   std::atomic<bool> stop{false};
-
   if (options_.sync != nullptr) {
-    SS_RETURN_IF_ERROR(options_.sync->Start(
-        DenseReplica{params_, dense_state_, options_.optimizer, options_.threads, &gate_}));
+    SS_RETURN_IF_ERROR(options_.sync->Start(DenseReplica{params_, dense_state_, options_.optimizer,
+                                                         options_.threads, &gate_, &lr_factor_}));
   }
   const int max_batch = options_.sync != nullptr ? options_.sync->MaxBatchSize(options_.batch_size)
                                                  : options_.batch_size;
@@ -368,6 +395,12 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
         entropy.Merge(batch_entropy);
         interval_loss += batch_entropy.logloss() * batch_entropy.count();
         interval_examples += batch_entropy.count();
+        if (std::optional<std::string> problem = learning.Add(batch_entropy)) {
+          LOG(WARNING) << *problem
+                       << (options_.stop_when_not_learning ? "; stopping the training" : "");
+          learning_problem = *std::move(problem);
+          if (options_.stop_when_not_learning) stop = true;
+        }
       }
       have = more;
       current = 1 - current;
@@ -396,6 +429,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
       p.train_logloss = entropy.logloss();
       p.loss = interval_examples > 0 ? interval_loss / interval_examples : 0;
       p.examples_per_second = interval_examples / std::max(p.seconds - last_tick, 1e-9);
+      p.learning_problem = learning_problem;
       interval_loss = 0;
       interval_examples = 0;
     }
@@ -417,6 +451,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
   report.examples_per_second = report.examples / std::max(report.seconds, 1e-9);
   report.train_ne = entropy.ne();
   report.train_logloss = entropy.logloss();
+  report.learning_problem = learning_problem;
   const ReaderStats stats = source->stats();
   report.malformed_lines = stats.malformed;
   report.first_errors = stats.first_errors;

@@ -25,6 +25,7 @@
 #include "model/embedding_table.h"
 #include "model/optimizer.h"
 #include "nlohmann/json.hpp"
+#include "worker/learning_check.h"
 #include "worker/replica_gate.h"
 
 namespace shadowsync::worker {
@@ -40,13 +41,24 @@ struct Progress {
   double train_ne = 0;             // Progressive NE since the start.
   double train_logloss = 0;        // Progressive log loss since the start.
   nlohmann::json sync_details;     // SyncStrategy::Details(), when there is one.
+  // LearningCheck's finding, once there is one; empty while the run learns.
+  std::string learning_problem;
 };
 
 struct TrainerOptions {
   int threads = 2;                   // Hogwild threads. Default: 2.
   int batch_size = 256;              // Examples per thread step. Default: 256.
   model::OptimizerConfig optimizer;  // Dense parameters and embedding rows alike.
-  uint64_t seed = 1;                 // Dense initialisation seed.
+  // The dense learning rate rises linearly over this trainer's first steps
+  // (all threads' steps counted; model::WarmupFactor). Skipped when the dense
+  // optimizer state is not empty at the start (a resumed or warm-started
+  // Adagrad run). 0: none.
+  int64_t lr_warmup_steps = 0;
+  // Whether the run is learning (worker/learning_check.h). A problem is
+  // logged and reported; with stop_when_not_learning, training also stops.
+  LearningCheckOptions learning_check;
+  bool stop_when_not_learning = false;
+  uint64_t seed = 1;  // Dense initialisation seed.
   // Of the MLP GEMMs, in training and evaluation alike (model::DensePrecision).
   model::DensePrecision precision = model::DensePrecision::kFp32;
   int64_t max_examples = -1;  // Stop after this many; -1 = one full pass.
@@ -89,6 +101,9 @@ struct TrainReport {
   double train_logloss = 0;
   int64_t malformed_lines = 0;
   std::vector<std::string> first_errors;
+  // LearningCheck's finding; empty when the run learned. Training stopped at
+  // it when TrainerOptions::stop_when_not_learning.
+  std::string learning_problem;
 };
 
 class Trainer {
@@ -134,6 +149,9 @@ class Trainer {
   absl::StatusOr<QualityReport> EvaluateParams(const float* params,
                                                const std::vector<std::string>& paths,
                                                int64_t max_examples, int threads) const;
+  // options_.learning_check, judging no window that starts in the warm-up
+  // (warmup_steps_, set first).
+  LearningCheckOptions LearningCheckAfterWarmup() const;
   // One Hogwild step on `batch`, whose rows are looked up.
   absl::Status TrainStep(Batch& batch, ThreadState& ts);
   // Sleeps as TrainerOptions' straggler settings say, for the step that
@@ -155,6 +173,11 @@ class Trainer {
   std::vector<float> params_;
   std::vector<float> dense_state_;
   mutable ReplicaGate gate_;
+  // The learning-rate warm-up: steps taken, of warmup_steps_ (set by Train),
+  // and the factor of the latest step, which the sync strategy reads too.
+  int64_t warmup_steps_ = 0;
+  std::atomic<int64_t> dense_steps_{0};
+  std::atomic<float> lr_factor_{1.0f};
 };
 
 }  // namespace shadowsync::worker

@@ -181,6 +181,16 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
       g->gauge->Set(v);
     }
   };
+  // 1 once LearningCheck finds the run is not learning (the log and the
+  // report say why), for an alert.
+  prometheus::Gauge& not_learning =
+      prometheus::BuildGauge()
+          .Name("shadowsync_trainer_not_learning")
+          .Help(
+              "1 when this trainer's run is not learning: a non-finite loss, or a train NE at "
+              "the base rate's (spec.trainer.learningCheck).")
+          .Register(*registry)
+          .Add(labels);
   // Job progress on a dashboard is examples_total / examples_target.
   prometheus::Gauge& examples_target =
       prometheus::BuildGauge()
@@ -235,6 +245,10 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   to.threads = spec.trainer.threads;
   to.batch_size = spec.trainer.batch_size;
   to.optimizer = optimizer;
+  to.lr_warmup_steps = spec.trainer.lr_warmup_steps;
+  to.learning_check = {.after_examples = spec.trainer.learning_check.after_examples,
+                       .max_train_ne = spec.trainer.learning_check.max_train_ne};
+  to.stop_when_not_learning = spec.trainer.learning_check.fail;
   to.seed = 1;  // Every trainer starts from the same dense weights.
   to.max_examples = options.max_examples;
   to.skip_examples = skip;
@@ -267,6 +281,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     examples_per_second.Set(p.examples_per_second);
     train_ne.Set(p.train_ne);
     train_logloss.Set(p.train_logloss);
+    not_learning.Set(p.learning_problem.empty() ? 0 : 1);
     if (options.on_progress) {
       Progress with_sync = p;
       with_sync.sync_details = sync->Details();
@@ -344,6 +359,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   report.dense_params = num_params;
   report.skipped_examples = skip;
   SS_ASSIGN_OR_RETURN(report.train, trainer.Train(options.data));
+  not_learning.Set(report.train.learning_problem.empty() ? 0 : 1);
   if (!options.checkpoint_path.empty()) SS_RETURN_IF_ERROR(save_checkpoint(report.train.examples));
   SS_RETURN_IF_ERROR(curve_status);
   if (options.eval_every > 0 && !options.eval_data.empty()) {
@@ -380,6 +396,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"train_ne", r.train.train_ne},
       {"train_logloss", r.train.train_logloss},
       {"malformed_lines", r.train.malformed_lines},
+      {"learning_problem", r.train.learning_problem},
       {"sync_rounds", r.sync.rounds},
       {"sync_bytes_sent", r.sync.bytes_sent},
       {"sync_bytes_received", r.sync.bytes_received},

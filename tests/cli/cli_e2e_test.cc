@@ -1,10 +1,12 @@
 // End-to-end runs of the real `shadowsync` binary, as a user would type them.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/job_yaml.h"
@@ -21,6 +23,62 @@ class CliTest : public ::testing::Test {
   std::string Bin() { return testing::BinDir() + "/shadowsync"; }
   testing::ScratchDir dir_;
 };
+
+// Labels drawn at random (p 1/4) for synthetic examples: nothing to learn.
+std::string RandomLabelsCommand(const std::string& bin, const std::string& out, int examples) {
+  return bin + " gen-data --out " + out + ".tmp --examples " + std::to_string(examples) +
+         " --seed 3 >/dev/null && awk 'BEGIN { srand(1); FS = OFS = \"\\t\" } "
+         "{ $1 = rand() < 0.25 ? 1 : 0; print }' " +
+         out + ".tmp > " + out;
+}
+
+// A run that cannot learn (random labels) is told so: a warning, the
+// report's learning_problem, and with --fail-on-divergence a stop with no
+// model and exit code 3. The job file sets where the check starts.
+TEST_F(CliTest, TrainSaysWhenTheRunIsNotLearning) {
+  std::string out;
+  ASSERT_EQ(RunShell(RandomLabelsCommand(Bin(), dir_.File("random.tsv"), 30000), &out), 0) << out;
+  // Judged over examples 12.8k-25.6k: windows start after the warm-up (100
+  // steps of 128).
+  testing::WriteFile(dir_.File("job.yaml"),
+                     "apiVersion: shadowsync.io/v1alpha1\nkind: ShadowSyncJob\n"
+                     "metadata: {name: nl}\nspec:\n"
+                     "  trainer: {learningCheck: {afterExamples: 20000}}\n");
+  auto train_on = [&](const std::string& data) {
+    return Bin() + " train --config " + dir_.File("job.yaml") + " --data " + dir_.File(data) +
+           " --threads 2 --batch-size 128 --bottom-mlp 64,32 --top-mlp 64" +
+           " --hash-buckets 20000 --report-json " + dir_.File("report.json") + " --save-model " +
+           dir_.File("model");
+  };
+  const std::string train = train_on("random.tsv");
+  ASSERT_EQ(RunShell(train, &out), 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("WARNING: not learning: the model is not learning: train "
+                                        "NE"));
+  auto report = nlohmann::json::parse(testing::ReadFile(dir_.File("report.json")));
+  EXPECT_THAT(report["learning_problem"].get<std::string>(),
+              ::testing::ContainsRegex("train NE [0-9.]+ over examples 1[0-9]+-2[0-9]+,"));
+  EXPECT_EQ(report["examples"], 30000);
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("model/manifest.json")));
+
+  std::filesystem::remove_all(dir_.File("model"));
+  out.clear();
+  EXPECT_EQ(RunShell(train + " --fail-on-divergence", &out), 3) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("stopped: not learning: "));
+  report = nlohmann::json::parse(testing::ReadFile(dir_.File("report.json")));
+  EXPECT_FALSE(report["learning_problem"].get<std::string>().empty());
+  EXPECT_LT(report["examples"].get<int64_t>(), 30000) << "training went on";
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("model"))) << "a model was written";
+
+  // The same data with its real labels learns, and says nothing.
+  ASSERT_EQ(RunShell(Bin() + " gen-data --out " + dir_.File("real.tsv") +
+                         " --examples 30000 --seed 3 >/dev/null && " + train_on("real.tsv") +
+                         " --fail-on-divergence",
+                     &out),
+            0)
+      << out;
+  report = nlohmann::json::parse(testing::ReadFile(dir_.File("report.json")));
+  EXPECT_EQ(report["learning_problem"], "");
+}
 
 TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   std::string out;

@@ -113,6 +113,47 @@ TEST_F(RunTest, RunsTheWholeJobAndWritesTheReport) {
 // sync-switch through the launcher: every trainer switches from BSP to ASP
 // at the same round, the progress line shows the mode, and the report each
 // trainer's switches.
+// Random labels (nothing to learn): every trainer's learning check finds it.
+// By default the job finishes with the problems in its report and output;
+// with --fail-on-divergence (spec.trainer.learningCheck.fail) the first
+// trainer to find it stops, is not restarted, and the job fails.
+TEST_F(RunTest, TrainersThatAreNotLearningWarnOrFailTheJob) {
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " gen-data --out " + dir_.File("real.tsv") +
+                         " --examples 30000 --seed 3 >/dev/null && awk 'BEGIN { srand(1); "
+                         "FS = OFS = \"\\t\" } { $1 = rand() < 0.25 ? 1 : 0; print }' " +
+                         dir_.File("real.tsv") + " > " + dir_.File("random.tsv"),
+                     &out),
+            0)
+      << out;
+  std::string text = testing::TinyJobYaml("nl", 30000, 0, kCluster);
+  auto replace = [&text](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace("format: synthetic,", "format: criteo-tsv, paths: [" + dir_.File("random.tsv") + "],");
+  replace("learningRate: 0.02}", "learningRate: 0.02, learningCheck: {afterExamples: 10000}}");
+  const std::string job = dir_.File("job.yaml");
+  testing::WriteFile(job, text);
+
+  ASSERT_EQ(RunShell(Bin() + " run " + job + " --out " + dir_.File("warn"), &out), 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("WARNING: trainer-0: the model is not learning"));
+  const auto report = nlohmann::json::parse(testing::ReadFile(dir_.File("warn/report.json")));
+  ASSERT_EQ(report["learning_problems"].size(), 2u) << report.dump(2);
+  EXPECT_THAT(report["learning_problems"][1]["problem"].get<std::string>(),
+              ::testing::HasSubstr("train NE"));
+
+  out.clear();
+  EXPECT_EQ(
+      RunShell(Bin() + " run " + job + " --out " + dir_.File("fail") + " --fail-on-divergence",
+               &out),
+      1)
+      << out;
+  EXPECT_THAT(out, ::testing::ContainsRegex("trainer-[01] stopped: its run is not learning"));
+  EXPECT_THAT(out, ::testing::Not(::testing::HasSubstr("restarting")));
+}
+
 TEST_F(RunTest, SyncSwitchShowsItsModeAndSwitchesInTheReport) {
   std::string text = WriteJobText(40000);
   text.replace(text.find("algorithm: shadow-easgd, dutyCycle: 1"), 37,

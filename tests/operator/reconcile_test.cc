@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "jobspec/job_spec.h"
@@ -56,6 +57,7 @@ struct PodState {
   std::optional<int> exit_now;   // state.terminated.exitCode
   bool waiting = false;          // state.waiting (back-off)
   bool deleting = false;
+  std::string message;  // The terminated state's message (of exit_now, else last_exit).
 };
 
 json Pod(const std::string& job, Role role, int index, const PodState& s = {}) {
@@ -63,12 +65,18 @@ json Pod(const std::string& job, Role role, int index, const PodState& s = {}) {
   json container = {{"name", role_name}, {"restartCount", s.restart_count}};
   if (s.exit_now) {
     container["state"] = {{"terminated", {{"exitCode", *s.exit_now}}}};
+    if (!s.message.empty()) container["state"]["terminated"]["message"] = s.message;
   } else if (s.waiting) {
     container["state"] = {{"waiting", {{"reason", "CrashLoopBackOff"}}}};
   } else {
     container["state"] = {{"running", {{"startedAt", "2027-01-15T08:00:00Z"}}}};
   }
-  if (s.last_exit) container["lastState"] = {{"terminated", {{"exitCode", *s.last_exit}}}};
+  if (s.last_exit) {
+    container["lastState"] = {{"terminated", {{"exitCode", *s.last_exit}}}};
+    if (!s.message.empty() && !s.exit_now) {
+      container["lastState"]["terminated"]["message"] = s.message;
+    }
+  }
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata",
@@ -953,6 +961,44 @@ TEST(ReconcileTest, TrainerFailuresCountAgainstTheBackoffLimit) {
     EXPECT_EQ(c.status()["replicaStatuses"]["trainer"]["restarts"], k.restarts);
     EXPECT_EQ(c.status()["phase"], k.restarts > 3 ? "Failed" : "Running");  // backoffLimit 3.
   }
+}
+
+// A trainer's report that its run is not learning (its termination message,
+// cli/pod_command.cc) becomes the NotLearning condition and a Warning event.
+// A trainer that stopped for it (exit 3, spec.trainer.learningCheck.fail)
+// fails the job at once, whatever the backoff limit.
+TEST(ReconcileTest, ATrainerThatIsNotLearningSetsAConditionOrFailsTheJob) {
+  const std::string problem = "not learning: the model is not learning: train NE 1.0041";
+  Cluster c = RunningCluster();
+  c.SetPod(Role::kTrainer, 1, {.restart_count = 1, .last_exit = 0, .message = problem});
+  Actions a = c.Step();
+  EXPECT_EQ(c.status()["phase"], "Running");
+  EXPECT_EQ(c.Condition("NotLearning")["status"], "True");
+  EXPECT_EQ(c.Condition("NotLearning")["message"], "j-trainer-1: " + problem);
+  EXPECT_THAT(Reasons(a.events), Contains("Warning/NotLearning"));
+  // Kept once seen, though the container's state no longer says it.
+  c.SetPod(Role::kTrainer, 1, {.restart_count = 2, .last_exit = 0});
+  c.now += absl::Seconds(1);
+  a = c.Step();
+  EXPECT_EQ(c.Condition("NotLearning")["message"], "j-trainer-1: " + problem);
+  EXPECT_THAT(Reasons(a.events), Not(Contains("Warning/NotLearning")));
+
+  Cluster f = RunningCluster();
+  EXPECT_TRUE(f.Condition("NotLearning").is_null()) << "absent while every run learns";
+  f.SetPod(Role::kTrainer, 0,
+           {.ready = false, .restart_count = 0, .exit_now = kExitNotLearning, .message = problem});
+  a = f.Step();
+  EXPECT_EQ(f.status()["phase"], "Failed");
+  EXPECT_EQ(f.Condition("Failed")["reason"], "NotLearning");
+  EXPECT_THAT(f.Condition("Failed")["message"].get<std::string>(),
+              HasSubstr("j-trainer-0: " + problem));
+  EXPECT_EQ(f.Condition("NotLearning")["status"], "True");
+  EXPECT_THAT(Reasons(a.events), Contains("Warning/NotLearning"));
+  // An exit 3 without a message (the file was not there) fails it too.
+  Cluster g = RunningCluster();
+  g.SetPod(Role::kTrainer, 0, {.ready = false, .exit_now = kExitNotLearning});
+  g.Step();
+  EXPECT_EQ(g.Condition("Failed")["reason"], "NotLearning");
 }
 
 TEST(ReconcileTest, BackoffLimitExceededFailsTheJobAndStopsThePods) {

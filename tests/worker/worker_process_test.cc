@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -312,6 +314,51 @@ TEST_F(WorkerProcessTest, MetricsExposeLossAndTheRunsExampleTarget) {
   EXPECT_LT(*exposed, 2.0);
   EXPECT_NEAR(*exposed, logloss, 1e-6 * logloss);
   EXPECT_TRUE(Sample(text, R"(shadowsync_trainer_train_ne{trainer="0"})").has_value()) << text;
+}
+
+// Labels drawn at random: nothing to learn. The learning check says so in
+// the report and in /metrics while training; with `fail` the trainer stops
+// there instead of training its whole share.
+TEST_F(WorkerProcessTest, ARunThatIsNotLearningSaysSoAndStopsWhenAskedTo) {
+  // Each run draws its own labels: the parameter server keeps the rows the
+  // first run fitted to its labels, which say nothing about the second's.
+  auto random_labels = [&](unsigned seed) {
+    const std::string path = absl::StrCat(dir_, "/random", seed, ".tsv");
+    std::ifstream in(dir_ + "/train.tsv");
+    std::ofstream out(path);
+    std::mt19937 gen(seed);
+    std::bernoulli_distribution click(0.25);
+    for (std::string line; std::getline(in, line);) {
+      line[0] = click(gen) ? '1' : '0';
+      out << line << '\n';
+    }
+    return path;
+  };
+  spec_.trainer.lr_warmup_steps = 0;
+  spec_.trainer.learning_check.after_examples = 1000;
+  int64_t examples[2] = {0, 0};
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "fail" : "warn");
+    spec_.trainer.learning_check.fail = fail;
+    WorkerOptions o = Solo("");
+    o.data = {random_labels(fail ? 2 : 1)};
+    o.metrics_address = "127.0.0.1:0";
+    int port = 0;
+    o.on_ready = [&](int p) { port = p; };
+    std::string text;
+    o.on_progress = [&](const Progress& p) {
+      if (p.learning_problem.empty() || !text.empty()) return;
+      ASSERT_EQ(testing::HttpGet(port, "/metrics", &text), 200);
+    };
+    auto report = RunWorker(o);
+    SS_ASSERT_OK(report);
+    EXPECT_THAT(report->train.learning_problem, ::testing::HasSubstr("not learning: train NE"));
+    if (!fail) {  // A stopped run may end before its next progress report.
+      EXPECT_EQ(Sample(text, R"(shadowsync_trainer_not_learning{trainer="0"})"), 1) << text;
+    }
+    examples[fail] = report->train.examples;
+  }
+  EXPECT_LT(examples[true], examples[false]) << "the failing run trained its whole share";
 }
 
 // /metrics after each evaluation on the held-out data: NE, AUC and
