@@ -190,6 +190,10 @@ inline constexpr std::string_view kTlsCertKey = "tls.crt";
 inline constexpr std::string_view kTlsKeyKey = "tls.key";
 // Where the pods find them.
 inline constexpr std::string_view kCredentialsMountPath = "/etc/shadowsync/credentials";
+// Where a trainer's container writes why it ended (its run not learning,
+// common/exit_codes.h): the container's terminationMessagePath, passed to
+// `shadowsync pod` too.
+inline constexpr std::string_view kTerminationMessagePath = "/dev/termination-log";
 // The argument that hands a pod the admin token; UsesCredentials looks for it.
 inline constexpr std::string_view kAdminTokenFileArg = "--admin-token-file=";
 // Whether a job's pods get its credentials: options.credentials, for a new

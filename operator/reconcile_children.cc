@@ -221,6 +221,9 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
   }
   const bool warm_start = role == Role::kTrainer && !ref.init_claim.empty();
   if (warm_start) args.push_back(absl::StrCat("--init-dir=", Av(kInitMount)));
+  if (role == Role::kTrainer) {
+    args.push_back(absl::StrCat("--termination-message=", Av(kTerminationMessagePath)));
+  }
   ports.push_back({{"name", "metrics"}, {"containerPort", opt.metrics_port}, {"protocol", "TCP"}});
   // Security: file paths only (the token never appears in the pod spec).
   // The job's credentials Secret fills in what spec.security leaves out.
@@ -266,6 +269,8 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                     {"args", std::move(args)},
                     {"ports", std::move(ports)},
                     {"resources", DefaultResources(spec, role)},
+                    {"terminationMessagePath", kTerminationMessagePath},
+                    {"terminationMessagePolicy", "File"},
                     {"env",
                      {field_env("POD_NAME", "metadata.name"),
                       field_env("POD_NAMESPACE", "metadata.namespace"),

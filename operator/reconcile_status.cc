@@ -113,7 +113,9 @@ RoleCounts CountPods(const Observed& o, const JobRef& ref, Role role) {
       if (!problem.empty()) {
         counts.learning_problem = absl::StrCat(StringField(meta, "name"), ": ", problem);
       }
-      counts.stopped_not_learning |= exit_latest_dead == kExitNotLearning;
+      // Whether or not the container was started again since.
+      counts.stopped_not_learning |=
+          exit_latest_dead == kExitNotLearning || exit_last == kExitNotLearning;
     }
   }
   return counts;

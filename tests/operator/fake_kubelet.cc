@@ -175,6 +175,13 @@ void FakeKubelet::SyncPod(Pod& pod, const json& sts) {
     int status = 0;
     if (waitpid(pod.pid, &status, WNOHANG) == pod.pid) {
       pod.last_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      // The kubelet keeps the first 4096 bytes.
+      if (!pod.termination_file.empty()) {
+        std::ifstream in(pod.termination_file);
+        pod.last_message.assign(4096, '\0');
+        in.read(pod.last_message.data(), static_cast<std::streamsize>(pod.last_message.size()));
+        pod.last_message.resize(static_cast<size_t>(in.gcount()));
+      }
       pod.pid = 0;
       pod.ready = false;
       ++pod.restarts;
@@ -219,6 +226,10 @@ void FakeKubelet::PrepareProcess(Pod& pod, const json& spec) {
       }
     }
     arg = absl::StrReplaceAll(arg, {{"0.0.0.0:", pod.ip + ":"}});
+    if (arg.starts_with("--termination-message=")) {
+      pod.termination_file = pod.dir + "/termination-log";
+      arg = "--termination-message=" + pod.termination_file;
+    }
     pod.args.push_back(arg);
   }
 }
@@ -468,6 +479,7 @@ void FakeKubelet::StartContainer(Pod& pod) {
   const std::string log = pod.dir + "/container.log";
   std::vector<std::string> argv;
   if (!containers()) argv.push_back(options_.binary);
+  if (!pod.termination_file.empty()) std::ofstream(pod.termination_file, std::ios::trunc);
   argv.insert(argv.end(), pod.args.begin(), pod.args.end());
   // Its own process group: a stop reaches the pod command and its child.
   absl::StatusOr<pid_t> pid = Spawn(
@@ -525,6 +537,9 @@ void FakeKubelet::PublishPod(const Pod& pod, const json& sts) {
                                                  : json{{"waiting", {{"reason", "Restarting"}}}}}};
   if (pod.last_exit >= 0) {
     container_status["lastState"] = {{"terminated", {{"exitCode", pod.last_exit}}}};
+    if (!pod.last_message.empty()) {
+      container_status["lastState"]["terminated"]["message"] = pod.last_message;
+    }
   }
   if (!pod.config_error.empty()) {
     container_status["state"] = {

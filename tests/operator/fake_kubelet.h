@@ -14,8 +14,8 @@
 // Either way it writes the ConfigMap volume's files (and rewrites them when
 // the ConfigMap changes, as the kubelet does) and keeps the Pod object
 // current: phase, podIP, Ready from the readiness probe's HTTP GET,
-// restartCount and lastState.terminated.exitCode (restartPolicy Always: a
-// container that ends is started again). It scales pods up and down with
+// restartCount and lastState.terminated.exitCode and (processes) .message
+// (restartPolicy Always: a container that ends is started again). It scales pods up and down with
 // spec.replicas, updates the StatefulSet's status, and stops the pods of a
 // deleted StatefulSet.
 #ifndef SHADOWSYNC_TESTS_OPERATOR_FAKE_KUBELET_H_
@@ -86,6 +86,10 @@ class FakeKubelet {
     pid_t pid = 0;
     int restarts = 0;
     int last_exit = -1;
+    // Processes: the file --termination-message names (the container's
+    // terminationMessagePath, fresh for each start) and what the last run
+    // left in it, published as lastState.terminated.message.
+    std::string termination_file, last_message;
     bool ready = false;
     bool created = false;      // the Pod object exists
     bool prepared = false;     // args and volumes set up from the pod spec

@@ -424,6 +424,35 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   operators_.clear();
 }
 
+// Random labels (nothing to learn) and spec.trainer.learningCheck.fail: the
+// trainer stops with exit 3, its pod writes why to the container's
+// termination message, and the operator fails the job at once with reason
+// NotLearning and sets the NotLearning condition from that message.
+TEST_F(OperatorE2eTest, ATrainerThatIsNotLearningFailsTheJob) {
+  const std::string data = dir_.File("random.tsv");
+  ASSERT_EQ(std::system((Bin() + " gen-data --out " + data + ".tmp --examples 20000 --seed 3 " +
+                         ">/dev/null && awk 'BEGIN { srand(1); FS = OFS = \"\\t\" } "
+                         "{ $1 = rand() < 0.25 ? 1 : 0; print }' " +
+                         data + ".tmp > " + data)
+                            .c_str()),
+            0);
+  StartOperator(/*leader_elect=*/false);
+  json job = testing::JobJson("nl", 20000, 1, 1);
+  job["spec"]["data"] = {{"format", "criteo-tsv"}, {"paths", {data}}};
+  // Judged from examples 6400-12800: the warm-up is 100 steps of 64.
+  job["spec"]["trainer"]["learningCheck"] = {{"afterExamples", 4000}, {"fail", true}};
+  ASSERT_TRUE(api_->Create(kJobs, job).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("nl") == "Failed"; }, std::chrono::seconds(120)))
+      << JobObject("nl").dump(2);
+  const json failed = Condition("nl", "Failed");
+  EXPECT_EQ(failed["reason"], "NotLearning") << failed.dump();
+  EXPECT_THAT(failed["message"].get<std::string>(),
+              ::testing::HasSubstr("nl-trainer-0: not learning: the model is not learning: "
+                                   "train NE"));
+  EXPECT_EQ(Condition("nl", "NotLearning")["status"], "True");
+  EXPECT_LE(JobObject("nl")["status"].value("restarts", 0), 1) << "retried before failing";
+}
+
 // spec.export (docs/export.md): the operator creates the export claim, kept
 // after the job; an export-request annotation made at creation is answered
 // by trainer 0 while the job trains; the final export, taken once every

@@ -994,11 +994,16 @@ TEST(ReconcileTest, ATrainerThatIsNotLearningSetsAConditionOrFailsTheJob) {
               HasSubstr("j-trainer-0: " + problem));
   EXPECT_EQ(f.Condition("NotLearning")["status"], "True");
   EXPECT_THAT(Reasons(a.events), Contains("Warning/NotLearning"));
-  // An exit 3 without a message (the file was not there) fails it too.
+  // An exit 3 without a message (the file was not there) fails it too, and
+  // so does one the container was already restarted after.
   Cluster g = RunningCluster();
   g.SetPod(Role::kTrainer, 0, {.ready = false, .exit_now = kExitNotLearning});
   g.Step();
   EXPECT_EQ(g.Condition("Failed")["reason"], "NotLearning");
+  Cluster h = RunningCluster();
+  h.SetPod(Role::kTrainer, 1, {.restart_count = 1, .last_exit = kExitNotLearning});
+  h.Step();
+  EXPECT_EQ(h.Condition("Failed")["reason"], "NotLearning");
 }
 
 TEST(ReconcileTest, BackoffLimitExceededFailsTheJobAndStopsThePods) {
