@@ -80,6 +80,32 @@ TEST_F(CliTest, TrainSaysWhenTheRunIsNotLearning) {
   EXPECT_EQ(report["learning_problem"], "");
 }
 
+// The new flags' bad values are refused with exit 2 and a message naming
+// the flag or the field, before anything is written.
+TEST_F(CliTest, WarmupAndHeldOutFlagsRefuseBadValuesClearly) {
+  struct Case {
+    std::string args, message;
+  };
+  const std::string out_file = dir_.File("d.tsv");
+  for (const Case& c : std::vector<Case>{
+           {" train --data " + out_file + " --lr-warmup-steps -1",
+            "--lr-warmup-steps: must be >= 0, got -1"},
+           {" gen-data --out " + out_file + " --examples 10 --eval-examples -1",
+            "eval_examples must not be negative, got -1"},
+           {" gen-data --out " + out_file + " --examples 10 --eval-examples 5 --eval-out " +
+                out_file,
+            "eval_out_path must be set, and differ from out_path"},
+           {" gen-data --out " + out_file + " --examples 10 --eval-examples 5 --eval-out " +
+                dir_.File("e.tsv.gz"),
+            "both end in .gz, or neither"},
+       }) {
+    std::string out;
+    EXPECT_EQ(RunShell(Bin() + c.args, &out), 2) << c.args << "\n" << out;
+    EXPECT_THAT(out, ::testing::HasSubstr(c.message)) << c.args;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out_file)) << "a refused gen-data wrote its output";
+}
+
 TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   std::string out;
   // Held-out examples from the same teacher, into train.eval.tsv by default.

@@ -40,7 +40,7 @@ TEST(LearningCheckTest, ANonFiniteLossIsReportedOnceWithItsExamples) {
   EXPECT_EQ(check.Add(Batch(50, std::nanf(""))), std::nullopt) << "reported once";
 }
 
-TEST(LearningCheckTest, ABaseRateWindowAfterTheWarmUpIsReported) {
+TEST(LearningCheckTest, ABaseRateWindowEndingAtAfterExamplesIsReported) {
   LearningCheck check({.after_examples = 1000, .max_train_ne = 0.99});
   // Windows of 500: [0, 500) ends before 1000 and is not judged, however bad.
   for (int i = 0; i < 5; ++i) EXPECT_EQ(check.Add(Batch(100, 0.25f)), std::nullopt);
