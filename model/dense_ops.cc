@@ -47,14 +47,14 @@ void SumColumns(const float* dy, int batch, int out, float* db) {
 
 void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
                    float* y) {
-  FillBias(b, batch, out, y);
-  Gemm(false, true, batch, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
+  if (b != nullptr) FillBias(b, batch, out, y);
+  Gemm(false, true, batch, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out);
 }
 
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
                     float* dx, float* dw, float* db) {
   Gemm(true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
-  SumColumns(dy, batch, out, db);
+  if (db != nullptr) SumColumns(dy, batch, out, db);
   if (dx != nullptr) Gemm(false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
@@ -160,15 +160,15 @@ void Bf16Gemm::Run(bool trans_a, bool trans_b, int m, int n, int k, const Bf16* 
 
 void LinearForwardBf16(const Bf16* x, int batch, int in, int out, const Bf16* w, const float* b,
                        float* y, Bf16Gemm& gemm) {
-  FillBias(b, batch, out, y);
-  gemm.Run(false, true, batch, out, in, x, in, w, in, 1.0f, y, out);
+  if (b != nullptr) FillBias(b, batch, out, y);
+  gemm.Run(false, true, batch, out, in, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out);
 }
 
 void LinearBackwardBf16(const Bf16* x, const float* dy, Bf16* dy16, int batch, int in, int out,
                         const Bf16* w, float* dx, float* dw, float* db, Bf16Gemm& gemm) {
   ToBf16(dy, static_cast<long>(batch) * out, dy16);
   gemm.Run(true, false, out, in, batch, dy16, out, x, in, 0.0f, dw, in);
-  SumColumns(dy, batch, out, db);
+  if (db != nullptr) SumColumns(dy, batch, out, db);
   if (dx != nullptr) gemm.Run(false, false, batch, in, out, dy16, out, w, in, 0.0f, dx, in);
 }
 

@@ -19,12 +19,13 @@ void UseSingleThreadedBlas();
 void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
 
-// y (batch x out) = x (batch x in) * W^T + b, with W out x in.
+// y (batch x out) = x (batch x in) * W^T + b, with W out x in; no bias when b
+// is null.
 void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
                    float* y);
 
 // Given dy (batch x out): dw = dy^T x and db = column sums of dy (both
-// overwritten), and dx = dy W when dx is not null.
+// overwritten; db only when not null), and dx = dy W when dx is not null.
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
                     float* dx, float* dw, float* db);
 

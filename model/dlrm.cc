@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/status_macros.h"
 #include "model/dense_ops.h"
 #include "nlohmann/json.hpp"
 
@@ -32,15 +33,33 @@ absl::Status DlrmConfig::Validate() const {
           absl::StrCat("model.topMlp[", i, "]: must be >= 1, got ", top_mlp[i]));
     }
   }
+  if (interaction == Interaction::kDcn) {
+    if (auto s = positive("model.dcn.layers", dcn_layers); !s.ok()) return s;
+    if (auto s = positive("model.dcn.lowRank", dcn_low_rank); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
+absl::StatusOr<Interaction> ParseInteraction(std::string_view name, std::string_view field) {
+  if (name == "dot") return Interaction::kDot;
+  if (name == "dcn") return Interaction::kDcn;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(field), ": '", std::string(name), "' is not one of dot, dcn"));
+}
+
+std::string_view InteractionName(Interaction interaction) {
+  return interaction == Interaction::kDcn ? "dcn" : "dot";
+}
+
 nlohmann::json DlrmConfigToJson(const DlrmConfig& c) {
-  return {{"denseFeatures", c.num_dense},
-          {"embeddingDim", c.embedding_dim},
-          {"bottomMlp", c.bottom_mlp},
-          {"topMlp", c.top_mlp},
-          {"numTables", c.num_tables}};
+  nlohmann::json json = {
+      {"denseFeatures", c.num_dense}, {"embeddingDim", c.embedding_dim},
+      {"bottomMlp", c.bottom_mlp},    {"topMlp", c.top_mlp},
+      {"numTables", c.num_tables},    {"interaction", InteractionName(c.interaction)}};
+  if (c.interaction == Interaction::kDcn) {
+    json["dcn"] = {{"layers", c.dcn_layers}, {"lowRank", c.dcn_low_rank}};
+  }
+  return json;
 }
 
 absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config) {
@@ -51,6 +70,13 @@ absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config) 
     c.bottom_mlp = json.at("bottomMlp").get<std::vector<int>>();
     c.top_mlp = json.at("topMlp").get<std::vector<int>>();
     c.num_tables = json.at("numTables").get<int>();
+    // Files written before DCN-v2 have no "interaction": they are dot models.
+    SS_ASSIGN_OR_RETURN(c.interaction, ParseInteraction(json.value("interaction", "dot"),
+                                                        "model config: interaction"));
+    if (c.interaction == Interaction::kDcn) {
+      c.dcn_layers = json.at("dcn").at("layers").get<int>();
+      c.dcn_low_rank = json.at("dcn").at("lowRank").get<int>();
+    }
     if (auto s = c.Validate(); !s.ok()) return s;
     *config = std::move(c);
     return absl::OkStatus();
@@ -102,10 +128,27 @@ int MaxWidth(const std::vector<LayerShape>& layers) {
 
 }  // namespace
 
+// The layout is bottom, cross (kDcn only), top: a dot model's is what it
+// was before cross layers existed.
 Dlrm::Dlrm(DlrmConfig config) : config_(std::move(config)) {
   int64_t offset = 0;
   bottom_ = BuildLayers(config_.num_dense, config_.bottom_mlp, config_.embedding_dim,
                         /*relu_last=*/true, &offset);
+  if (config_.interaction == Interaction::kDcn) {
+    const int n = interaction_width(), r = config_.dcn_low_rank;
+    for (int l = 0; l < config_.dcn_layers; ++l) {
+      CrossLayerShape c;
+      c.down = {.in = n, .out = r, .w_offset = offset, .relu = false, .bias = false};
+      offset += static_cast<int64_t>(n) * r;
+      c.up = {.in = r,
+              .out = n,
+              .w_offset = offset,
+              .b_offset = offset + int64_t{r} * n,
+              .relu = false};
+      offset = c.up.b_offset + n;
+      cross_.push_back(c);
+    }
+  }
   top_ = BuildLayers(interaction_width(), config_.top_mlp, 1, /*relu_last=*/false, &offset);
   num_params_ = offset;
 }
@@ -113,21 +156,29 @@ Dlrm::Dlrm(DlrmConfig config) : config_(std::move(config)) {
 Dlrm::~Dlrm() = default;
 
 int Dlrm::interaction_width() const {
-  return InteractionWidth(NumFeatureVectors(config_), config_.embedding_dim);
+  const int f = NumFeatureVectors(config_), d = config_.embedding_dim;
+  return config_.interaction == Interaction::kDcn ? f * d : InteractionWidth(f, d);
 }
 
 double Dlrm::FlopsPerExample() const {
   double flops = 0;
   bool first = true;
-  for (const auto* layers : {&bottom_, &top_}) {
-    for (const auto& l : *layers) {
-      const double macs = static_cast<double>(l.in) * l.out;
-      // Forward, weight gradient, and input gradient (skipped for the first
-      // layer, whose input is data).
-      flops += 2 * macs * (first ? 2 : 3);
-      first = false;
-    }
+  auto add = [&](const LayerShape& l) {
+    const double macs = static_cast<double>(l.in) * l.out;
+    // Forward, weight gradient, and input gradient (skipped for the first
+    // layer, whose input is data).
+    flops += 2 * macs * (first ? 2 : 3);
+    first = false;
+  };
+  for (const auto& l : bottom_) add(l);
+  for (const auto& c : cross_) {
+    add(c.down);
+    add(c.up);
+    // x0 * v + x forward; x0 * g and v * g backward.
+    flops += 2.0 * c.up.out * 2;
   }
+  for (const auto& l : top_) add(l);
+  if (config_.interaction == Interaction::kDcn) return flops;
   const int f = NumFeatureVectors(config_);
   const double dot_macs = f * (f - 1) / 2.0 * config_.embedding_dim;
   return flops + 2 * dot_macs * 3;  // one forward dot, two backward products
@@ -142,16 +193,21 @@ void Dlrm::InitParams(uint64_t seed, std::span<float> params) const {
     return static_cast<float>(stddev * std::sqrt(-2 * std::log(u1)) *
                               std::cos(2 * std::numbers::pi * u2));
   };
-  for (const auto* layers : {&bottom_, &top_}) {
-    for (const auto& l : *layers) {
-      const double w_std = std::sqrt(2.0 / (l.in + l.out));
-      for (int64_t i = 0; i < static_cast<int64_t>(l.in) * l.out; ++i) {
-        params[l.w_offset + i] = normal(w_std);
-      }
-      const double b_std = std::sqrt(1.0 / l.out);
-      for (int i = 0; i < l.out; ++i) params[l.b_offset + i] = normal(b_std);
+  auto init = [&](const LayerShape& l, bool zero_bias) {
+    const double w_std = std::sqrt(2.0 / (l.in + l.out));
+    for (int64_t i = 0; i < static_cast<int64_t>(l.in) * l.out; ++i) {
+      params[l.w_offset + i] = normal(w_std);
     }
+    if (!l.bias) return;
+    const double b_std = std::sqrt(1.0 / l.out);
+    for (int i = 0; i < l.out; ++i) params[l.b_offset + i] = zero_bias ? 0.0f : normal(b_std);
+  };
+  for (const auto& l : bottom_) init(l, false);
+  for (const auto& c : cross_) {
+    init(c.down, true);
+    init(c.up, true);
   }
+  for (const auto& l : top_) init(l, false);
 }
 
 std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecision precision) const {
@@ -163,8 +219,15 @@ std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecisio
   for (const auto& l : top_) ws->top_out.emplace_back(b * l.out);
   ws->z.resize(b * NumFeatureVectors(config_) * config_.embedding_dim);
   ws->dz.resize(ws->z.size());
-  ws->interaction.resize(b * interaction_width());
-  const int width = std::max({MaxWidth(bottom_), MaxWidth(top_), interaction_width()});
+  int width = std::max({MaxWidth(bottom_), MaxWidth(top_), interaction_width()});
+  if (cross_.empty()) ws->interaction.resize(b * interaction_width());
+  for (const auto& c : cross_) {
+    ws->cross_u.emplace_back(b * c.down.out);
+    ws->cross_v.emplace_back(b * c.up.out);
+    ws->cross_out.emplace_back(b * c.up.out);
+    width = std::max(width, c.down.out);
+  }
+  if (!cross_.empty()) ws->cross_g.resize(b * interaction_width());
   ws->delta_a.resize(b * width);
   ws->delta_b.resize(b * width);
   if (precision == DensePrecision::kBf16) {
@@ -175,6 +238,12 @@ std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecisio
     for (const auto& l : top_) {
       ws->top_in16.emplace_back(b * l.in);
       ws->top_w16.emplace_back(static_cast<size_t>(l.in) * l.out);
+    }
+    for (const auto& c : cross_) {
+      for (const LayerShape* l : {&c.down, &c.up}) {
+        ws->cross_in16.emplace_back(b * l->in);
+        ws->cross_w16.emplace_back(static_cast<size_t>(l->in) * l->out);
+      }
     }
     ws->delta16.resize(b * width);
     ws->gemm16 = std::make_unique<Bf16Gemm>();
@@ -188,15 +257,82 @@ namespace {
 // in16 and w16 keep the rounded input and weights for the backward pass.
 void ForwardLayer(const LayerShape& s, const float* params, const float* x, int B, float* y,
                   Dlrm::Workspace* ws, std::vector<Bf16>* in16, std::vector<Bf16>* w16) {
+  const float* bias = s.bias ? params + s.b_offset : nullptr;
   if (ws->precision == DensePrecision::kBf16) {
     ToBf16(x, static_cast<long>(B) * s.in, in16->data());
     ToBf16(params + s.w_offset, static_cast<long>(s.in) * s.out, w16->data());
-    LinearForwardBf16(in16->data(), B, s.in, s.out, w16->data(), params + s.b_offset, y,
-                      *ws->gemm16);
+    LinearForwardBf16(in16->data(), B, s.in, s.out, w16->data(), bias, y, *ws->gemm16);
   } else {
-    LinearForward(x, B, s.in, s.out, params + s.w_offset, params + s.b_offset, y);
+    LinearForward(x, B, s.in, s.out, params + s.w_offset, bias, y);
   }
   if (s.relu) ReluInPlace(y, static_cast<long>(B) * s.out);
+}
+
+// One layer's backward pass, after its ReLU's (if any): `dy` is d(loss)/d(output);
+// writes the weight and bias gradients into dense_grad and, when dx is not
+// null, d(loss)/d(input).
+void BackwardLayer(const LayerShape& s, const float* params, const float* x, const Bf16* in16,
+                   const Bf16* w16, const float* dy, int B, float* dx, float* dense_grad,
+                   Dlrm::Workspace* ws) {
+  float* db = s.bias ? dense_grad + s.b_offset : nullptr;
+  if (ws->precision == DensePrecision::kBf16) {
+    LinearBackwardBf16(in16, dy, ws->delta16.data(), B, s.in, s.out, w16, dx,
+                       dense_grad + s.w_offset, db, *ws->gemm16);
+  } else {
+    LinearBackward(x, dy, B, s.in, s.out, params + s.w_offset, dx, dense_grad + s.w_offset, db);
+  }
+}
+
+// The cross layers' forward pass from x0 (B x n); returns the last output.
+const float* CrossForward(const std::vector<CrossLayerShape>& layers, const float* params,
+                          const float* x0, int B, Dlrm::Workspace* ws) {
+  const bool bf16 = ws->precision == DensePrecision::kBf16;
+  const float* x = x0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const CrossLayerShape& c = layers[l];
+    float* u = ws->cross_u[l].data();
+    float* v = ws->cross_v[l].data();
+    float* out = ws->cross_out[l].data();
+    ForwardLayer(c.down, params, x, B, u, ws, bf16 ? &ws->cross_in16[2 * l] : nullptr,
+                 bf16 ? &ws->cross_w16[2 * l] : nullptr);
+    ForwardLayer(c.up, params, u, B, v, ws, bf16 ? &ws->cross_in16[2 * l + 1] : nullptr,
+                 bf16 ? &ws->cross_w16[2 * l + 1] : nullptr);
+    const long size = static_cast<long>(B) * c.up.out;
+    for (long i = 0; i < size; ++i) out[i] = x0[i] * v[i] + x[i];
+    x = out;
+  }
+  return x;
+}
+
+// The cross layers' backward pass: from d(loss)/d(last output) (B x n) to
+// d(loss)/d(x0), written to dx0. x0 feeds every layer twice (the product and,
+// through the residual chain, the first input), so its gradient sums both.
+void CrossBackward(const std::vector<CrossLayerShape>& layers, const float* params, const float* x0,
+                   int B, const float* d_last, float* dx0, float* dense_grad, Dlrm::Workspace* ws) {
+  const bool bf16 = ws->precision == DensePrecision::kBf16;
+  const long size = static_cast<long>(B) * layers.front().up.out;
+  float* g = ws->cross_g.data();  // d(loss)/d(x_{l+1}), then d(loss)/d(x_l)
+  std::copy(d_last, d_last + size, g);
+  std::fill(dx0, dx0 + size, 0.0f);
+  float* dv = ws->delta_a.data();
+  float* du = ws->delta_b.data();
+  float* dx = ws->delta_a.data();  // dv is spent by the time dx is written
+  for (int l = static_cast<int>(layers.size()) - 1; l >= 0; --l) {
+    const CrossLayerShape& c = layers[l];
+    const float* x = l > 0 ? ws->cross_out[l - 1].data() : x0;
+    const float* v = ws->cross_v[l].data();
+    for (long i = 0; i < size; ++i) {
+      dv[i] = g[i] * x0[i];
+      dx0[i] += g[i] * v[i];
+    }
+    BackwardLayer(c.up, params, ws->cross_u[l].data(),
+                  bf16 ? ws->cross_in16[2 * l + 1].data() : nullptr,
+                  bf16 ? ws->cross_w16[2 * l + 1].data() : nullptr, dv, B, du, dense_grad, ws);
+    BackwardLayer(c.down, params, x, bf16 ? ws->cross_in16[2 * l].data() : nullptr,
+                  bf16 ? ws->cross_w16[2 * l].data() : nullptr, du, B, dx, dense_grad, ws);
+    for (long i = 0; i < size; ++i) g[i] += dx[i];
+  }
+  for (long i = 0; i < size; ++i) dx0[i] += g[i];
 }
 
 }  // namespace
@@ -232,10 +368,16 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
       }
     }
   }
-  InteractionForward(z, B, F, D, ws->interaction.data());
+  const float* top_input;
+  if (cross_.empty()) {
+    InteractionForward(z, B, F, D, ws->interaction.data());
+    top_input = ws->interaction.data();
+  } else {
+    top_input = CrossForward(cross_, params, z, B, ws);
+  }
 
   // Top MLP.
-  x = ws->interaction.data();
+  x = top_input;
   for (size_t l = 0; l < top_.size(); ++l) {
     float* y = ws->top_out[l].data();
     ForwardLayer(top_[l], params, x, B, y, ws, bf16 ? &ws->top_in16[l] : nullptr,
@@ -266,22 +408,20 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
       const LayerShape& s = layers[l];
       if (s.relu) ReluBackwardInPlace(outputs[l].data(), delta, static_cast<long>(B) * s.out);
       float* dx = l > 0 || need_input_grad ? delta_in : nullptr;
-      if (bf16) {
-        LinearBackwardBf16(in16[l].data(), delta, ws->delta16.data(), B, s.in, s.out, w16[l].data(),
-                           dx, dense_grad + s.w_offset, dense_grad + s.b_offset, *ws->gemm16);
-      } else {
-        const float* input = l > 0 ? outputs[l - 1].data() : stack_input;
-        LinearBackward(input, delta, B, s.in, s.out, params + s.w_offset, dx,
-                       dense_grad + s.w_offset, dense_grad + s.b_offset);
-      }
+      BackwardLayer(s, params, l > 0 ? outputs[l - 1].data() : stack_input,
+                    bf16 ? in16[l].data() : nullptr, bf16 ? w16[l].data() : nullptr, delta, B, dx,
+                    dense_grad, ws);
       std::swap(delta, delta_in);
     }
   };
-  backward(top_, ws->top_out, ws->interaction.data(), ws->top_in16, ws->top_w16,
-           /*need_input_grad=*/true);
+  backward(top_, ws->top_out, top_input, ws->top_in16, ws->top_w16, /*need_input_grad=*/true);
 
   float* dz = ws->dz.data();
-  InteractionBackward(z, delta, B, F, D, dz);
+  if (cross_.empty()) {
+    InteractionBackward(z, delta, B, F, D, dz);
+  } else {
+    CrossBackward(cross_, params, z, B, delta, dz, dense_grad, ws);
+  }
 
   // Embedding row gradients: each occurrence adds its example's dz slice.
   for (int t = 0; t < config_.num_tables; ++t) {

@@ -1,6 +1,7 @@
 // The DLRM-style CTR model (DESIGN.md §3): dense features -> bottom MLP; one
-// pooled embedding per table; pairwise dots of the bottom output and the
-// embeddings; top MLP -> logit; binary cross-entropy.
+// pooled embedding per table; an interaction of the bottom output and the
+// embeddings (pairwise dots, or DCN-v2's cross layers); top MLP -> logit;
+// binary cross-entropy.
 //
 // All dense parameters live in one flat float vector (layer by layer: W then
 // b), so trainers can snapshot, average and range-partition them as one
@@ -28,6 +29,21 @@
 
 namespace shadowsync::model {
 
+// How the bottom MLP's output and the pooled embeddings meet before the top MLP.
+enum class Interaction {
+  // DLRM: the bottom output followed by every pairwise dot product.
+  kDot,
+  // DCN-v2, the interaction of DLRMv2 (MLPerf) and TorchRec's DLRM_DCN: over
+  // x0, the concatenated bottom output and embeddings (width n), low-rank
+  // cross layers x_{l+1} = x0 * (U_l (V_l x_l) + b_l) + x_l, with V_l r x n
+  // and U_l n x r; the top MLP reads the last x.
+  kDcn,
+};
+
+// "dot" or "dcn"; InvalidArgument naming `field` otherwise.
+absl::StatusOr<Interaction> ParseInteraction(std::string_view name, std::string_view field);
+std::string_view InteractionName(Interaction interaction);
+
 struct DlrmConfig {
   int num_dense = 13;      // Dense input features.
   int embedding_dim = 16;  // Width of every embedding and of the bottom output.
@@ -35,6 +51,9 @@ struct DlrmConfig {
                                  64};     // Hidden widths; a final layer of embedding_dim follows.
   std::vector<int> top_mlp = {512, 256};  // Hidden widths; a final layer of width 1 follows.
   int num_tables = 26;                    // Sparse features, one embedding table each.
+  Interaction interaction = Interaction::kDot;
+  int dcn_layers = 3;      // kDcn: cross layers.
+  int dcn_low_rank = 512;  // kDcn: r, the inner width of each layer's U V factorisation.
 
   // InvalidArgument naming the field for a shape that cannot be built.
   absl::Status Validate() const;
@@ -62,6 +81,14 @@ struct LayerShape {
   int64_t w_offset = 0;  // out x in, row-major.
   int64_t b_offset = 0;  // out.
   bool relu = true;      // ReLU after this layer.
+  bool bias = true;      // Whether b is there (b_offset unused when not).
+};
+
+// One DCN-v2 cross layer as two linear layers: `down` (V, n -> r, no bias)
+// and `up` (U and b, r -> n).
+struct CrossLayerShape {
+  LayerShape down;
+  LayerShape up;
 };
 
 // One table's sparse input for a batch of B examples: example b pools (sums)
@@ -95,13 +122,17 @@ class Dlrm {
   const DlrmConfig& config() const { return config_; }
   const std::vector<LayerShape>& bottom_layers() const { return bottom_; }
   const std::vector<LayerShape>& top_layers() const { return top_; }
+  // Empty unless config().interaction is kDcn.
+  const std::vector<CrossLayerShape>& cross_layers() const { return cross_; }
   int64_t num_params() const { return num_params_; }
+  // The width of the interaction's output, which the top MLP reads.
   int interaction_width() const;
   // Floating-point operations of one example's forward and backward pass, as computed.
   double FlopsPerExample() const;
 
   // The DLRM reference initialisation: W ~ N(0, sqrt(2 / (in + out))),
-  // b ~ N(0, sqrt(1 / out)); deterministic for a seed.
+  // b ~ N(0, sqrt(1 / out)); cross layers as TorchRec's: U and V the same
+  // (Xavier normal), b = 0. Deterministic for a seed.
   void InitParams(uint64_t seed, std::span<float> params) const;
 
   // Scratch buffers for batches of up to max_batch examples: one per thread.
@@ -110,9 +141,15 @@ class Dlrm {
     DensePrecision precision = DensePrecision::kFp32;
     std::vector<std::vector<float>> bottom_out, top_out;  // post-activation outputs
     std::vector<float> z, dz, interaction, delta_a, delta_b;
+    // kDcn: per cross layer, V x (u), U u + b (v) and the layer's output; the
+    // gradient flowing down the stack (cross_g).
+    std::vector<std::vector<float>> cross_u, cross_v, cross_out;
+    std::vector<float> cross_g;
     // kBf16 only: each layer's input and weights as rounded in the forward
     // pass (the backward pass reuses them), the output gradient, and the GEMM.
-    std::vector<std::vector<Bf16>> bottom_in16, top_in16, bottom_w16, top_w16;
+    // Cross layers keep two entries each: down, then up.
+    std::vector<std::vector<Bf16>> bottom_in16, top_in16, bottom_w16, top_w16, cross_in16,
+        cross_w16;
     std::vector<Bf16> delta16;
     std::unique_ptr<Bf16Gemm> gemm16;
   };
@@ -131,6 +168,7 @@ class Dlrm {
   DlrmConfig config_;
   std::vector<LayerShape> bottom_;
   std::vector<LayerShape> top_;
+  std::vector<CrossLayerShape> cross_;
   int64_t num_params_ = 0;
 };
 

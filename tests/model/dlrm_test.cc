@@ -13,9 +13,10 @@ namespace {
 
 // A small model and a multi-hot batch (variable ids per example, a repeated
 // row), so pooling and gradient accumulation over occurrences are exercised.
-class DlrmTest : public ::testing::Test {
+// Each test runs for both interactions.
+class DlrmTest : public ::testing::TestWithParam<Interaction> {
  public:
-  DlrmTest() : model_(Config()) {
+  DlrmTest() : model_(Config(GetParam())) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> u(-1, 1);
     params_.resize(model_.num_params());
@@ -36,13 +37,16 @@ class DlrmTest : public ::testing::Test {
     }
   }
 
-  static DlrmConfig Config() {
+  static DlrmConfig Config(Interaction interaction = Interaction::kDot) {
     DlrmConfig c;
     c.num_dense = 3;
     c.embedding_dim = kDim;
     c.bottom_mlp = {5};
     c.top_mlp = {6};
     c.num_tables = 2;
+    c.interaction = interaction;
+    c.dcn_layers = 2;
+    c.dcn_low_rank = 5;
     return c;
   }
 
@@ -77,15 +81,56 @@ double NumericGrad(DlrmTest* t, std::vector<float>& v, size_t i, double (DlrmTes
   return (plus - minus) / (2.0 * eps);
 }
 
-TEST_F(DlrmTest, ParameterLayoutIsContiguous) {
+INSTANTIATE_TEST_SUITE_P(Interactions, DlrmTest,
+                         ::testing::Values(Interaction::kDot, Interaction::kDcn),
+                         [](const auto& info) { return std::string(InteractionName(info.param)); });
+
+TEST(DlrmLayoutTest, DotParameterLayoutIsContiguous) {
+  Dlrm model(DlrmTest::Config(Interaction::kDot));
   // bottom 3->5->4, top (4 + 3) -> 6 -> 1
-  EXPECT_EQ(model_.interaction_width(), 4 + 3);
-  EXPECT_EQ(model_.num_params(), (3 * 5 + 5) + (5 * 4 + 4) + (7 * 6 + 6) + (6 * 1 + 1));
-  EXPECT_FALSE(model_.top_layers().back().relu);
-  EXPECT_TRUE(model_.bottom_layers().back().relu);
+  EXPECT_EQ(model.interaction_width(), 4 + 3);
+  EXPECT_EQ(model.num_params(), (3 * 5 + 5) + (5 * 4 + 4) + (7 * 6 + 6) + (6 * 1 + 1));
+  EXPECT_FALSE(model.top_layers().back().relu);
+  EXPECT_TRUE(model.bottom_layers().back().relu);
+  EXPECT_TRUE(model.cross_layers().empty());
 }
 
-TEST_F(DlrmTest, FullModelGradientsMatchFiniteDifferences) {
+// Bottom, then per cross layer V (r x n) and U (n x r) with b (n), then top;
+// the top MLP reads the n = (1 + tables) * dim wide cross output.
+TEST(DlrmLayoutTest, DcnParameterLayoutPutsCrossLayersBetweenTheMlps) {
+  Dlrm model(DlrmTest::Config(Interaction::kDcn));
+  const int n = 3 * 4, r = 5;
+  EXPECT_EQ(model.interaction_width(), n);
+  const int64_t bottom = (3 * 5 + 5) + (5 * 4 + 4), cross = r * n + n * r + n;
+  EXPECT_EQ(model.num_params(), bottom + 2 * cross + (n * 6 + 6) + (6 * 1 + 1));
+  ASSERT_EQ(model.cross_layers().size(), 2u);
+  const CrossLayerShape& second = model.cross_layers()[1];
+  EXPECT_EQ(second.down.w_offset, bottom + cross);
+  EXPECT_FALSE(second.down.bias);
+  EXPECT_EQ(second.up.w_offset, bottom + cross + r * n);
+  EXPECT_EQ(second.up.b_offset, bottom + cross + 2 * r * n);
+  EXPECT_EQ(model.top_layers().front().w_offset, bottom + 2 * cross);
+  EXPECT_EQ(model.top_layers().front().in, n);
+}
+
+// TorchRec's LowRankCrossNet initialisation: U and V Xavier normal, b zero.
+TEST(DlrmLayoutTest, CrossLayersStartWithZeroBiasAndXavierWeights) {
+  DlrmConfig c;  // DLRM-small's shape: n = 27 * 16 = 432, r = 512
+  c.interaction = Interaction::kDcn;
+  Dlrm model(c);
+  std::vector<float> params(model.num_params());
+  model.InitParams(5, params);
+  for (const CrossLayerShape& layer : model.cross_layers()) {
+    for (int i = 0; i < layer.up.out; ++i) EXPECT_EQ(params[layer.up.b_offset + i], 0.0f);
+    double sum2 = 0;
+    const int64_t count = int64_t{layer.down.in} * layer.down.out;
+    for (int64_t i = 0; i < count; ++i)
+      sum2 += params[layer.down.w_offset + i] * params[layer.down.w_offset + i];
+    EXPECT_NEAR(std::sqrt(sum2 / count), std::sqrt(2.0 / (432 + 512)), 0.002);
+  }
+}
+
+TEST_P(DlrmTest, FullModelGradientsMatchFiniteDifferences) {
   auto ws = model_.NewWorkspace(kBatch);
   std::vector<float> probs(kBatch), dense_grad(model_.num_params());
   std::vector<float> row_grads[2] = {std::vector<float>(rows_[0].size()),
@@ -112,7 +157,7 @@ TEST_F(DlrmTest, FullModelGradientsMatchFiniteDifferences) {
 
 // bf16 GEMMs change only rounding: the same batch gives nearly the same loss,
 // probabilities and gradients as fp32, and evaluation works without labels.
-TEST_F(DlrmTest, Bf16StepMatchesFp32WithinRounding) {
+TEST_P(DlrmTest, Bf16StepMatchesFp32WithinRounding) {
   std::vector<float> probs32(kBatch), probs16(kBatch), grad32(model_.num_params()),
       grad16(model_.num_params());
   std::vector<float> rows32[2] = {std::vector<float>(rows_[0].size()),
@@ -156,7 +201,7 @@ TEST(DensePrecisionTest, ParsesNamesAndRejectsOthersNamingTheField) {
   EXPECT_NE(bad.status().message().find("fp16"), std::string::npos);
 }
 
-TEST_F(DlrmTest, ForwardWithoutLabelsGivesSameProbabilities) {
+TEST_P(DlrmTest, ForwardWithoutLabelsGivesSameProbabilities) {
   auto ws = model_.NewWorkspace(kBatch);
   std::vector<float> with_labels(kBatch), without(kBatch);
   model_.Step(params_.data(), Batch(), ws.get(), with_labels.data(), nullptr);
@@ -166,7 +211,7 @@ TEST_F(DlrmTest, ForwardWithoutLabelsGivesSameProbabilities) {
   for (int i = 0; i < kBatch; ++i) EXPECT_NEAR(with_labels[i], without[i], 1e-6);
 }
 
-TEST_F(DlrmTest, InitIsDeterministicAndSeedDependent) {
+TEST_P(DlrmTest, InitIsDeterministicAndSeedDependent) {
   std::vector<float> a(model_.num_params()), b(a.size()), c(a.size());
   model_.InitParams(7, a);
   model_.InitParams(7, b);
@@ -181,14 +226,48 @@ TEST(DlrmShapeTest, DlrmSmallHasAboutTwoPointNineMegaflopsPerExample) {
   EXPECT_NEAR(model.FlopsPerExample(), 2.85e6, 0.05e6);
 }
 
+// Three cross layers of 432 x 512 twice, forward and both backward GEMMs:
+// 3 * 2 * (2 * 432 * 512 * 3) = 8.0 MFLOP, and the top MLP reads 432 wide.
+TEST(DlrmShapeTest, DcnAddsItsCrossLayersFlops) {
+  DlrmConfig c;
+  c.interaction = Interaction::kDcn;
+  Dlrm dcn(c);
+  Dlrm dot{DlrmConfig{}};
+  const double top_growth = 2.0 * (432 - 367) * 512 * 3;
+  const double dots = 2.0 * (27 * 26 / 2) * 16 * 3;
+  EXPECT_NEAR(dcn.FlopsPerExample() - dot.FlopsPerExample(),
+              3 * 2 * (2.0 * 432 * 512 * 3) + top_growth - dots + 3 * 4 * 432, 1);
+}
+
 TEST(DlrmConfigTest, JsonRoundTripAndValidation) {
   DlrmConfig c;
   c.top_mlp = {7, 3};
   DlrmConfig back;
   ASSERT_TRUE(DlrmConfigFromJson(DlrmConfigToJson(c), &back).ok());
   EXPECT_EQ(back, c);
+  c.interaction = Interaction::kDcn;
+  c.dcn_layers = 2;
+  c.dcn_low_rank = 64;
+  EXPECT_EQ(DlrmConfigToJson(c)["dcn"], nlohmann::json({{"layers", 2}, {"lowRank", 64}}));
+  ASSERT_TRUE(DlrmConfigFromJson(DlrmConfigToJson(c), &back).ok());
+  EXPECT_EQ(back, c);
+  c.dcn_low_rank = 0;
+  EXPECT_EQ(c.Validate().message(), "model.dcn.lowRank: must be >= 1, got 0");
   c.bottom_mlp = {4, 0};
   EXPECT_EQ(c.Validate().message(), "model.bottomMlp[1]: must be >= 1, got 0");
+}
+
+// Models saved before DCN-v2 carry no "interaction": they load as dot models.
+TEST(DlrmConfigTest, JsonWithoutInteractionIsADotModel) {
+  nlohmann::json old = DlrmConfigToJson(DlrmConfig{});
+  old.erase("interaction");
+  DlrmConfig back;
+  back.interaction = Interaction::kDcn;
+  ASSERT_TRUE(DlrmConfigFromJson(old, &back).ok());
+  EXPECT_EQ(back, DlrmConfig{});
+  old["interaction"] = "cross";
+  EXPECT_EQ(DlrmConfigFromJson(old, &back).message(),
+            "model config: interaction: 'cross' is not one of dot, dcn");
 }
 
 }  // namespace
