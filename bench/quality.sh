@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Model quality after one pass, two checks:
+# Model quality after one pass, three checks:
 #  1. Real data: the Criteo sample (../shared/data/criteo/criteo_sample.tsv),
 #     first 90% of the lines -> train file, last 10% -> eval file; one pass of
-#     `shadowsync train` and of the PyTorch peer with the same hyperparameters;
-#     both eval AUC / NE and the gap (ours - torch).
+#     `shadowsync train` and of the PyTorch peer with the same hyperparameters,
+#     for each interaction (dot: DLRM's pairwise dots; dcn: DCN-v2 cross
+#     layers, DCN_LAYERS x DCN_LOW_RANK at learning rate DCN_LR, default 0.01,
+#     where it trains best; the peer with TorchRec's LowRankCrossNet formula),
+#     each with CRITEO_SEEDS initialisation seeds
+#     (default 3: one seed's AUC moves by about 0.001); the means of eval AUC /
+#     NE and the gaps (ours - torch, dcn - dot).
 #  2. Synthetic data with a planted teacher (`shadowsync gen-data`, 4.4M
 #     examples, seed 7, 2 Hogwild threads): ours trained on the first 90%,
 #     evaluated on the last 10%; eval NE divided by the teacher's NE (the best
@@ -24,11 +29,12 @@
 #                    [--train-fraction 0.9] [--data criteo_sample.tsv]
 #                    [--synth-examples 4400000] [--synth-seed 7] [--synth-threads 2]
 #                    [--precision fp32] [--lr-warmup-steps 100] [--grid-seeds 20] [--grid-synth-examples 200000]
+#                    [--criteo-seeds 3] [--dcn-layers 3] [--dcn-low-rank 512] [--dcn-lr 0.01]
 #
 # Environment variables of the same names work too (BATCH_SIZE, LR, OPTIMIZER,
 # HASH_BUCKETS, SEED, THREADS, TRAIN_FRACTION, DATA, SYNTH_EXAMPLES, SYNTH_SEED,
 # SYNTH_THREADS, PRECISION, LR_WARMUP_STEPS, GRID_SEEDS, GRID_SYNTH_EXAMPLES,
-# GRID_THREADS). --synth-examples 0 skips check 2. --precision is
+# GRID_THREADS, CRITEO_SEEDS, DCN_LAYERS, DCN_LOW_RANK, DCN_LR). --synth-examples 0 skips check 2. --precision is
 # the MLP GEMMs' (fp32, bf16 or auto): ours gets it as --dense-precision, and
 # the peer runs under torch.autocast(bfloat16) whenever ours resolves to bf16.
 #
@@ -38,7 +44,8 @@
 # at 0.05 would be mostly seed noise.
 #
 # The last line is machine-readable:
-#   RESULT name=quality ours_auc=.. torch_auc=.. auc_gap=.. ours_ne=.. torch_ne=..
+#   RESULT name=quality auc_dot=.. auc_dcn=.. peer_auc_dot=.. peer_auc_dcn=..
+#          auc_gap_dot=.. auc_gap_dcn=.. dcn_gain=.. ne_dot=.. ne_dcn=..
 #          synth_ne=.. teacher_ne=.. synth_ne_ratio=.. synth_examples=..
 #          seed_spread_ne=.. collapsed_runs=.. grid_runs=.. calibration_min=..
 #          calibration_max=..
@@ -64,10 +71,14 @@ LR_WARMUP_STEPS="${LR_WARMUP_STEPS:-100}"
 GRID_SEEDS="${GRID_SEEDS:-20}"
 GRID_THREADS="${GRID_THREADS:-1 2}"  # The grid's thread counts (a subset reruns part of it).
 GRID_SYNTH_EXAMPLES="${GRID_SYNTH_EXAMPLES:-200000}"
+CRITEO_SEEDS="${CRITEO_SEEDS:-3}"
+DCN_LAYERS="${DCN_LAYERS:-3}"
+DCN_LOW_RANK="${DCN_LOW_RANK:-512}"
+DCN_LR="${DCN_LR:-0.01}"
 
 parse_flags --batch-size --lr --optimizer --hash-buckets --seed --threads --train-fraction \
   --data --synth-examples --synth-seed --synth-threads --precision --grid-seeds \
-  --grid-synth-examples --lr-warmup-steps -- "$@"
+  --grid-synth-examples --lr-warmup-steps --criteo-seeds --dcn-layers --dcn-low-rank --dcn-lr -- "$@"
 SYNTH_THREADS="${SYNTH_THREADS:-$THREADS}"
 
 [[ -f "$DATA" ]] || die "Criteo sample not found at $DATA (expected ../shared/data/criteo/criteo_sample.tsv next to the repository; pass --data FILE to use another)"
@@ -79,8 +90,8 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$BENCH_TMP/quality"
 OUT="$BENCH_TMP/quality"
 
-hp_args=(--batch-size "$BATCH_SIZE" --lr "$LR" --lr-warmup-steps "$LR_WARMUP_STEPS" --optimizer "$OPTIMIZER"
-  --hash-buckets "$HASH_BUCKETS" --seed "$SEED" --preload)
+hp_args=(--batch-size "$BATCH_SIZE" --lr-warmup-steps "$LR_WARMUP_STEPS" --optimizer "$OPTIMIZER"
+  --hash-buckets "$HASH_BUCKETS" --preload)
 torch_precision=()
 case "$PRECISION" in
   fp32) ;;
@@ -92,42 +103,61 @@ echo "quality benchmark: one pass, batch=$BATCH_SIZE lr=$LR optimizer=$OPTIMIZER
   "hash_buckets=$HASH_BUCKETS seed=$SEED threads=$THREADS train_fraction=$TRAIN_FRACTION" \
   "precision=$PRECISION"
 
-# run_ours TRAIN EVAL THREADS JSON / run_torch TRAIN EVAL THREADS JSON
+# run_ours TRAIN EVAL THREADS JSON [FLAGS...] / run_torch TRAIN EVAL THREADS JSON [FLAGS...]
 run_ours() {
   local log="${4%.json}.log"
   "$SHADOWSYNC" train --data "$1" --eval-data "$2" --threads "$3" "${hp_args[@]}" \
-    --dense-precision "$PRECISION" --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
+    --dense-precision "$PRECISION" --report-json "$4" "${@:5}" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
   need_file "$4" "shadowsync report"
 }
 run_torch() {
   local log="${4%.json}.log"
   "$PY" "$TORCH_PEER" --data "$1" --eval-data "$2" --threads "$3" "${hp_args[@]}" \
-    "${torch_precision[@]}" --report-json "$4" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
+    "${torch_precision[@]}" --report-json "$4" "${@:5}" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
   need_file "$4" "torch peer report"
 }
 
-# ---- 1. Criteo sample, ours vs torch
+# ---- 1. Criteo sample, ours vs torch, dot vs dcn
 counts=$(split_file "$DATA" "$TRAIN_FRACTION" "$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv")
 read -r ntrain neval <<<"$counts"
 echo
-echo "1. $DATA: $ntrain train / $neval eval lines"
-run_ours "$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv" "$THREADS" "$OUT/criteo_ours.json"
-run_torch "$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv" "$THREADS" "$OUT/criteo_torch.json"
-
-printf '%-6s %9s %9s %9s %12s %10s\n' program eval_auc eval_ne train_ne eval_logloss "ex/s"
-for who in ours torch; do
-  j="$OUT/criteo_$who.json"
-  printf '%-6s %9s %9s %9s %12s %10s\n' "$who" \
-    "$(calc "$(json_get "$j" eval_auc)" .4f)" "$(calc "$(json_get "$j" eval_ne)" .4f)" \
-    "$(calc "$(json_get "$j" train_ne)" .4f)" "$(calc "$(json_get "$j" eval_logloss)" .4f)" \
-    "$(calc "$(json_get "$j" examples_per_second)" .0f)"
+echo "1. $DATA: $ntrain train / $neval eval lines; seeds $SEED..$((SEED + CRITEO_SEEDS - 1));" \
+  "dcn: $DCN_LAYERS layers, low rank $DCN_LOW_RANK, lr $DCN_LR"
+printf '%-6s %-4s %5s %9s %9s %9s %12s %10s\n' program int seed eval_auc eval_ne train_ne eval_logloss "ex/s"
+for ((s = SEED; s < SEED + CRITEO_SEEDS; ++s)); do
+  for interaction in dot dcn; do
+    lr=$LR
+    [[ "$interaction" == dot ]] || lr=$DCN_LR
+    flags=(--seed "$s" --lr "$lr" --interaction "$interaction" --dcn-layers "$DCN_LAYERS"
+      --dcn-low-rank "$DCN_LOW_RANK")
+    run_ours "$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv" "$THREADS" "$OUT/criteo_ours_${interaction}_s$s.json" "${flags[@]}"
+    run_torch "$WORK/criteo_train.tsv" "$WORK/criteo_eval.tsv" "$THREADS" "$OUT/criteo_torch_${interaction}_s$s.json" "${flags[@]}"
+    for who in ours torch; do
+      j="$OUT/criteo_${who}_${interaction}_s$s.json"
+      printf '%-6s %-4s %5s %9s %9s %9s %12s %10s\n' "$who" "$interaction" "$s" \
+        "$(calc "$(json_get "$j" eval_auc)" .4f)" "$(calc "$(json_get "$j" eval_ne)" .4f)" \
+        "$(calc "$(json_get "$j" train_ne)" .4f)" "$(calc "$(json_get "$j" eval_logloss)" .4f)" \
+        "$(calc "$(json_get "$j" examples_per_second)" .0f)"
+    done
+  done
 done
-ours_auc=$(calc "$(json_get "$OUT/criteo_ours.json" eval_auc)" .5f)
-torch_auc=$(calc "$(json_get "$OUT/criteo_torch.json" eval_auc)" .5f)
-ours_ne=$(calc "$(json_get "$OUT/criteo_ours.json" eval_ne)" .5f)
-torch_ne=$(calc "$(json_get "$OUT/criteo_torch.json" eval_ne)" .5f)
-auc_gap=$(calc "$ours_auc - $torch_auc" +.5f)
-echo "AUC gap (ours - torch): $auc_gap   NE gap (ours - torch): $(calc "$ours_ne - $torch_ne" +.5f)"
+# mean WHO INTERACTION KEY: the key's mean over the seeds.
+mean() {
+  "$PY" - "$OUT" "$1" "$2" "$3" <<'PYEOF'
+import glob, json, os, sys
+out, who, interaction, key = sys.argv[1:]
+values = [json.load(open(p))[key] for p in glob.glob(os.path.join(out, f"criteo_{who}_{interaction}_s*.json"))]
+print(f"{sum(values) / len(values):.5f}")
+PYEOF
+}
+auc_dot=$(mean ours dot eval_auc) auc_dcn=$(mean ours dcn eval_auc)
+peer_auc_dot=$(mean torch dot eval_auc) peer_auc_dcn=$(mean torch dcn eval_auc)
+ne_dot=$(mean ours dot eval_ne) ne_dcn=$(mean ours dcn eval_ne)
+auc_gap_dot=$(calc "$auc_dot - $peer_auc_dot" +.5f) auc_gap_dcn=$(calc "$auc_dcn - $peer_auc_dcn" +.5f)
+dcn_gain=$(calc "$auc_dcn - $auc_dot" +.5f)
+echo "mean eval AUC over $CRITEO_SEEDS seeds: ours dot $auc_dot, dcn $auc_dcn (dcn - dot $dcn_gain);" \
+  "peer dot $peer_auc_dot, dcn $peer_auc_dcn (dcn - dot $(calc "$peer_auc_dcn - $peer_auc_dot" +.5f))"
+echo "AUC gap (ours - peer): dot $auc_gap_dot, dcn $auc_gap_dcn"
 
 # ---- 2. synthetic data vs the planted teacher
 synth_ne=nan teacher_ne=nan synth_ratio=nan synth_examples=0
@@ -141,7 +171,8 @@ if [[ "$SYNTH_EXAMPLES" -gt 0 ]]; then
   read -r strain seval <<<"$counts"
   echo
   echo "2. synthetic ($synth): $strain train / $seval eval lines, threads=$SYNTH_THREADS"
-  run_ours "$WORK/synth_train.tsv" "$WORK/synth_eval.tsv" "$SYNTH_THREADS" "$OUT/synth_ours.json"
+  run_ours "$WORK/synth_train.tsv" "$WORK/synth_eval.tsv" "$SYNTH_THREADS" "$OUT/synth_ours.json" \
+    --seed "$SEED" --lr "$LR"
   synth_ne=$(calc "$(json_get "$OUT/synth_ours.json" eval_ne)" .5f)
   synth_examples=$(json_get "$OUT/synth_ours.json" examples)
   teacher_ne=$(calc "$(json_get "$synth.teacher.json" ne)" .5f)
@@ -217,6 +248,7 @@ PYEOF
 fi
 
 echo "reports and logs: $OUT"
-echo "RESULT name=quality ours_auc=$ours_auc torch_auc=$torch_auc auc_gap=$auc_gap ours_ne=$ours_ne" \
-  "torch_ne=$torch_ne synth_ne=$synth_ne teacher_ne=$teacher_ne synth_ne_ratio=$synth_ratio" \
-  "synth_examples=$synth_examples $grid_result"
+echo "RESULT name=quality auc_dot=$auc_dot auc_dcn=$auc_dcn peer_auc_dot=$peer_auc_dot" \
+  "peer_auc_dcn=$peer_auc_dcn auc_gap_dot=$auc_gap_dot auc_gap_dcn=$auc_gap_dcn dcn_gain=$dcn_gain" \
+  "ne_dot=$ne_dot ne_dcn=$ne_dcn synth_ne=$synth_ne teacher_ne=$teacher_ne" \
+  "synth_ne_ratio=$synth_ratio synth_examples=$synth_examples $grid_result"

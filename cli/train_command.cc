@@ -45,6 +45,9 @@ struct TrainFlags {
   int embedding_dim = 16;
   std::string bottom_mlp = "512,256,64";
   std::string top_mlp = "512,256";
+  std::string interaction = "dot";
+  int dcn_layers = DcnSpec{}.layers;
+  int dcn_low_rank = DcnSpec{}.low_rank;
   uint64_t seed = 1;
   int64_t max_examples = -1;
   int parse_threads = 1;
@@ -98,6 +101,9 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   };
   if (!given("--bottom-mlp")) flags.bottom_mlp = join(spec.model.bottom_mlp);
   if (!given("--top-mlp")) flags.top_mlp = join(spec.model.top_mlp);
+  if (!given("--interaction")) flags.interaction = std::string(EnumName(spec.model.interaction));
+  if (!given("--dcn-layers")) flags.dcn_layers = spec.model.dcn.layers;
+  if (!given("--dcn-low-rank")) flags.dcn_low_rank = spec.model.dcn.low_rank;
   if (!given("--hash-buckets")) flags.hash_buckets = spec.model.tables.front().hash_buckets;
   if (given("--data")) return absl::OkStatus();
   SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, flags.work_dir));
@@ -144,6 +150,17 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   if (!top.ok()) return Fail(top.status());
   config.bottom_mlp = *bottom;
   config.top_mlp = *top;
+  auto interaction = model::ParseInteraction(flags.interaction, "--interaction");
+  if (!interaction.ok()) return Fail(interaction.status());
+  config.interaction = *interaction;
+  for (auto [flag, value] : {std::pair{"--dcn-layers", flags.dcn_layers},
+                             std::pair{"--dcn-low-rank", flags.dcn_low_rank}}) {
+    if (value < 1) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(flag, ": must be >= 1, got ", value)));
+    }
+  }
+  config.dcn_layers = flags.dcn_layers;
+  config.dcn_low_rank = flags.dcn_low_rank;
   if (absl::Status s = config.Validate(); !s.ok()) return Fail(s);
   auto kind = model::ParseOptimizerKind(flags.optimizer);
   if (!kind.ok()) return Fail(kind.status());
@@ -207,11 +224,12 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   }
 
   LOG(INFO) << absl::StrFormat(
-      "training DLRM (%d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d threads, batch %d, "
-      "%s lr %g (warm-up %d steps)",
-      trainer.model().num_params(), trainer.model().FlopsPerExample() / 1e6,
-      model::DensePrecisionName(*precision), flags.data.front(), flags.threads, flags.batch_size,
-      flags.optimizer, flags.lr, flags.lr_warmup_steps);
+      "training DLRM (%s interaction, %d dense params, %.2f MFLOP/example, %s GEMMs) on %s: %d "
+      "threads, batch %d, %s lr %g (warm-up %d steps)",
+      model::InteractionName(config.interaction), trainer.model().num_params(),
+      trainer.model().FlopsPerExample() / 1e6, model::DensePrecisionName(*precision),
+      flags.data.front(), flags.threads, flags.batch_size, flags.optimizer, flags.lr,
+      flags.lr_warmup_steps);
   auto report = trainer.Train(flags.data);
   EndProgress();
   if (!report.ok()) return Fail(report.status());
@@ -233,6 +251,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
       {"learning_rate", flags.lr},
       {"lr_warmup_steps", flags.lr_warmup_steps},
       {"hash_buckets", flags.hash_buckets},
+      {"interaction", model::InteractionName(config.interaction)},
       {"dense_params", trainer.model().num_params()},
       {"embedding_rows", store.num_rows()},
       {"flops_per_example", trainer.model().FlopsPerExample()},
@@ -309,6 +328,14 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--bottom-mlp", flags->bottom_mlp, "bottom MLP hidden widths")
       ->capture_default_str();
   cmd->add_option("--top-mlp", flags->top_mlp, "top MLP hidden widths")->capture_default_str();
+  cmd->add_option("--interaction", flags->interaction,
+                  "feature interaction: dot (DLRM) or dcn (DCN-v2 cross layers, DLRMv2)")
+      ->capture_default_str();
+  cmd->add_option("--dcn-layers", flags->dcn_layers, "cross layers of --interaction dcn")
+      ->capture_default_str();
+  cmd->add_option("--dcn-low-rank", flags->dcn_low_rank,
+                  "inner width r of each cross layer's U V (--interaction dcn)")
+      ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "initialisation seed")->capture_default_str();
   cmd->add_option("--max-examples", flags->max_examples, "stop after N examples (-1: one pass)");
   cmd->add_option("--parse-threads", flags->parse_threads, "reader threads")->capture_default_str();

@@ -23,6 +23,7 @@
 #include "shadowsync/v1/ps.grpc.pb.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
+#include "worker/model_config.h"
 
 namespace shadowsync::exporter {
 namespace internal {
@@ -58,11 +59,7 @@ model::OptimizerKind KindOf(Optimizer optimizer) {
 model::ExportInfo ExportInfoForJob(const ShadowSyncJob& job) {
   const JobSpec& spec = job.spec;
   model::ExportInfo info;
-  info.config.num_dense = spec.model.dense_features;
-  info.config.embedding_dim = spec.model.embedding_dim;
-  info.config.bottom_mlp = spec.model.bottom_mlp;
-  info.config.top_mlp = spec.model.top_mlp;
-  info.config.num_tables = static_cast<int>(spec.model.tables.size());
+  info.config = worker::DlrmConfigFor(spec.model);
   info.embeddings.dim = spec.model.embedding_dim;
   for (const TableSpec& t : spec.model.tables) {
     info.embeddings.tables.push_back({t.name, static_cast<uint64_t>(t.hash_buckets)});

@@ -447,6 +447,9 @@ std::string JobSummary(const ShadowSyncJob& job) {
                             s.model.embedding_dim, "e"));
   add("bottom", s.model.bottom_mlp.empty() ? "-" : absl::StrJoin(s.model.bottom_mlp, "-"));
   add("top", s.model.top_mlp.empty() ? "-" : absl::StrJoin(s.model.top_mlp, "-"));
+  if (s.model.interaction == ModelInteraction::kDcn) {
+    add("interaction", absl::StrCat("dcn-", s.model.dcn.layers, "x", s.model.dcn.low_rank));
+  }
   if (!s.checkpoint.path.empty()) {
     add("checkpoint", absl::StrCat(s.checkpoint.path, "@", s.checkpoint.interval_seconds, "s"));
   }

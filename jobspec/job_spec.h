@@ -60,6 +60,9 @@ enum class Optimizer { kSgd, kAdagrad };
 // The trainers' MLP GEMM arithmetic (model::DensePrecision); auto = bf16 on
 // CPUs with AVX512-BF16, else fp32. fp32 by default: the same numbers on every CPU.
 enum class GemmPrecision { kAuto, kFp32, kBf16 };
+// The feature interaction (model::Interaction): DLRM's pairwise dots, or
+// DCN-v2's low-rank cross layers.
+enum class ModelInteraction { kDot, kDcn };
 
 // To add an algorithm: 1) the enumerator, 2) its name in EnumTraits below
 // (same position), 3) per-algorithm checks in ValidateJob and a parameter
@@ -106,6 +109,10 @@ struct EnumTraits<Optimizer> {
 template <>
 struct EnumTraits<GemmPrecision> {
   static constexpr std::array<std::string_view, 3> kNames = {"auto", "fp32", "bf16"};
+};
+template <>
+struct EnumTraits<ModelInteraction> {
+  static constexpr std::array<std::string_view, 2> kNames = {"dot", "dcn"};
 };
 template <>
 struct EnumTraits<SyncAlgorithm> {
@@ -192,6 +199,13 @@ struct TableSpec {
 // rows: what the shorthand `model.criteoTables: {hashBuckets: N}` expands to.
 std::vector<TableSpec> CriteoTables(int64_t hash_buckets);
 
+// "dcn": the cross layers of interaction dcn.
+struct DcnSpec {
+  int layers = 3;      // Cross layers.
+  int low_rank = 512;  // "lowRank". Inner width r of each layer's U V factorisation.
+  bool operator==(const DcnSpec&) const = default;
+};
+
 // DLRM-small by default (DESIGN.md §3). The last bottom layer (width
 // embedding_dim) and the final top layer (width 1) are implicit.
 struct ModelSpec {
@@ -199,6 +213,8 @@ struct ModelSpec {
   int embedding_dim = 16;                        // "embeddingDim".
   std::vector<int> bottom_mlp = {512, 256, 64};  // "bottomMlp". Hidden widths.
   std::vector<int> top_mlp = {512, 256};         // "topMlp". Hidden widths.
+  ModelInteraction interaction = ModelInteraction::kDot;
+  DcnSpec dcn;  // Read only when interaction is dcn.
   // Always the expanded list, also when the input used `criteoTables`.
   // Default: CriteoTables(kDefaultHashBuckets).
   std::vector<TableSpec> tables = CriteoTables(kDefaultHashBuckets);

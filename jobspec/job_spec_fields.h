@@ -105,6 +105,17 @@ void Fields(V& v, S& s) {
   v(s.hash_buckets, {.name = "hashBuckets", .doc = "Rows in each of the 26 tables.", .min = 1});
 }
 
+template <typename V, Is<DcnSpec> S>
+void Fields(V& v, S& s) {
+  v(s.layers, {.name = "layers", .doc = "Cross layers.", .min = 1, .max = 64});
+  v(s.low_rank,
+    {.name = "lowRank",
+     .doc = "Inner width r of each cross layer's low-rank matrix U V (U n x r, V r x n, n = "
+            "(1 + tables) x embeddingDim). DLRMv2 uses 512.",
+     .min = 1,
+     .max = 65536});
+}
+
 template <typename V, Is<ModelSpec> S>
 void Fields(V& v, S& s) {
   v(s.dense_features, {.name = "denseFeatures",
@@ -124,6 +135,14 @@ void Fields(V& v, S& s) {
                 .doc = "Hidden layer widths of the top MLP over the feature interactions. The "
                        "final 1-wide logit layer is implicit; may be empty.",
                 .min = 1});
+  v(s.interaction,
+    {.name = "interaction",
+     .doc = "How the bottom MLP's output and the pooled embeddings meet before the top MLP. "
+            "`dot`: DLRM's, the bottom output followed by every pairwise dot product. `dcn`: "
+            "DCN-v2's (DLRMv2, TorchRec's DLRM_DCN), low-rank cross layers x_{l+1} = x0 * "
+            "(U (V x_l) + b) + x_l over x0, the concatenated bottom output and embeddings; the "
+            "top MLP reads the last layer's output."});
+  v(s.dcn, {.name = "dcn", .doc = "The cross layers of interaction `dcn`; ignored for `dot`."});
   v(s.tables, {.name = "tables",
                .doc = "Embedding tables, one per categorical column, in column order (26 for the "
                       "Criteo layout). Give either this or `criteoTables`.",

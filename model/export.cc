@@ -455,8 +455,11 @@ int64_t ExportReader::num_rows() const { return manifest_["embeddings"].value("r
 absl::Status ExportReader::CheckShape(const DlrmConfig& config,
                                       const std::vector<EmbeddingTableConfig>& tables) const {
   const json want = DlrmConfigToJson(config);
+  // The manifest's model as read, so a field an older export lacks compares
+  // as its default (an export from before DCN-v2 is a dot model).
+  const json have_model = DlrmConfigToJson(info_.config);
   for (const auto& [key, value] : want.items()) {
-    const json have = manifest_["model"].value(key, json());
+    const json have = have_model.value(key, json());
     if (have != value) {
       return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": model.", key, " is ",
                                                      have.dump(), ", the job's is ", value.dump()));

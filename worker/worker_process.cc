@@ -17,6 +17,7 @@
 #include "ps/client/ps_client.h"
 #include "syncer/client/syncer_client.h"
 #include "worker/checkpoint.h"
+#include "worker/model_config.h"
 #include "worker/sync/factory.h"
 #include "worker/sync/sync_switch.h"
 
@@ -72,12 +73,7 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     return absl::InvalidArgumentError("--ps: no parameter-server address given");
   }
 
-  model::DlrmConfig config;
-  config.num_dense = spec.model.dense_features;
-  config.embedding_dim = spec.model.embedding_dim;
-  config.bottom_mlp = spec.model.bottom_mlp;
-  config.top_mlp = spec.model.top_mlp;
-  config.num_tables = static_cast<int>(spec.model.tables.size());
+  const model::DlrmConfig config = DlrmConfigFor(spec.model);
   SS_RETURN_IF_ERROR(config.Validate());
   std::vector<model::EmbeddingTableConfig> tables;
   for (const TableSpec& t : spec.model.tables) {

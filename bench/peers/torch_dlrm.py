@@ -52,6 +52,11 @@ def parse_args(argv):
                    help="bottom MLP hidden widths; a final layer of --embedding-dim is appended")
     p.add_argument("--top-mlp", default="512,256",
                    help="top MLP hidden widths; a final layer of width 1 (the logit) is appended")
+    p.add_argument("--interaction", choices=["dot", "dcn"], default="dot",
+                   help="dot: DLRM's pairwise dots; dcn: DCN-v2 low-rank cross layers "
+                        "(TorchRec's LowRankCrossNet, as in DLRM_DCN)")
+    p.add_argument("--dcn-layers", type=int, default=3)
+    p.add_argument("--dcn-low-rank", type=int, default=512)
     p.add_argument("--emb-impl", choices=["manual", "fused", "tables"], default="manual",
                    help="embedding layout/update: 'fused' = one EmbeddingBag over all 26 tables "
                         "(row offsets) + sparse torch.optim; 'tables' = 26 EmbeddingBags as in the "
@@ -285,17 +290,44 @@ def mlp(sizes, relu_last):
     return nn.Sequential(*layers)
 
 
+class LowRankCrossNet(nn.Module):
+    """DCN-v2's low-rank cross layers, TorchRec's formula and initialisation:
+    x_{l+1} = x0 * (W_l (V_l x_l) + b_l) + x_l; W, V Xavier normal, b zero."""
+
+    def __init__(self, n, layers, rank):
+        super().__init__()
+        self.W = nn.ParameterList(
+            nn.Parameter(nn.init.xavier_normal_(torch.empty(n, rank))) for _ in range(layers))
+        self.V = nn.ParameterList(
+            nn.Parameter(nn.init.xavier_normal_(torch.empty(rank, n))) for _ in range(layers))
+        self.b = nn.ParameterList(nn.Parameter(torch.zeros(n)) for _ in range(layers))
+
+    def forward(self, x0):
+        x = x0
+        for w, v, b in zip(self.W, self.V, self.b):
+            x = x0 * (nn.functional.linear(nn.functional.linear(x, v), w) + b) + x
+        return x
+
+
 class DLRM(nn.Module):
     """Bottom MLP (ReLU after every layer) -> pairwise dots of [bottom, e_0..e_25]
-    (i > j, no self-dots) -> concat after bottom -> top MLP -> logit."""
+    (i > j, no self-dots) -> concat after bottom -> top MLP -> logit. With
+    interaction dcn the top MLP reads the cross layers' output over
+    [bottom, e_0..e_25] flattened instead (TorchRec's DLRM_DCN)."""
 
-    def __init__(self, bottom, top, dim, buckets, impl):
+    def __init__(self, bottom, top, dim, buckets, impl, interaction="dot", dcn_layers=3,
+                 dcn_low_rank=512):
         super().__init__()
         self.impl, self.dim, self.buckets = impl, dim, buckets
         self.bot = mlp([NUM_DENSE] + bottom + [dim], relu_last=True)
         n = NUM_SPARSE + 1
         num_int = n * (n - 1) // 2
-        self.top = mlp([dim + num_int] + top + [1], relu_last=False)
+        # Cross layers are built after both MLPs, so a dot model's draws from
+        # the seed are the same as before they existed.
+        top_in = n * dim if interaction == "dcn" else dim + num_int
+        self.top = mlp([top_in] + top + [1], relu_last=False)
+        self.cross = (LowRankCrossNet(n * dim, dcn_layers, dcn_low_rank)
+                      if interaction == "dcn" else None)
         li, lj = torch.tril_indices(n, n, offset=-1)  # (1,0), (2,0), (2,1), ... as in DLRM
         # Z Z^T flattened, the i > j entries picked with one index_select (see PairwiseDots).
         self.register_buffer("pairs", li * n + lj, persistent=False)
@@ -333,6 +365,8 @@ class DLRM(nn.Module):
     def forward(self, dense, idx):
         x = self.bot(dense)
         z = torch.cat([x.unsqueeze(1), self.embed(idx)], dim=1)  # (B, 27, dim)
+        if self.cross is not None:
+            return self.top(self.cross(z.flatten(1))).squeeze(1)
         r = torch.cat([x, PairwiseDots.apply(z, self.pairs)], dim=1)
         return self.top(r).squeeze(1)
 
@@ -344,7 +378,8 @@ class DLRM(nn.Module):
         return []
 
     def dense_params(self):
-        return list(self.bot.parameters()) + list(self.top.parameters())
+        cross = list(self.cross.parameters()) if self.cross is not None else []
+        return list(self.bot.parameters()) + cross + list(self.top.parameters())
 
 
 class ManualSparseOptimizer:
@@ -524,7 +559,8 @@ def main(args):
 
     bottom = [int(v) for v in args.bottom_mlp.split(",") if v]
     top = [int(v) for v in args.top_mlp.split(",") if v]
-    model = DLRM(bottom, top, args.embedding_dim, args.hash_buckets, args.emb_impl)
+    model = DLRM(bottom, top, args.embedding_dim, args.hash_buckets, args.emb_impl,
+                 args.interaction, args.dcn_layers, args.dcn_low_rank)
     opts, manual, warmup = make_optimizers(model, args)
     n = len(labels)
     train_logits = torch.empty(n)

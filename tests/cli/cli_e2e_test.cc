@@ -82,7 +82,7 @@ TEST_F(CliTest, TrainSaysWhenTheRunIsNotLearning) {
 
 // The new flags' bad values are refused with exit 2 and a message naming
 // the flag or the field, before anything is written.
-TEST_F(CliTest, WarmupAndHeldOutFlagsRefuseBadValuesClearly) {
+TEST_F(CliTest, WarmupHeldOutAndInteractionFlagsRefuseBadValuesClearly) {
   struct Case {
     std::string args, message;
   };
@@ -90,6 +90,10 @@ TEST_F(CliTest, WarmupAndHeldOutFlagsRefuseBadValuesClearly) {
   for (const Case& c : std::vector<Case>{
            {" train --data " + out_file + " --lr-warmup-steps -1",
             "--lr-warmup-steps: must be >= 0, got -1"},
+           {" train --data " + out_file + " --interaction cross",
+            "--interaction: 'cross' is not one of dot, dcn"},
+           {" train --data " + out_file + " --interaction dcn --dcn-low-rank 0",
+            "--dcn-low-rank: must be >= 1, got 0"},
            {" gen-data --out " + out_file + " --examples 10 --eval-examples -1",
             "eval_examples must not be negative, got -1"},
            {" gen-data --out " + out_file + " --examples 10 --eval-examples 5 --eval-out " +

@@ -196,6 +196,38 @@ TEST_F(ExportTest, ExportsOnDemandAndOnAnIntervalKeepTheNewest) {
   EXPECT_LT(trained, 400000) << out;
 }
 
+// A DCN-v2 job over parameter servers: its export is a dcn model that scores
+// as the report says, `train --init-model` continues it on one machine, and a
+// dot job refuses it naming the field.
+TEST_F(ExportTest, ADcnJobsExportScoresAndWarmStartsAsADcnModel) {
+  const std::string job = WriteJob("dcn", 12000, 2, 2);
+  testing::WriteFile(job, absl::StrReplaceAll(ReadFile(job), {{"topMlp: [32],",
+                                                               "topMlp: [32], interaction: dcn, "
+                                                               "dcn: {layers: 2, lowRank: 24},"}}));
+  const json r = Run(job, "dcn");
+  const std::string model = dir_.File("dcn/exports/model-000001");
+  const json manifest = json::parse(ReadFile(model + "/manifest.json"));
+  EXPECT_EQ(manifest["model"]["interaction"], "dcn");
+  EXPECT_EQ(manifest["model"]["dcn"], json({{"layers", 2}, {"lowRank", 24}}));
+  EXPECT_LT(r["eval_ne"].get<double>(), 0.99) << r.dump(2);
+  const json eval = Eval(model, dir_.File("dcn/data/eval.tsv"));
+  EXPECT_NEAR(eval["eval_ne"].get<double>(), r["eval_ne"].get<double>(), 1e-6);
+  EXPECT_NEAR(eval["eval_auc"].get<double>(), r["eval_auc"].get<double>(), 1e-6);
+
+  std::string out;
+  const std::string more = Bin() + " train --config " + job + " --work-dir " + dir_.File("more") +
+                           " --threads 1 --init-model " + model + " --report-json " +
+                           dir_.File("more.json");
+  ASSERT_EQ(RunShell(more, &out), 0) << more << "\n" << out;
+  EXPECT_EQ(json::parse(ReadFile(dir_.File("more.json")))["interaction"], "dcn");
+
+  const std::string dot = Bin() + " train --config " + job + " --work-dir " + dir_.File("dot") +
+                          " --interaction dot --init-model " + model;
+  EXPECT_EQ(RunShell(dot, &out), 2) << out;
+  EXPECT_NE(out.find("model.interaction is \"dcn\", the job's is \"dot\""), std::string::npos)
+      << out;
+}
+
 TEST_F(ExportTest, ABadInitModelIsRefusedNamingTheFileBeforeAnythingStarts) {
   Run(WriteJob("src", 5000, 1, 1), "src");
   const std::string model = dir_.File("src/exports/model-000001");

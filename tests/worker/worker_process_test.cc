@@ -151,6 +151,28 @@ TEST_F(WorkerProcessTest, EveryAlgorithmTrainsToTheEnd) {
   }
 }
 
+// DCN-v2's cross layers are dense parameters like the MLPs': every algorithm
+// syncs them, and the rows still come from the parameter server.
+TEST_F(WorkerProcessTest, DcnModelsTrainAndLearnUnderEveryAlgorithm) {
+  spec_.model.interaction = ModelInteraction::kDcn;
+  spec_.model.dcn = {.layers = 2, .low_rank = 16};
+  spec_.trainer.lr_warmup_steps = 10;
+  spec_.sync.sync_switch.switch_step =
+      5;  // The launcher derives it from the data; no launcher here.
+  for (size_t i = 0; i < EnumTraits<SyncAlgorithm>::kNames.size(); ++i) {
+    const auto a = static_cast<SyncAlgorithm>(i);
+    SCOPED_TRACE(std::string(EnumName(a)));
+    const std::vector<WorkerReport> reports = RunAll(a);
+    ASSERT_EQ(reports.size(), 2u);
+    EXPECT_EQ(reports[0].train.examples + reports[1].train.examples, kExamples);
+    for (const WorkerReport& r : reports) {
+      ASSERT_TRUE(r.eval.has_value());
+      EXPECT_LT(r.eval->ne, 0.99);
+      if (a != SyncAlgorithm::kNone) EXPECT_GT(r.sync.rounds, 0);
+    }
+  }
+}
+
 TEST_F(WorkerProcessTest, BadIndexMissingSyncerAndStragglerSettingsAreNamed) {
   WorkerOptions o;
   o.spec = spec_;

@@ -1,0 +1,19 @@
+#include "worker/model_config.h"
+
+namespace shadowsync::worker {
+
+model::DlrmConfig DlrmConfigFor(const ModelSpec& spec) {
+  model::DlrmConfig config;
+  config.num_dense = spec.dense_features;
+  config.embedding_dim = spec.embedding_dim;
+  config.bottom_mlp = spec.bottom_mlp;
+  config.top_mlp = spec.top_mlp;
+  config.num_tables = static_cast<int>(spec.tables.size());
+  config.interaction = spec.interaction == ModelInteraction::kDcn ? model::Interaction::kDcn
+                                                                  : model::Interaction::kDot;
+  config.dcn_layers = spec.dcn.layers;
+  config.dcn_low_rank = spec.dcn.low_rank;
+  return config;
+}
+
+}  // namespace shadowsync::worker
