@@ -88,8 +88,12 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
   data.eval = {dir + "/eval.tsv"};
   data.train_examples = synth.examples;
   // The generator is deterministic: files named after its inputs are reused.
-  const std::string stamp = absl::StrCat(dir, "/synthetic-", synth.examples, "-",
-                                         synth.eval_examples, "-", synth.seed, ".done");
+  std::string stamp =
+      absl::StrCat(dir, "/synthetic-", synth.examples, "-", synth.eval_examples, "-", synth.seed);
+  if (synth.multi_hot_columns > 0) {
+    absl::StrAppend(&stamp, "-mh", synth.multi_hot_columns, "x", synth.max_ids_per_field);
+  }
+  stamp += ".done";
   if (std::filesystem::exists(stamp)) return data;
   std::filesystem::create_directories(dir);
   SyntheticOptions gen;
@@ -98,6 +102,8 @@ absl::StatusOr<JobData> PrepareJobData(const JobSpec& spec, const std::string& d
   gen.eval_out_path = data.eval[0];
   gen.eval_examples = synth.eval_examples;
   gen.seed = static_cast<uint64_t>(synth.seed);
+  gen.multi_hot_columns = synth.multi_hot_columns;
+  gen.max_ids_per_field = synth.max_ids_per_field;
   LOG(INFO) << "generating " << gen.examples << " + " << gen.eval_examples
             << " held-out synthetic examples into " << dir;
   TeacherReport eval;

@@ -39,6 +39,12 @@ Action AddGenDataCommand(CLI::App& app) {
                   "file for the held-out examples (default: --out with .eval before .tsv)");
   cmd->add_option("--seed", options->seed, "generator seed (picks the teacher and the examples)")
       ->capture_default_str();
+  cmd->add_option("--multi-hot-columns", options->multi_hot_columns,
+                  "the last N categorical columns hold several ids each, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--max-ids-per-field", options->max_ids_per_field,
+                  "a multi-hot field holds 1 to this many ids")
+      ->capture_default_str();
   return [options] {
     if (options->eval_examples > 0 && options->eval_out_path.empty()) {
       options->eval_out_path = DefaultEvalPath(options->out_path);

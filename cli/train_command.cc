@@ -26,6 +26,7 @@
 #include "model/export.h"
 #include "model/model_io.h"
 #include "nlohmann/json.hpp"
+#include "worker/model_config.h"
 #include "worker/trainer.h"
 
 namespace shadowsync::cli {
@@ -48,6 +49,8 @@ struct TrainFlags {
   std::string interaction = "dot";
   int dcn_layers = DcnSpec{}.layers;
   int dcn_low_rank = DcnSpec{}.low_rank;
+  std::string pooling = "sum";                // --pooling: every table's.
+  std::vector<model::Pooling> table_pooling;  // The job file's, unless --pooling is given.
   uint64_t seed = 1;
   int64_t max_examples = -1;
   int parse_threads = 1;
@@ -104,6 +107,7 @@ absl::Status ApplyJobFile(const CLI::App& cmd, TrainFlags& flags) {
   if (!given("--interaction")) flags.interaction = std::string(EnumName(spec.model.interaction));
   if (!given("--dcn-layers")) flags.dcn_layers = spec.model.dcn.layers;
   if (!given("--dcn-low-rank")) flags.dcn_low_rank = spec.model.dcn.low_rank;
+  if (!given("--pooling")) flags.table_pooling = worker::DlrmConfigFor(spec.model).pooling;
   if (!given("--hash-buckets")) flags.hash_buckets = spec.model.tables.front().hash_buckets;
   if (given("--data")) return absl::OkStatus();
   SS_ASSIGN_OR_RETURN(JobData data, PrepareJobData(spec, flags.work_dir));
@@ -161,6 +165,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   }
   config.dcn_layers = flags.dcn_layers;
   config.dcn_low_rank = flags.dcn_low_rank;
+  auto pooling = model::ParsePooling(flags.pooling, "--pooling");
+  if (!pooling.ok()) return Fail(pooling.status());
+  config.pooling = flags.table_pooling;
+  if (*pooling == model::Pooling::kMean) config.pooling.assign(config.num_tables, *pooling);
   if (absl::Status s = config.Validate(); !s.ok()) return Fail(s);
   auto kind = model::ParseOptimizerKind(flags.optimizer);
   if (!kind.ok()) return Fail(kind.status());
@@ -330,6 +338,9 @@ Action AddTrainCommand(CLI::App& app) {
   cmd->add_option("--top-mlp", flags->top_mlp, "top MLP hidden widths")->capture_default_str();
   cmd->add_option("--interaction", flags->interaction,
                   "feature interaction: dot (DLRM) or dcn (DCN-v2 cross layers, DLRMv2)")
+      ->capture_default_str();
+  cmd->add_option("--pooling", flags->pooling,
+                  "every table's pooling of a multi-hot field's rows: sum or mean")
       ->capture_default_str();
   cmd->add_option("--dcn-layers", flags->dcn_layers, "cross layers of --interaction dcn")
       ->capture_default_str();

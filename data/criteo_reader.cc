@@ -33,11 +33,13 @@ namespace {
 
 constexpr int kNumTabs = kCriteoFields - 1;
 
-// One parsed row, staged on the stack so a malformed line appends nothing.
+// One parsed row, staged so a malformed line appends nothing. A multi-hot
+// field's first id goes to sparse[], its others, in order, to `more`.
 struct Row {
   float label;
   float dense[kCriteoDense];
   uint64_t sparse[kCriteoSparse];
+  std::vector<std::pair<int, uint64_t>> more;  // (field's column, id)
 };
 
 // Hex digit values; -1 for every other byte (including NUL and '\t').
@@ -95,6 +97,38 @@ std::string FieldError(int field, std::string_view what, std::string_view text,
                       Quote(text), ToAbsl(detail));
 }
 
+// A multi-hot field "id,id,...": each id 1 to 8 hex digits.
+bool ParseIdList(std::string_view field, int column, Row* row, std::string* reason) {
+  size_t start = 0;
+  for (int k = 0; start <= field.size(); ++k) {
+    size_t comma = field.find(',', start);
+    if (comma == std::string_view::npos) comma = field.size();
+    const std::string_view id = field.substr(start, comma - start);
+    uint64_t v = 0;
+    bool bad = id.empty() || id.size() > 8;
+    for (char c : id) {
+      const int d = kHex.value[static_cast<unsigned char>(c)];
+      bad |= d < 0;
+      v = (v << 4) | static_cast<uint64_t>(d & 0xf);
+    }
+    if (bad) {
+      *reason =
+          FieldError(1 + kCriteoDense + column, "bad hex", field,
+                     absl::StrCat(" (id ", k + 1,
+                                  " of a comma-separated list: ", id.empty() ? "empty" : Quote(id),
+                                  "; each id is 1 to 8 hex digits)"));
+      return false;
+    }
+    if (k == 0) {
+      row->sparse[column] = v;
+    } else {
+      row->more.emplace_back(column, v);
+    }
+    start = comma + 1;
+  }
+  return true;
+}
+
 // Parses `line` (no '\n') into *row. On a malformed line returns false and
 // sets *reason; *row is then unspecified.
 bool ParseRow(std::string_view line, Row* row, std::string* reason) {
@@ -143,8 +177,11 @@ bool ParseRow(std::string_view line, Row* row, std::string* reason) {
     p = tab + 1;
   }
 
-  // Fields 14..39: up to 8 hex digits (a 32-bit hash), empty = missing. The
-  // loop finds the field end and decodes in one pass.
+  // Fields 14..39: up to 8 hex digits (a 32-bit hash), empty = missing, or a
+  // comma-separated list of them (multi-hot). The loop finds the field end
+  // and decodes in one pass; a comma makes it bad, and only then is the field
+  // read again as a list.
+  row->more.clear();
   for (int i = 0; i < kCriteoSparse; ++i) {
     const char* q = p;
     uint64_t v = 0;
@@ -155,6 +192,11 @@ bool ParseRow(std::string_view line, Row* row, std::string* reason) {
       v = (v << 4) | static_cast<uint64_t>(d & 0xf);
     }
     const int64_t digits = q - p;
+    if (bad && std::memchr(p, ',', q - p) != nullptr) {
+      if (!ParseIdList(std::string_view(p, q - p), i, row, reason)) return false;
+      if (q < end) p = q + 1;
+      continue;
+    }
     if (bad || digits > 8) {
       *reason = FieldError(1 + kCriteoDense + i, "bad hex", std::string_view(p, q - p),
                            bad ? "" : " (more than 8 digits)");
@@ -169,7 +211,19 @@ bool ParseRow(std::string_view line, Row* row, std::string* reason) {
 void AppendRow(const Row& row, ExampleBlock* out) {
   out->labels.push_back(row.label);
   out->dense.insert(out->dense.end(), row.dense, row.dense + kCriteoDense);
-  out->sparse.insert(out->sparse.end(), row.sparse, row.sparse + kCriteoSparse);
+  if (row.more.empty() && !out->multi_hot()) {
+    out->sparse.insert(out->sparse.end(), row.sparse, row.sparse + kCriteoSparse);
+    return;
+  }
+  out->MakeMultiHot();
+  size_t m = 0;
+  for (int t = 0; t < kCriteoSparse; ++t) {
+    out->sparse.push_back(row.sparse[t]);
+    for (; m < row.more.size() && row.more[m].first == t; ++m) {
+      out->sparse.push_back(row.more[m].second);
+    }
+    out->sparse_offsets.push_back(static_cast<int64_t>(out->sparse.size()));
+  }
 }
 
 std::string OverlongReason(int64_t max_line_bytes) {
@@ -303,7 +357,7 @@ class CriteoReaderImpl : public CriteoReader {
       if (chunk.block.size() == 0) continue;  // All lines malformed or in other shards.
       if (options_.max_examples >= 0) {
         const int64_t room = options_.max_examples - stats_.examples;
-        if (chunk.block.size() > room) Truncate(&chunk.block, room);
+        if (chunk.block.size() > room) chunk.block.Truncate(room);
       }
       stats_.examples += chunk.block.size();
       *block = std::move(chunk.block);
@@ -337,12 +391,6 @@ class CriteoReaderImpl : public CriteoReader {
       LOG(WARNING) << "CriteoReader: skipped " << stats_.malformed << " malformed lines in total ("
                    << reported << " shown)";
     }
-  }
-
-  static void Truncate(ExampleBlock* block, int64_t n) {
-    block->labels.resize(n);
-    block->dense.resize(n * block->num_dense);
-    block->sparse.resize(n * block->num_sparse);
   }
 
   // Stops the threads once the caller has all it asked for.
@@ -659,9 +707,7 @@ absl::StatusOr<ExampleBlock> ReadAllExamples(const std::vector<std::string>& pat
   while (true) {
     SS_ASSIGN_OR_RETURN(const bool more, reader->Next(&block));
     if (!more) break;
-    all.labels.insert(all.labels.end(), block.labels.begin(), block.labels.end());
-    all.dense.insert(all.dense.end(), block.dense.begin(), block.dense.end());
-    all.sparse.insert(all.sparse.end(), block.sparse.begin(), block.sparse.end());
+    all.Append(block);
   }
   if (stats != nullptr) *stats = reader->stats();
   return all;

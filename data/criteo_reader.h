@@ -50,7 +50,9 @@ struct ReaderStats {
 // Parses one TSV line (without its newline) into `out` (appending one
 // example). Returns InvalidArgument naming the field and reason on a
 // malformed line, appending nothing. Integer features become log(1 + max(x, 0));
-// an empty integer field becomes 0, an empty categorical field kMissingId.
+// an empty integer field becomes 0, an empty categorical field kMissingId. A
+// categorical field is up to 8 hex digits, or a comma-separated list of such
+// ids (multi-hot: the block switches to its offsets form, example.h).
 absl::Status ParseCriteoLine(std::string_view line, ExampleBlock* out);
 
 class CriteoReader {

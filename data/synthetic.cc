@@ -38,6 +38,7 @@ namespace {
 
 using synthetic_internal::Json;
 using synthetic_internal::kBlockExamples;
+using synthetic_internal::kMaxIdsPerField;
 using synthetic_internal::Rng;
 using synthetic_internal::Row;
 using synthetic_internal::Sigmoid;
@@ -64,19 +65,27 @@ struct Block {
 constexpr char kHexDigits[] = "0123456789abcdef";
 
 void AppendRow(const Teacher& teacher, const Row& row, bool label, std::string* out) {
-  // Widest row: 2 + 13 * 12 + 26 * 9 characters.
-  char buf[512];
+  // Widest row: 2 + 13 * 12 + 26 * kMaxIdsPerField * 9 characters.
+  char buf[4096];
   char* p = buf;
   *p++ = label ? '1' : '0';
   for (int j = 0; j < kCriteoDense; ++j) {
     *p++ = '\t';
     if (!row.dense_missing[j]) p = std::to_chars(p, buf + sizeof(buf), row.dense[j]).ptr;
   }
+  auto hex = [&](int t, uint32_t rank) {
+    const uint32_t value = teacher.IdValue(t, rank);
+    for (int k = 7; k >= 0; --k) *p++ = kHexDigits[(value >> (4 * k)) & 0xf];
+  };
+  const uint32_t* more = row.more_rank.data();
   for (int t = 0; t < kCriteoSparse; ++t) {
     *p++ = '\t';
     if (row.rank[t] == 0) continue;
-    const uint32_t value = teacher.IdValue(t, row.rank[t]);
-    for (int k = 7; k >= 0; --k) *p++ = kHexDigits[(value >> (4 * k)) & 0xf];
+    hex(t, row.rank[t]);
+    for (int k = 0; k < row.more[t]; ++k) {
+      *p++ = ',';
+      hex(t, *more++);
+    }
   }
   *p++ = '\n';
   out->append(buf, p - buf);
@@ -261,6 +270,15 @@ absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options,
     return absl::InvalidArgumentError(
         absl::StrCat("threads must be 0 (all cores) or positive, got ", options.threads));
   }
+  if (options.multi_hot_columns < 0 || options.multi_hot_columns > kCriteoSparse) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "multi_hot_columns must be in [0, ", kCriteoSparse, "], got ", options.multi_hot_columns));
+  }
+  if (options.max_ids_per_field < 1 || options.max_ids_per_field > kMaxIdsPerField) {
+    return absl::InvalidArgumentError(absl::StrCat("max_ids_per_field must be in [1, ",
+                                                   kMaxIdsPerField, "], got ",
+                                                   options.max_ids_per_field));
+  }
   // Open first so a bad path fails before the calibration work.
   std::unique_ptr<OutputFile> out[2];
   SS_ASSIGN_OR_RETURN(out[0], OutputFile::Open(options.out_path));
@@ -268,7 +286,8 @@ absl::StatusOr<TeacherReport> GenerateSynthetic(const SyntheticOptions& options,
     SS_ASSIGN_OR_RETURN(out[1], OutputFile::Open(options.eval_out_path));
   }
 
-  Teacher teacher(options.seed);
+  Teacher teacher(options.seed,
+                  {.columns = options.multi_hot_columns, .max_ids = options.max_ids_per_field});
   teacher.Calibrate();
 
   const int64_t total = options.examples + options.eval_examples;

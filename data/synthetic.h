@@ -25,6 +25,13 @@ struct SyntheticOptions {
   // Generator threads; 0 = one per core. Default: 0. The bytes written do not
   // depend on it.
   int threads = 0;
+  // Multi-hot: the last multi_hot_columns categorical columns (C26 first)
+  // hold 1 to max_ids_per_field ids each, written comma-separated, drawn from
+  // the column's distribution; the teacher sees such a field as the mean of
+  // its ids' effects. 0 columns: every field holds one id, and the bytes are
+  // those of a generator without the option.
+  int multi_hot_columns = 0;
+  int max_ids_per_field = 4;
 };
 
 // The teacher's own quality on the generated examples: the floor any model

@@ -143,11 +143,24 @@ class AliasTable {
   std::vector<uint32_t> alias_;
 };
 
-// One generated example before formatting. rank[t] == 0 means missing.
+// Most ids a multi-hot field holds (SyntheticOptions::max_ids_per_field).
+inline constexpr int kMaxIdsPerField = 16;
+
+// One generated example before formatting. rank[t] == 0 means missing. A
+// multi-hot field's further ids, more[t] of them, follow in more_rank,
+// column by column.
 struct Row {
   std::array<int64_t, kCriteoDense> dense;
   std::array<bool, kCriteoDense> dense_missing;
   std::array<uint32_t, kCriteoSparse> rank;
+  std::array<uint8_t, kCriteoSparse> more{};
+  std::vector<uint32_t> more_rank;
+};
+
+// Which columns hold several ids (SyntheticOptions).
+struct MultiHot {
+  int columns = 0;  // The last `columns` of the 26.
+  int max_ids = 1;
 };
 
 // The teacher's parameters of one id: m_t(r), c_t m_t(r) z_t(r) and
@@ -185,7 +198,7 @@ struct DenseIdTerm {
 // The planted model and the input distributions, fixed by the seed.
 class Teacher {
  public:
-  explicit Teacher(uint64_t seed);
+  explicit Teacher(uint64_t seed, MultiHot multi_hot = {});
 
   // Draws one row's features.
   void SampleRow(Rng* rng, Row* row) const;
@@ -203,6 +216,9 @@ class Teacher {
     double dense, id_bias, pairs, dense_id;
   };
   Terms ComputeTerms(const Row& row) const;
+  // The id terms of a row with multi-hot fields, each field the mean of its ids.
+  void AddPooledIdTerms(const Row& row, const std::array<double, kCriteoDense>& g,
+                        Terms* terms) const;
   IdParams ComputeIdParams(int t, uint32_t rank) const;
   const IdParams& Params(int t, uint32_t rank, IdParams* scratch) const {
     const Table& table = tables_[t];
@@ -212,6 +228,7 @@ class Teacher {
   }
 
   uint64_t seed_;
+  MultiHot multi_hot_;
   std::array<Table, kCriteoSparse> tables_;
   std::array<double, kCriteoDense> dense_mu_, dense_sigma_, dense_weight_;
   int product_a_ = 0, product_b_ = 0;  // The dense product term's columns.

@@ -166,7 +166,7 @@ constexpr int64_t kMinJitteredVocabulary = 100;
 
 }  // namespace
 
-Teacher::Teacher(uint64_t seed) : seed_(seed) {
+Teacher::Teacher(uint64_t seed, MultiHot multi_hot) : seed_(seed), multi_hot_(multi_hot) {
   Rng rng(StreamKey(seed, Stream::kStructure));
   const uint64_t id_key = StreamKey(seed, Stream::kIdParams);
   const uint64_t scramble_key = StreamKey(seed, Stream::kScramble);
@@ -262,7 +262,29 @@ void Teacher::SampleRow(Rng* rng, Row* row) const {
     }
     row->rank[t] = u < spec.missing ? 0 : tables_[t].sampler->Sample(rng->Next()) + 1;
   }
+  // Drawn after everything else, so rows without multi-hot columns draw what
+  // they always did.
+  row->more.fill(0);
+  row->more_rank.clear();
+  for (int t = kCriteoSparse - multi_hot_.columns; t < kCriteoSparse; ++t) {
+    if (row->rank[t] == 0) continue;  // A missing field stays missing.
+    const auto more = static_cast<int>(rng->Next() % static_cast<uint64_t>(multi_hot_.max_ids));
+    for (int k = 0; k < more; ++k) {
+      row->more_rank.push_back(tables_[t].sampler->Sample(rng->Next()) + 1);
+    }
+    row->more[t] = static_cast<uint8_t>(more);
+  }
 }
+
+namespace {
+
+// Component k of a pair-latent vector hashed to h: uniform with unit
+// variance, 16 bits each.
+double LatentComponent(uint64_t h, int k) {
+  return (static_cast<double>((h >> (16 * k)) & 0xffff) + 0.5) / 65536 - 0.5;
+}
+
+}  // namespace
 
 IdParams Teacher::ComputeIdParams(int t, uint32_t rank) const {
   const Table& table = tables_[t];
@@ -286,6 +308,10 @@ Teacher::Terms Teacher::ComputeTerms(const Row& row) const {
   Terms terms{0, 0, 0, 0};
   for (int j = 0; j < kCriteoDense; ++j) terms.dense += dense_weight_[j] * g[j];
   terms.dense += 0.5 * g[product_a_] * g[product_b_];
+  if (!row.more_rank.empty()) {
+    AddPooledIdTerms(row, g, &terms);
+    return terms;
+  }
 
   std::array<IdParams, kCriteoSparse> scratch;
   std::array<const IdParams*, kCriteoSparse> params;
@@ -298,10 +324,7 @@ Teacher::Terms Teacher::ComputeTerms(const Row& row) const {
     const uint64_t hu = Mix64(p.key_u + row.rank[p.u]);
     double dot = 0;
     for (int k = 0; k < kLatentDim; ++k) {
-      // Components uniform with unit variance, 16 bits each.
-      const double vt = ((static_cast<double>((ht >> (16 * k)) & 0xffff) + 0.5) / 65536 - 0.5);
-      const double vu = ((static_cast<double>((hu >> (16 * k)) & 0xffff) + 0.5) / 65536 - 0.5);
-      dot += 12.0 * vt * vu;
+      dot += 12.0 * LatentComponent(ht, k) * LatentComponent(hu, k);
     }
     terms.pairs += params[p.t]->strength * params[p.u]->strength * dot / kLatentDim;
   }
@@ -309,6 +332,48 @@ Teacher::Terms Teacher::ComputeTerms(const Row& row) const {
     terms.dense_id += g[x.dense] * params[x.table]->dense_id;
   }
   return terms;
+}
+
+void Teacher::AddPooledIdTerms(const Row& row, const std::array<double, kCriteoDense>& g,
+                               Terms* terms) const {
+  // Field t's ranks: rank[t], then more_rank[first[t], first[t + 1]).
+  std::array<int, kCriteoSparse + 1> first;
+  first[0] = 0;
+  for (int t = 0; t < kCriteoSparse; ++t) first[t + 1] = first[t] + row.more[t];
+  auto for_each_rank = [&](int t, auto&& visit) {
+    visit(row.rank[t]);
+    for (int k = first[t]; k < first[t + 1]; ++k) visit(row.more_rank[k]);
+  };
+  // A single id's terms are exactly the single-hot ones: bias, strength x
+  // latent vector and dense x id weight, each now averaged over the field.
+  std::array<double, kCriteoSparse> dense_id{};
+  IdParams scratch;
+  for (int t = 0; t < kCriteoSparse; ++t) {
+    const double n = 1 + row.more[t];
+    for_each_rank(t, [&](uint32_t rank) {
+      const IdParams& p = Params(t, rank, &scratch);
+      terms->id_bias += p.bias / n;
+      dense_id[t] += p.dense_id / n;
+    });
+  }
+  auto latent = [&](int t, uint64_t key, std::array<double, kLatentDim>& v) {
+    v.fill(0);
+    const double n = 1 + row.more[t];
+    for_each_rank(t, [&](uint32_t rank) {
+      const double strength = Params(t, rank, &scratch).strength;
+      const uint64_t h = Mix64(key + rank);
+      for (int k = 0; k < kLatentDim; ++k) v[k] += strength * LatentComponent(h, k) / n;
+    });
+  };
+  std::array<double, kLatentDim> vt, vu;
+  for (const Pair& p : pairs_) {
+    latent(p.t, p.key_t, vt);
+    latent(p.u, p.key_u, vu);
+    double dot = 0;
+    for (int k = 0; k < kLatentDim; ++k) dot += 12.0 * vt[k] * vu[k];
+    terms->pairs += dot / kLatentDim;
+  }
+  for (const DenseIdTerm& x : dense_id_terms_) terms->dense_id += g[x.dense] * dense_id[x.table];
 }
 
 double Teacher::Logit(const Row& row) const {
@@ -383,7 +448,7 @@ Json Teacher::Describe() const {
   for (const DenseColumnSpec& spec : kDenseColumns) dense_missing.push_back(spec.missing);
   for (const Pair& p : pairs_) pairs.push_back({p.t, p.u});
   for (const DenseIdTerm& x : dense_id_terms_) dense_id.push_back({x.dense, x.table});
-  return {
+  Json description = {
       {"version", kGeneratorVersion},
       {"block_examples", kBlockExamples},
       {"target_ctr", kTargetCtr},
@@ -411,6 +476,11 @@ Json Teacher::Describe() const {
         {"pairs", term_scale_.pairs},
         {"dense_id", term_scale_.dense_id}}},
   };
+  if (multi_hot_.columns > 0) {
+    description["multi_hot"] = {{"columns", multi_hot_.columns},
+                                {"max_ids_per_field", multi_hot_.max_ids}};
+  }
+  return description;
 }
 
 }  // namespace shadowsync::synthetic_internal

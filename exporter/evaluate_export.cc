@@ -35,8 +35,9 @@ absl::StatusOr<model::RowFilter> RowsLookedUpBy(
     if (!more) break;
     for (int64_t e = 0; e < block.size(); ++e) {
       for (int t = 0; t < config.num_tables; ++t) {
-        (*wanted)[t].insert(
-            model::BucketOf(t, block.sparse[e * block.num_sparse + t], tables[t].hash_buckets));
+        for (const uint64_t id : block.ids(e, t)) {
+          (*wanted)[t].insert(model::BucketOf(t, id, tables[t].hash_buckets));
+        }
       }
     }
   }

@@ -63,6 +63,8 @@ enum class GemmPrecision { kAuto, kFp32, kBf16 };
 // The feature interaction (model::Interaction): DLRM's pairwise dots, or
 // DCN-v2's low-rank cross layers.
 enum class ModelInteraction { kDot, kDcn };
+// How a table's rows for one field's ids become one embedding (model::Pooling).
+enum class TablePooling { kSum, kMean };
 
 // To add an algorithm: 1) the enumerator, 2) its name in EnumTraits below
 // (same position), 3) per-algorithm checks in ValidateJob and a parameter
@@ -113,6 +115,10 @@ struct EnumTraits<GemmPrecision> {
 template <>
 struct EnumTraits<ModelInteraction> {
   static constexpr std::array<std::string_view, 2> kNames = {"dot", "dcn"};
+};
+template <>
+struct EnumTraits<TablePooling> {
+  static constexpr std::array<std::string_view, 2> kNames = {"sum", "mean"};
 };
 template <>
 struct EnumTraits<SyncAlgorithm> {
@@ -192,6 +198,7 @@ struct JobMetadata {
 struct TableSpec {
   std::string name;                            // Required, unique within the model.
   int64_t hash_buckets = kDefaultHashBuckets;  // "hashBuckets". Rows in the hashed id space.
+  TablePooling pooling = TablePooling::kSum;
   bool operator==(const TableSpec&) const = default;
 };
 
@@ -225,6 +232,8 @@ struct SyntheticDataSpec {
   int64_t examples = 1'000'000;     // Training examples generated.
   int64_t eval_examples = 100'000;  // "evalExamples". Held-out examples, same teacher.
   int64_t seed = 1;                 // Generator seed; same seed, same bytes.
+  int multi_hot_columns = 0;        // "multiHotColumns". The last N columns are multi-hot.
+  int max_ids_per_field = 4;        // "maxIdsPerField".
   bool operator==(const SyntheticDataSpec&) const = default;
 };
 

@@ -98,6 +98,11 @@ void Fields(V& v, S& s) {
      .doc = "Rows in the table: raw ids are hashed into [0, hashBuckets). Rows are "
             "created on first use, so this bounds memory rather than allocating it.",
      .min = 1});
+  v(s.pooling,
+    {.name = "pooling",
+     .doc = "How the rows of a field's ids become its one embedding: their `sum` or their "
+            "`mean`. It matters for multi-hot fields, whose ids the TSV layout writes "
+            "comma-separated (`id,id,...`); a single id is the same either way."});
 }
 
 template <typename V, Is<CriteoTablesShorthand> S>
@@ -166,6 +171,17 @@ void Fields(V& v, S& s) {
                       .min = 0});
   v(s.seed,
     {.name = "seed", .doc = "Generator seed: the same seed gives the same data.", .min = 0});
+  v(s.multi_hot_columns,
+    {.name = "multiHotColumns",
+     .doc = "Multi-hot data: the last N categorical columns (C26 first) hold 1 to "
+            "maxIdsPerField ids each, comma-separated; the teacher scores such a field as the "
+            "mean of its ids' effects (tables[].pooling: mean matches it). 0: one id per field.",
+     .min = 0,
+     .max = 26});
+  v(s.max_ids_per_field, {.name = "maxIdsPerField",
+                          .doc = "Most ids in a multi-hot field; each holds 1 to this many.",
+                          .min = 1,
+                          .max = 16});
 }
 
 template <typename V, Is<DataSpec> S>

@@ -33,12 +33,25 @@ absl::Status DlrmConfig::Validate() const {
           absl::StrCat("model.topMlp[", i, "]: must be >= 1, got ", top_mlp[i]));
     }
   }
+  if (!pooling.empty() && static_cast<int>(pooling.size()) != num_tables) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.tables: ", pooling.size(), " poolings for ", num_tables, " tables"));
+  }
   if (interaction == Interaction::kDcn) {
     if (auto s = positive("model.dcn.layers", dcn_layers); !s.ok()) return s;
     if (auto s = positive("model.dcn.lowRank", dcn_low_rank); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
+
+absl::StatusOr<Pooling> ParsePooling(std::string_view name, std::string_view field) {
+  if (name == "sum") return Pooling::kSum;
+  if (name == "mean") return Pooling::kMean;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(field), ": '", std::string(name), "' is not one of sum, mean"));
+}
+
+std::string_view PoolingName(Pooling pooling) { return pooling == Pooling::kMean ? "mean" : "sum"; }
 
 absl::StatusOr<Interaction> ParseInteraction(std::string_view name, std::string_view field) {
   if (name == "dot") return Interaction::kDot;
@@ -59,6 +72,10 @@ nlohmann::json DlrmConfigToJson(const DlrmConfig& c) {
   if (c.interaction == Interaction::kDcn) {
     json["dcn"] = {{"layers", c.dcn_layers}, {"lowRank", c.dcn_low_rank}};
   }
+  // Only when some table averages: a sum-only model's JSON is as before.
+  if (std::find(c.pooling.begin(), c.pooling.end(), Pooling::kMean) != c.pooling.end()) {
+    for (Pooling p : c.pooling) json["pooling"].push_back(PoolingName(p));
+  }
   return json;
 }
 
@@ -76,6 +93,13 @@ absl::Status DlrmConfigFromJson(const nlohmann::json& json, DlrmConfig* config) 
     if (c.interaction == Interaction::kDcn) {
       c.dcn_layers = json.at("dcn").at("layers").get<int>();
       c.dcn_low_rank = json.at("dcn").at("lowRank").get<int>();
+    }
+    if (json.contains("pooling")) {
+      for (const auto& name : json.at("pooling")) {
+        SS_ASSIGN_OR_RETURN(Pooling p,
+                            ParsePooling(name.get<std::string>(), "model config: pooling"));
+        c.pooling.push_back(p);
+      }
     }
     if (auto s = c.Validate(); !s.ok()) return s;
     *config = std::move(c);
@@ -359,12 +383,17 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
     std::memcpy(z + static_cast<long>(b) * F * D, x + b * D, D * sizeof(float));
   for (int t = 0; t < config_.num_tables; ++t) {
     const SparseInput& in = batch.sparse[t];
+    const bool mean = MeanPooled(t);
     for (int b = 0; b < B; ++b) {
       float* dst = z + (static_cast<long>(b) * F + 1 + t) * D;
       std::fill(dst, dst + D, 0.0f);
       for (int k = in.offsets[b]; k < in.offsets[b + 1]; ++k) {
         const float* row = in.rows.data() + static_cast<long>(in.row_index[k]) * D;
         for (int d = 0; d < D; ++d) dst[d] += row[d];
+      }
+      const int n = in.offsets[b + 1] - in.offsets[b];
+      if (mean && n > 1) {
+        for (int d = 0; d < D; ++d) dst[d] /= static_cast<float>(n);
       }
     }
   }
@@ -423,16 +452,20 @@ double Dlrm::Step(const float* params, const BatchView& batch, Workspace* ws, fl
     CrossBackward(cross_, params, z, B, delta, dz, dense_grad, ws);
   }
 
-  // Embedding row gradients: each occurrence adds its example's dz slice.
+  // Embedding row gradients: each occurrence adds its example's dz slice
+  // (over the count, for a mean).
   for (int t = 0; t < config_.num_tables; ++t) {
     const SparseInput& in = batch.sparse[t];
+    const bool mean = MeanPooled(t);
     std::span<float> g = grads->rows[t];
     std::fill(g.begin(), g.end(), 0.0f);
     for (int b = 0; b < B; ++b) {
       const float* src = dz + (static_cast<long>(b) * F + 1 + t) * D;
+      const int n = in.offsets[b + 1] - in.offsets[b];
+      const float scale = mean && n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
       for (int k = in.offsets[b]; k < in.offsets[b + 1]; ++k) {
         float* dst = g.data() + static_cast<long>(in.row_index[k]) * D;
-        for (int d = 0; d < D; ++d) dst[d] += src[d];
+        for (int d = 0; d < D; ++d) dst[d] += scale * src[d];
       }
     }
   }

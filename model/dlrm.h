@@ -40,6 +40,12 @@ enum class Interaction {
   kDcn,
 };
 
+// How a table's rows for one example's ids become its one embedding: their
+// sum, or their mean (a multi-hot field's; a single id is the same either way).
+enum class Pooling { kSum, kMean };
+absl::StatusOr<Pooling> ParsePooling(std::string_view name, std::string_view field);
+std::string_view PoolingName(Pooling pooling);
+
 // "dot" or "dcn"; InvalidArgument naming `field` otherwise.
 absl::StatusOr<Interaction> ParseInteraction(std::string_view name, std::string_view field);
 std::string_view InteractionName(Interaction interaction);
@@ -54,6 +60,8 @@ struct DlrmConfig {
   Interaction interaction = Interaction::kDot;
   int dcn_layers = 3;      // kDcn: cross layers.
   int dcn_low_rank = 512;  // kDcn: r, the inner width of each layer's U V factorisation.
+  // Per table, or empty: every table sums.
+  std::vector<Pooling> pooling;
 
   // InvalidArgument naming the field for a shape that cannot be built.
   absl::Status Validate() const;
@@ -91,9 +99,10 @@ struct CrossLayerShape {
   LayerShape up;
 };
 
-// One table's sparse input for a batch of B examples: example b pools (sums)
-// rows[row_index[k]] for k in [offsets[b], offsets[b + 1]). `rows` holds the
-// batch's unique rows of that table, as looked up from the EmbeddingStore.
+// One table's sparse input for a batch of B examples: example b pools (sums,
+// or averages: DlrmConfig::pooling) rows[row_index[k]] for k in [offsets[b],
+// offsets[b + 1]). `rows` holds the batch's unique rows of that table, as
+// looked up from the EmbeddingStore.
 struct SparseInput {
   std::span<const float> rows;         // unique_rows x dim
   std::span<const int32_t> row_index;  // one entry per id occurrence
@@ -168,6 +177,10 @@ class Dlrm {
   DlrmConfig config_;
   std::vector<LayerShape> bottom_;
   std::vector<LayerShape> top_;
+  bool MeanPooled(int table) const {
+    return !config_.pooling.empty() && config_.pooling[table] == Pooling::kMean;
+  }
+
   std::vector<CrossLayerShape> cross_;
   int64_t num_params_ = 0;
 };

@@ -458,12 +458,19 @@ absl::Status ExportReader::CheckShape(const DlrmConfig& config,
   // The manifest's model as read, so a field an older export lacks compares
   // as its default (an export from before DCN-v2 is a dot model).
   const json have_model = DlrmConfigToJson(info_.config);
-  for (const auto& [key, value] : want.items()) {
-    const json have = have_model.value(key, json());
-    if (have != value) {
-      return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": model.", key, " is ",
-                                                     have.dump(), ", the job's is ", value.dump()));
-    }
+  // Every key of either: a key only one side writes (pooling) differs too.
+  json keys = json::object();
+  for (const auto& [key, value] : want.items()) keys[key] = true;
+  for (const auto& [key, value] : have_model.items()) keys[key] = true;
+  std::string differences;  // Every one: a dcn model differs in "dcn" and "interaction".
+  for (const auto& [key, unused] : keys.items()) {
+    const json have = have_model.value(key, json()), value = want.value(key, json());
+    if (have == value) continue;
+    absl::StrAppend(&differences, differences.empty() ? "" : "; ", "model.", key, " is ",
+                    have.dump(), ", the job's is ", value.dump());
+  }
+  if (!differences.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, "/", kManifest, ": ", differences));
   }
   const json have_tables = manifest_["embeddings"]["tables"], want_tables = TablesToJson(tables);
   if (have_tables.size() != want_tables.size()) {

@@ -1,5 +1,7 @@
 #include "worker/model_config.h"
 
+#include <algorithm>
+
 namespace shadowsync::worker {
 
 model::DlrmConfig DlrmConfigFor(const ModelSpec& spec) {
@@ -13,6 +15,14 @@ model::DlrmConfig DlrmConfigFor(const ModelSpec& spec) {
                                                                   : model::Interaction::kDot;
   config.dcn_layers = spec.dcn.layers;
   config.dcn_low_rank = spec.dcn.low_rank;
+  // Empty while every table sums, as DlrmConfig has it.
+  if (std::any_of(spec.tables.begin(), spec.tables.end(),
+                  [](const TableSpec& t) { return t.pooling == TablePooling::kMean; })) {
+    for (const TableSpec& t : spec.tables) {
+      config.pooling.push_back(t.pooling == TablePooling::kMean ? model::Pooling::kMean
+                                                                : model::Pooling::kSum);
+    }
+  }
   return config;
 }
 

@@ -189,11 +189,12 @@ void Trainer::CollectRows(std::shared_ptr<const ExampleBlock> block, int64_t beg
     index.clear();
     offsets.assign(1, 0);
     for (int64_t e = begin; e < end; ++e) {
-      const uint64_t row =
-          model::BucketOf(t, block->sparse[e * block->num_sparse + t], tables_[t].hash_buckets);
-      auto [it, inserted] = dedupe.try_emplace(row, static_cast<int32_t>(ids.size()));
-      if (inserted) ids.push_back(row);
-      index.push_back(it->second);
+      for (const uint64_t id : block->ids(e, t)) {
+        const uint64_t row = model::BucketOf(t, id, tables_[t].hash_buckets);
+        auto [it, inserted] = dedupe.try_emplace(row, static_cast<int32_t>(ids.size()));
+        if (inserted) ids.push_back(row);
+        index.push_back(it->second);
+      }
       offsets.push_back(static_cast<int32_t>(index.size()));
     }
   }

@@ -197,6 +197,46 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
       << warm_out;
 }
 
+// Multi-hot data (gen-data's last 6 columns hold 1 to 4 ids) trains with
+// mean pooling, and the saved model keeps it: eval scores as train did, and a
+// sum-pooled warm start is refused naming the field.
+TEST_F(CliTest, MultiHotDataTrainsWithMeanPoolingAndTheModelKeepsIt) {
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " gen-data --out " + dir_.File("mh.tsv") +
+                         " --examples 25000 --eval-examples 5000 --seed 5 --multi-hot-columns 6"
+                         " --max-ids-per-field 4",
+                     &out),
+            0)
+      << out;
+  std::string commas;
+  ASSERT_EQ(RunShell("cut -f40 " + dir_.File("mh.tsv") + " | grep -c ,", &commas), 0);
+  EXPECT_GT(std::stoi(commas), 10000) << "C26 is multi-hot";
+  const std::string flags = " --data " + dir_.File("mh.tsv") + " --eval-data " +
+                            dir_.File("mh.eval.tsv") +
+                            " --threads 2 --batch-size 128 --bottom-mlp 64,32 --top-mlp 64"
+                            " --hash-buckets 20000 --pooling ";
+  ASSERT_EQ(RunShell(Bin() + " train" + flags + "mean --report-json " + dir_.File("r.json") +
+                         " --save-model " + dir_.File("m"),
+                     &out),
+            0)
+      << out;
+  const auto report = nlohmann::json::parse(testing::ReadFile(dir_.File("r.json")));
+  EXPECT_GT(report["eval_auc"].get<double>(), 0.7);
+  const auto manifest = nlohmann::json::parse(testing::ReadFile(dir_.File("m/manifest.json")));
+  EXPECT_EQ(manifest["model"]["pooling"], nlohmann::json(std::vector<std::string>(26, "mean")));
+  ASSERT_EQ(
+      RunShell(Bin() + " eval --model " + dir_.File("m") + " --data " + dir_.File("mh.eval.tsv") +
+                   " --threads 2 --batch-size 128" + " --report-json " + dir_.File("e.json"),
+               &out),
+      0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(dir_.File("e.json")))["eval_auc"],
+            report["eval_auc"]);
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " train" + flags + "sum --init-model " + dir_.File("m"), &out), 2);
+  EXPECT_THAT(out, ::testing::HasSubstr("manifest.json: model.pooling is"));
+}
+
 TEST_F(CliTest, TrainFromJobFileGeneratesDataAndHonoursFlagOverrides) {
   const std::string job = dir_.File("job.yaml");
   testing::WriteFile(

@@ -228,6 +228,37 @@ TEST_F(ExportTest, ADcnJobsExportScoresAndWarmStartsAsADcnModel) {
       << out;
 }
 
+// Multi-hot synthetic data (C23..C26 hold 1 to 3 ids) through parameter
+// servers, those four tables mean-pooled: the job learns, and its export
+// keeps the pooling and scores as the report says.
+TEST_F(ExportTest, AMultiHotJobTrainsOverServersAndItsExportKeepsThePooling) {
+  std::string tables = "tables: [";
+  for (int t = 1; t <= 26; ++t) {
+    absl::StrAppend(&tables, t > 1 ? ", " : "", "{name: C", t, ", hashBuckets: 5000",
+                    t > 22 ? ", pooling: mean}" : "}");
+  }
+  tables += "]";
+  const std::string job = WriteJob("mh", 12000, 2, 2);
+  testing::WriteFile(
+      job, absl::StrReplaceAll(ReadFile(job), {{"criteoTables: {hashBuckets: 5000}", tables},
+                                               {"seed: 4}",
+                                                "seed: 4, multiHotColumns: 4, "
+                                                "maxIdsPerField: 3}"}}));
+  const json r = Run(job, "mh");
+  EXPECT_LT(r["eval_ne"].get<double>(), 0.99) << r.dump(2);
+  std::string data;
+  ASSERT_EQ(RunShell("cut -f40 " + dir_.File("mh/data/train.tsv") + " | grep -c ,", &data), 0);
+  EXPECT_GT(std::stoi(data), 3000) << "the generated data is multi-hot";
+  const std::string model = dir_.File("mh/exports/model-000001");
+  const json manifest = json::parse(ReadFile(model + "/manifest.json"));
+  ASSERT_EQ(manifest["model"]["pooling"].size(), 26u);
+  EXPECT_EQ(manifest["model"]["pooling"][0], "sum");
+  EXPECT_EQ(manifest["model"]["pooling"][25], "mean");
+  const json eval = Eval(model, dir_.File("mh/data/eval.tsv"));
+  EXPECT_NEAR(eval["eval_ne"].get<double>(), r["eval_ne"].get<double>(), 1e-6);
+  EXPECT_NEAR(eval["eval_auc"].get<double>(), r["eval_auc"].get<double>(), 1e-6);
+}
+
 TEST_F(ExportTest, ABadInitModelIsRefusedNamingTheFileBeforeAnythingStarts) {
   Run(WriteJob("src", 5000, 1, 1), "src");
   const std::string model = dir_.File("src/exports/model-000001");

@@ -108,6 +108,7 @@ void ExpectSameBlocks(const ExampleBlock& a, const ExampleBlock& b) {
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_EQ(a.dense, b.dense);
   EXPECT_EQ(a.sparse, b.sparse);
+  EXPECT_EQ(a.sparse_offsets, b.sparse_offsets);
 }
 
 // ---------------------------------------------------------------------------
@@ -183,6 +184,21 @@ std::vector<BadLine> BadLines() {
       {"HexTooLong", WithField(1, 39, "123456789"),
        "field 40 (C26): bad hex '123456789' (more than 8 digits)"},
       {"NulByte", nul_line, "field 21 (C7): bad hex 'a\\x00'"},
+      {"EmptyIdInList", WithField(1, 20, "ab,,cd"),
+       "field 21 (C7): bad hex 'ab,,cd' (id 2 of a comma-separated list: empty; each id is 1 "
+       "to 8 hex digits)"},
+      {"TrailingComma", WithField(1, 14, "ab,"),
+       "field 15 (C1): bad hex 'ab,' (id 2 of a comma-separated list: empty; each id is 1 to 8 "
+       "hex digits)"},
+      {"LeadingComma", WithField(1, 14, ",ab"),
+       "field 15 (C1): bad hex ',ab' (id 1 of a comma-separated list: empty; each id is 1 to 8 "
+       "hex digits)"},
+      {"LongIdInList", WithField(1, 39, "ab,123456789"),
+       "field 40 (C26): bad hex 'ab,123456789' (id 2 of a comma-separated list: '123456789'; each "
+       "id is 1 to 8 hex digits)"},
+      {"BadHexInList", WithField(1, 39, "ab,cd,zz"),
+       "field 40 (C26): bad hex 'ab,cd,zz' (id 3 of a comma-separated list: 'zz'; each "
+       "id is 1 to 8 hex digits)"},
       {"NulInInteger", WithField(1, 3, std::string("1\0", 2)),
        "field 4 (I3): not an integer '1\\x00'"},
       {"NonAscii", WithField(1, 15, "\xc3\xa9"), "field 16 (C2): bad hex '\\xc3\\xa9'"},
@@ -202,6 +218,37 @@ TEST(ParseCriteoLineTest, RejectsMalformedAndAppendsNothing) {
     EXPECT_EQ(block.dense.size(), kCriteoDense);
     EXPECT_EQ(block.sparse.size(), kCriteoSparse);
   }
+}
+
+// A field "id,id,..." holds several ids: the block switches to offsets at
+// the first such line and keeps the single-hot examples before it as they were.
+TEST(ParseCriteoLineTest, MultiHotFieldsKeepEveryIdInOrder) {
+  ExampleBlock block;
+  SS_ASSERT_OK(ParseCriteoLine(Line(1), &block));
+  ExampleBlock single = block;
+  EXPECT_FALSE(block.multi_hot());
+  std::string line = WithField(2, 15, "a,b0,c00");
+  line = line.substr(0, line.rfind('\t')) + "\t1,2";  // C26 too
+  SS_ASSERT_OK(ParseCriteoLine(line, &block));
+  ASSERT_TRUE(block.multi_hot());
+  ASSERT_EQ(block.size(), 2);
+  EXPECT_EQ(block.sparse_offsets.size(), 2u * kCriteoSparse + 1);
+  for (int t = 0; t < kCriteoSparse; ++t) {
+    EXPECT_THAT(block.ids(0, t), ElementsAreArray(single.ids(0, t))) << t;
+  }
+  EXPECT_THAT(block.ids(1, 0), ElementsAre(2));
+  EXPECT_THAT(block.ids(1, 1), ElementsAre(0xa, 0xb0, 0xc00));
+  EXPECT_THAT(block.ids(1, 25), ElementsAre(1, 2));
+
+  ExampleBlock twice;
+  twice.Append(single);
+  twice.Append(block);
+  EXPECT_TRUE(twice.multi_hot());
+  EXPECT_THAT(twice.ids(2, 1), ElementsAre(0xa, 0xb0, 0xc00));
+  EXPECT_THAT(twice.ids(1, 1), ElementsAreArray(single.ids(0, 1)));
+  block.Truncate(1);
+  EXPECT_EQ(block.sparse.size(), static_cast<size_t>(kCriteoSparse));
+  EXPECT_EQ(block.sparse_offsets.back(), kCriteoSparse);
 }
 
 TEST(ParseCriteoLineTest, QuotesHugeFieldsShortly) {
@@ -549,6 +596,33 @@ TEST(CriteoReaderTest, MaxExamplesStopsEarly) {
   options.num_shards = 2;
   options.shard_index = 1;
   EXPECT_THAT(C1Ids(ReadAll({path}, options)), ElementsAre(1, 3, 5, 7, 9, 11, 13, 15, 17, 19));
+}
+
+// Multi-hot lines among single-hot ones, across chunk boundaries and a
+// max_examples cut: what the reader returns is what parsing line by line gives.
+TEST(CriteoReaderTest, MultiHotLinesReadAsParsedLineByLine) {
+  ScratchDir dir;
+  const std::string path = dir.File("data.tsv");
+  std::string text;
+  for (uint32_t id = 0; id < 300; ++id) {
+    absl::StrAppend(
+        &text, id % 7 == 3 ? WithField(id, 16, absl::StrFormat("%x,%x,5", id, id + 1)) : Line(id),
+        "\n");
+  }
+  WriteFile(path, text);
+  for (int64_t max : {-1, 150}) {
+    SCOPED_TRACE(max);
+    ExampleBlock want;
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      if (max >= 0 && want.size() == max) break;
+      SS_ASSERT_OK(ParseCriteoLine(std::string_view(line.data(), line.size()), &want));
+    }
+    ReaderOptions options = SmallChunks();
+    options.max_examples = max;
+    const ExampleBlock got = ReadAll({path}, options);
+    ExpectSameBlocks(got, want);
+    EXPECT_THAT(got.ids(10, 2), ElementsAre(10, 11, 5));
+  }
 }
 
 TEST(CriteoReaderTest, DestroyingEarlyDoesNotHang) {

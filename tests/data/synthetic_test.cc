@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/example.h"
 #include "data/criteo_reader.h"
+#include "data/synthetic_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -235,6 +236,81 @@ TEST_F(SyntheticTest, ParsesWithTheCriteoParser) {
     const uint64_t want = f.empty() ? kMissingId : std::stoull(std::string(f), nullptr, 16);
     EXPECT_EQ(block.sparse[t], want) << "C" << t + 1;
   }
+}
+
+// --multi-hot-columns 3 --max-ids-per-field 4: C24..C26 hold 1 to 4 ids
+// (every count seen), the rest one; the bytes still do not depend on the
+// thread count, and the parser reads the lists back.
+TEST_F(SyntheticTest, MultiHotColumnsHoldOneToMaxIdsAndTheOthersOne) {
+  auto generate = [&](const std::string& name, int threads) {
+    SyntheticOptions options;
+    options.out_path = dir_.File(name);
+    options.examples = 5000;
+    options.seed = 3;
+    options.threads = threads;
+    options.multi_hot_columns = 3;
+    options.max_ids_per_field = 4;
+    SS_EXPECT_OK(GenerateSynthetic(options).status());
+    return ReadFile(options.out_path);
+  };
+  const std::string text = generate("mh.tsv", 1);
+  EXPECT_EQ(generate("mh4.tsv", 4), text);
+  std::vector<int> counts(5, 0);
+  ExampleBlock block;
+  for (std::string_view line : Lines(text)) {
+    const std::vector<std::string_view> fields = Split(line, '\t');
+    ASSERT_EQ(fields.size(), static_cast<size_t>(kCriteoFields));
+    for (int t = 0; t < kCriteoSparse; ++t) {
+      const std::string_view f = fields[1 + kCriteoDense + t];
+      if (f.empty()) continue;
+      const std::vector<std::string_view> ids = Split(f, ',');
+      if (t < kCriteoSparse - 3) ASSERT_EQ(ids.size(), 1u) << "C" << t + 1 << " = " << f;
+      ASSERT_LE(ids.size(), 4u) << f;
+      if (t >= kCriteoSparse - 3) ++counts[ids.size()];
+      for (std::string_view id : ids) ASSERT_TRUE(id.size() == 8 && IsLowerHex(id)) << f;
+    }
+    SS_ASSERT_OK(ParseCriteoLine(line, &block));
+  }
+  for (int n = 1; n <= 4; ++n) EXPECT_GT(counts[n], 500) << n << " ids";
+  EXPECT_TRUE(block.multi_hot());
+
+  SyntheticOptions bad;
+  bad.out_path = dir_.File("bad.tsv");
+  bad.multi_hot_columns = 27;
+  EXPECT_THAT(GenerateSynthetic(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "multi_hot_columns must be in [0, 26]"));
+  bad.multi_hot_columns = 1;
+  bad.max_ids_per_field = 0;
+  EXPECT_THAT(GenerateSynthetic(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "max_ids_per_field must be in [1, 16]"));
+}
+
+// The teacher scores a multi-hot field as the mean of its ids' effects: the
+// same id three times scores as that id alone, other ids move the logit.
+TEST(SyntheticTeacherTest, AMultiHotFieldScoresAsTheMeanOfItsIds) {
+  using synthetic_internal::Row;
+  synthetic_internal::Teacher teacher(5, {.columns = 2, .max_ids = 3});
+  teacher.Calibrate();
+  synthetic_internal::Rng rng(17);
+  Row row;
+  do {
+    teacher.SampleRow(&rng, &row);
+  } while (row.rank[25] == 0 || row.rank[24] == 0);
+  Row single = row;
+  single.more.fill(0);
+  single.more_rank.clear();
+  const double alone = teacher.Logit(single);
+
+  Row same = single;
+  same.more[25] = 2;
+  same.more_rank = {row.rank[25], row.rank[25]};
+  EXPECT_NEAR(teacher.Logit(same), alone, 1e-9);
+
+  Row other = single;
+  other.more[24] = 1;
+  other.more[25] = 1;
+  other.more_rank = {row.rank[24] + 1, row.rank[25] + 7};
+  EXPECT_GT(std::abs(teacher.Logit(other) - alone), 1e-4);
 }
 
 TEST_F(SyntheticTest, MissingValuesFollowCriteoRates) {

@@ -32,9 +32,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (block.size() != before || status.message().empty()) {
       std::abort();
     }
-    if (block.labels.size() * block.num_dense != block.dense.size() ||
-        block.labels.size() * block.num_sparse != block.sparse.size()) {
-      std::abort();
+    if (block.labels.size() * block.num_dense != block.dense.size()) std::abort();
+    if (!block.multi_hot()) {
+      if (block.labels.size() * block.num_sparse != block.sparse.size()) std::abort();
+    } else {
+      // Offsets of every field, each holding at least one id, ending at the last id.
+      const auto& offsets = block.sparse_offsets;
+      if (offsets.size() != block.labels.size() * block.num_sparse + 1 || offsets.front() != 0 ||
+          offsets.back() != static_cast<int64_t>(block.sparse.size())) {
+        std::abort();
+      }
+      for (size_t f = 0; f + 1 < offsets.size(); ++f) {
+        if (offsets[f + 1] <= offsets[f]) std::abort();
+      }
     }
     start = end + 1;
   }

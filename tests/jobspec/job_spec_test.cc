@@ -346,7 +346,9 @@ TEST_F(JobSpecTest, EncodingMakesEveryDefaultExplicit) {
   EXPECT_EQ(j["spec"]["sync"]["algorithm"], "shadow-easgd");
   EXPECT_EQ(j["spec"]["parameterServer"]["cacheBytes"], "1Gi");
   EXPECT_EQ(j["spec"]["model"]["tables"].size(), 26u);
-  EXPECT_EQ(j["spec"]["model"]["tables"][25], (json{{"name", "C26"}, {"hashBuckets", 1000000}}));
+  EXPECT_EQ(j["spec"]["model"]["tables"][25],
+            (json{{"name", "C26"}, {"hashBuckets", 1000000}, {"pooling", "sum"}}));
+  EXPECT_EQ(j["spec"]["model"]["interaction"], "dot");
   EXPECT_FALSE(j["spec"]["model"].contains("criteoTables"));  // Only ever expanded.
   EXPECT_FALSE(j["spec"]["trainer"].contains("straggler"));   // Unset optionals stay absent.
   EXPECT_FALSE(j["spec"]["trainer"].contains("template"));

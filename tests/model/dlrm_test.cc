@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "model/dense_ops.h"
 #include "nlohmann/json.hpp"
@@ -13,10 +14,15 @@ namespace {
 
 // A small model and a multi-hot batch (variable ids per example, a repeated
 // row), so pooling and gradient accumulation over occurrences are exercised.
-// Each test runs for both interactions.
-class DlrmTest : public ::testing::TestWithParam<Interaction> {
+// Each test runs for both interactions, and with table 0 mean-pooled.
+struct Variant {
+  Interaction interaction;
+  Pooling pooling;  // Table 0's; table 1 sums.
+};
+
+class DlrmTest : public ::testing::TestWithParam<Variant> {
  public:
-  DlrmTest() : model_(Config(GetParam())) {
+  DlrmTest() : model_(Config(GetParam().interaction, GetParam().pooling)) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> u(-1, 1);
     params_.resize(model_.num_params());
@@ -37,7 +43,8 @@ class DlrmTest : public ::testing::TestWithParam<Interaction> {
     }
   }
 
-  static DlrmConfig Config(Interaction interaction = Interaction::kDot) {
+  static DlrmConfig Config(Interaction interaction = Interaction::kDot,
+                           Pooling pooling = Pooling::kSum) {
     DlrmConfig c;
     c.num_dense = 3;
     c.embedding_dim = kDim;
@@ -47,6 +54,7 @@ class DlrmTest : public ::testing::TestWithParam<Interaction> {
     c.interaction = interaction;
     c.dcn_layers = 2;
     c.dcn_low_rank = 5;
+    if (pooling == Pooling::kMean) c.pooling = {Pooling::kMean, Pooling::kSum};
     return c;
   }
 
@@ -81,9 +89,43 @@ double NumericGrad(DlrmTest* t, std::vector<float>& v, size_t i, double (DlrmTes
   return (plus - minus) / (2.0 * eps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Interactions, DlrmTest,
-                         ::testing::Values(Interaction::kDot, Interaction::kDcn),
-                         [](const auto& info) { return std::string(InteractionName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Models, DlrmTest,
+                         ::testing::Values(Variant{Interaction::kDot, Pooling::kSum},
+                                           Variant{Interaction::kDcn, Pooling::kSum},
+                                           Variant{Interaction::kDot, Pooling::kMean}),
+                         [](const auto& info) {
+                           return absl::StrCat(std::string(InteractionName(info.param.interaction)),
+                                               "_", std::string(PoolingName(info.param.pooling)));
+                         });
+
+// A mean-pooled table sees each example's rows averaged: with two ids per
+// example, exactly a sum-pooled table whose rows are halved.
+TEST(DlrmPoolingTest, MeanPoolingIsTheSumOverTheCount) {
+  DlrmConfig mean_config = DlrmTest::Config(Interaction::kDot, Pooling::kMean);
+  DlrmConfig sum_config = DlrmTest::Config();
+  Dlrm mean(mean_config), sum(sum_config);
+  std::vector<float> params(mean.num_params());
+  mean.InitParams(2, params);
+  std::vector<float> dense = {0.5f, -1, 2, 1, 0, -0.5f};
+  std::vector<float> rows0 = {0.3f, -0.2f, 0.9f, 0.1f, -0.7f, 0.4f, 0.2f, 0.8f};
+  std::vector<float> halved = rows0;
+  for (float& x : halved) x /= 2;
+  std::vector<float> rows1 = {0.5f, 0.1f, -0.3f, 0.6f};
+  const std::vector<int32_t> index0 = {0, 1, 1, 0}, offsets0 = {0, 2, 4};
+  const std::vector<int32_t> index1 = {0, 0}, offsets1 = {0, 1, 2};
+  auto probs = [&](const Dlrm& model, const std::vector<float>& table0) {
+    const SparseInput sparse[2] = {{table0, index0, offsets0}, {rows1, index1, offsets1}};
+    auto ws = model.NewWorkspace(2);
+    std::vector<float> p(2);
+    model.Step(params.data(), BatchView{2, dense.data(), nullptr, sparse}, ws.get(), p.data(),
+               nullptr);
+    return p;
+  };
+  const std::vector<float> want = probs(sum, halved), got = probs(mean, rows0);
+  EXPECT_NEAR(got[0], want[0], 1e-6);
+  EXPECT_NEAR(got[1], want[1], 1e-6);
+  EXPECT_GT(std::abs(probs(sum, rows0)[0] - got[0]), 1e-4) << "pooling made no difference";
+}
 
 TEST(DlrmLayoutTest, DotParameterLayoutIsContiguous) {
   Dlrm model(DlrmTest::Config(Interaction::kDot));
@@ -251,6 +293,14 @@ TEST(DlrmConfigTest, JsonRoundTripAndValidation) {
   EXPECT_EQ(DlrmConfigToJson(c)["dcn"], nlohmann::json({{"layers", 2}, {"lowRank", 64}}));
   ASSERT_TRUE(DlrmConfigFromJson(DlrmConfigToJson(c), &back).ok());
   EXPECT_EQ(back, c);
+  c.pooling.assign(26, Pooling::kSum);
+  c.pooling[3] = Pooling::kMean;
+  EXPECT_EQ(DlrmConfigToJson(c)["pooling"][3], "mean");
+  ASSERT_TRUE(DlrmConfigFromJson(DlrmConfigToJson(c), &back).ok());
+  EXPECT_EQ(back, c);
+  c.pooling.pop_back();
+  EXPECT_EQ(c.Validate().message(), "model.tables: 25 poolings for 26 tables");
+  c.pooling.clear();
   c.dcn_low_rank = 0;
   EXPECT_EQ(c.Validate().message(), "model.dcn.lowRank: must be >= 1, got 0");
   c.bottom_mlp = {4, 0};
