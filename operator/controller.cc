@@ -616,7 +616,9 @@ Observed Controller::Observe(const Json& job) {
   // The servers that may hold slots: the StatefulSet's and the spec's.
   int servers = job.value("/spec/parameterServer/replicas"_json_pointer, 0);
   auto sts = observed.stateful_sets.find(ChildName(name, Role::kPs));
-  if (sts != observed.stateful_sets.end()) {
+  // None to ask while the StatefulSet is at 0 (a suspended job).
+  if (sts != observed.stateful_sets.end() &&
+      sts->second.value("/spec/replicas"_json_pointer, 0) > 0) {
     servers = std::max(servers, sts->second.value("/spec/replicas"_json_pointer, 0));
     observed.ps = ObservePs(job, servers);
   }

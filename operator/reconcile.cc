@@ -390,6 +390,11 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
   want.ps = std::max(asked, owning);
   if (running_reshard) {
     want.ps = std::max({want.ps, running_reshard->from_servers, running_reshard->to_servers});
+  } else if (suspended) {
+    // A suspended job runs no pod (what Kueue and quota systems expect). The
+    // servers' volumes stay (whenScaled: Retain), so each comes back with its
+    // rows and its shard map; a running reshard finishes first.
+    want.ps = 0;
   }
 
   // --- Finished now?
@@ -489,6 +494,10 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
       reshard_message = absl::StrCat("moving slots from ", from, " to ", to,
                                      " parameter servers: ", progress["slotsMoved"].dump(), "/",
                                      progress["slotsTotal"].dump(), " slots moved");
+    } else if (suspended) {
+      reshard_reason = "Suspended";
+      reshard_message = absl::StrCat("scaling parameter servers from ", from, " to ", to,
+                                     ": waits for the job to resume");
     } else if (!o.ps) {
       reshard_reason = "WaitingForShardMap";
       reshard_message = absl::StrCat("scaling parameter servers from ", from, " to ", to,
@@ -509,7 +518,7 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
       a.events.push_back({"Normal", "ReshardStarted", reshard_message});
     }
     status["resharding"] = std::move(progress);
-    MinRequeue(a.requeue_after, opt.reshard_poll);
+    if (!suspended || running_reshard) MinRequeue(a.requeue_after, opt.reshard_poll);
   } else {
     status.erase("resharding");
     reshard_reason = "ServersMatchSpec";
@@ -535,8 +544,11 @@ Actions ReconcileJob(const Observed& o, const ReconcileOptions& opt) {
       running_condition,
       {"Resharding", resharding, reshard_reason, reshard_message},
       suspended ? Condition{"Suspended", true, "Suspended",
-                            "runPolicy.suspend: trainers and syncers stopped, parameter servers "
-                            "kept"}
+                            running_reshard
+                                ? "runPolicy.suspend: trainers and syncers stopped; the parameter "
+                                  "servers stop once the running reshard ends"
+                                : "runPolicy.suspend: every pod stopped; the parameter servers' "
+                                  "volumes keep the embedding rows"}
                 : Condition{"Suspended", false,
                             ConditionTrue(previous, "Suspended") ? "Resumed" : "NotSuspended", ""},
       all_trainers_done && final_export_pending

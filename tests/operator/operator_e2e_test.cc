@@ -633,6 +633,55 @@ TEST_F(OperatorE2eTest, ScalesTrainersAndParameterServersLive) {
   kubelet_->Signal("default", "big", "trainer", SIGCONT);
 }
 
+// Suspend stops every pod, servers included (what Kueue expects); resume
+// brings each server back on its own volume, with its shard map and rows.
+TEST_F(OperatorE2eTest, ASuspendedJobRunsNoPodAndResumesWithItsRows) {
+  StartOperator(/*leader_elect=*/false);
+  ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)));
+  ASSERT_TRUE(
+      WaitFor([&] { return SlotsOwned(0) > 0 && SlotsOwned(1) > 0; }, std::chrono::seconds(60)));
+  const ps::RowSetChecksum before = PauseAndChecksum("big", 2);
+  ASSERT_GT(before.rows, 0);
+
+  PatchSpec("big", {{"runPolicy", {{"suspend", true}}}});
+  const std::vector<std::string> pods = {"big-ps-0", "big-ps-1", "big-trainer-0", "big-trainer-1",
+                                         "big-syncer-0"};
+  auto none_runs = [&] {
+    return std::all_of(pods.begin(), pods.end(),
+                       [&](const std::string& pod) { return kubelet_->Pid("default", pod) == 0; });
+  };
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Suspended" && none_runs(); },
+                      std::chrono::seconds(120)))
+      << JobObject("big")["status"].dump(2);
+  EXPECT_EQ(StsReplicas("big-ps"), 0);
+
+  PatchSpec("big", {{"runPolicy", {{"suspend", false}}}});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<ps::RowSetChecksum> now =
+            ps::ClusterChecksum(PsAddresses(2), absl::Seconds(5), ClientSecurity());
+        return now.ok() && now->rows > 0;
+      },
+      std::chrono::seconds(120)));
+  // Rows only grow once the trainers are back, so the servers came back
+  // with at least every row they had: a server that lost its volume would
+  // start from none.
+  absl::StatusOr<ps::RowSetChecksum> after =
+      ps::ClusterChecksum(PsAddresses(2), absl::Seconds(120), ClientSecurity());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(after->rows, before.rows);
+  for (int i = 0; i < 2; ++i) {
+    // The run after the resume (the log holds every run) read its own map.
+    const std::string log = kubelet_->Log("default", absl::StrCat("big-ps-", i));
+    const size_t last_start = log.rfind("ps opening store");
+    ASSERT_NE(last_start, log.find("ps opening store")) << "one run only:\n" << log;
+    EXPECT_NE(log.find("ps using the persisted shard map", last_start), std::string::npos) << log;
+  }
+  ASSERT_TRUE(WaitFor([&] { return Phase("big") == "Running"; }, std::chrono::seconds(120)))
+      << JobObject("big")["status"].dump(2);
+}
+
 // An operator killed with SIGKILL in the middle of a reshard: its
 // replacement repairs the cut step and finishes the move; no row is lost
 // or duplicated.

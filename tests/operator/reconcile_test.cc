@@ -901,14 +901,20 @@ TEST(ReconcileTest, WithoutTheShardMapNoServerIsRemoved) {
 
 // --- runPolicy ------------------------------------------------------------------------------
 
-TEST(ReconcileTest, SuspendStopsTrainersAndSyncersAndResumeRestartsThem) {
+// Suspend stops every pod (Kueue and quotas count them); the servers'
+// volumes stay, so a resume brings each back with its rows.
+TEST(ReconcileTest, SuspendStopsEveryPodAndResumeRestartsThem) {
   Cluster c = RunningCluster();
   c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = true; });
   c.now += absl::Minutes(1);
   Actions a = c.Step();
   EXPECT_EQ(c.Replicas(Role::kTrainer), 0);
   EXPECT_EQ(c.Replicas(Role::kSyncer), 0);
-  EXPECT_EQ(c.Replicas(Role::kPs), 2);  // The servers and their data stay.
+  EXPECT_EQ(c.Replicas(Role::kPs), 0);
+  EXPECT_EQ(c.StatefulSet(Role::kPs)["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"],
+            "Retain");
+  EXPECT_THAT(c.Condition("Suspended")["message"].get<std::string>(),
+              HasSubstr("every pod stopped"));
   EXPECT_EQ(c.status()["phase"], "Suspended");
   EXPECT_EQ(c.Condition("Suspended")["status"], "True");
   EXPECT_EQ(c.Condition("Running")["status"], "False");
@@ -918,11 +924,13 @@ TEST(ReconcileTest, SuspendStopsTrainersAndSyncersAndResumeRestartsThem) {
 
   c.SetPods(Role::kTrainer, 0);
   c.SetPods(Role::kSyncer, 0);
+  c.SetPods(Role::kPs, 0);
   c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = false; });
   c.now += absl::Minutes(1);
   a = c.Step();
   EXPECT_EQ(c.Replicas(Role::kTrainer), 2);
   EXPECT_EQ(c.Replicas(Role::kSyncer), 1);
+  EXPECT_EQ(c.Replicas(Role::kPs), 2);
   EXPECT_EQ(c.Condition("Suspended")["status"], "False");
   EXPECT_EQ(c.Condition("Suspended")["reason"], "Resumed");
   EXPECT_EQ(c.status()["phase"], "Pending");
@@ -932,6 +940,58 @@ TEST(ReconcileTest, SuspendStopsTrainersAndSyncersAndResumeRestartsThem) {
   c.AllPodsReady();
   c.Step();
   EXPECT_EQ(c.status()["phase"], "Running");
+}
+
+// Kueue creates a job suspended and admits it by clearing suspend: until
+// then no role has a pod, and the queue label reaches every pod.
+TEST(ReconcileTest, AJobCreatedSuspendedRunsNoPodUntilAdmitted) {
+  json job = BaseJob();
+  job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-queue";
+  job["spec"]["runPolicy"]["suspend"] = true;
+  Cluster c(job);
+  c.Step();
+  for (Role role : {Role::kTrainer, Role::kPs, Role::kSyncer}) {
+    SCOPED_TRACE(RoleName(role));
+    EXPECT_EQ(c.Replicas(role), 0);
+    EXPECT_EQ(
+        c.StatefulSet(role)["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "team-queue");
+  }
+  EXPECT_EQ(c.status()["phase"], "Suspended");
+  c.EditSpec([](json& spec) { spec["runPolicy"]["suspend"] = false; });
+  c.Step();
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 2);
+  EXPECT_EQ(c.Replicas(Role::kPs), 2);
+  EXPECT_EQ(c.Replicas(Role::kSyncer), 1);
+}
+
+// A reshard running at suspend finishes before the servers stop; one asked
+// for while suspended waits for the resume.
+TEST(ReconcileTest, SuspendLetsARunningReshardFinishAndDefersANewOne) {
+  Cluster c = RunningCluster();
+  c.EditSpec([](json& spec) {
+    spec["parameterServer"]["replicas"] = 3;
+    spec["runPolicy"]["suspend"] = true;
+  });
+  Actions a = c.Step();
+  EXPECT_EQ(a.reshard, std::nullopt);
+  EXPECT_EQ(c.Replicas(Role::kPs), 0);
+  EXPECT_EQ(c.Condition("Resharding")["reason"], "Suspended");
+  EXPECT_EQ(a.requeue_after, std::nullopt);
+
+  c = RunningCluster();
+  c.ps->reshard =
+      ReshardProgress{.from_servers = 2, .to_servers = 3, .slots_moved = 5, .slots_total = 100};
+  c.EditSpec([](json& spec) {
+    spec["parameterServer"]["replicas"] = 3;
+    spec["runPolicy"]["suspend"] = true;
+  });
+  a = c.Step();
+  EXPECT_EQ(c.Replicas(Role::kPs), 3);
+  EXPECT_EQ(c.Replicas(Role::kTrainer), 0);
+  EXPECT_EQ(c.Condition("Resharding")["reason"], "MovingSlots");
+  EXPECT_THAT(c.Condition("Suspended")["message"].get<std::string>(),
+              HasSubstr("once the running reshard ends"));
 }
 
 TEST(ReconcileTest, TrainerFailuresCountAgainstTheBackoffLimit) {
