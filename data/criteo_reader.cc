@@ -99,7 +99,8 @@ std::string FieldError(int field, std::string_view what, std::string_view text,
 
 // A multi-hot field "id,id,...": each id 1 to 8 hex digits. Kept out of
 // line: most data never comes here, and the hot loop stays small.
-[[gnu::noinline, gnu::cold]] bool ParseIdList(std::string_view field, int column, Row* row, std::string* reason) {
+[[gnu::noinline, gnu::cold]] bool ParseIdList(std::string_view field, int column, Row* row,
+                                              std::string* reason) {
   size_t start = 0;
   for (int k = 0; start <= field.size(); ++k) {
     size_t comma = field.find(',', start);
