@@ -38,6 +38,8 @@ struct OperatorFlags {
   std::string image = "shadowsync:" + std::string(kReleaseVersion);
   std::string image_pull_policy = "IfNotPresent";
   std::string image_pull_secrets;
+  std::string gang_scheduler = "none";
+  std::string gang_scheduler_name;
   int ps_port = 7000;
   int syncer_port = 7100;
   int pod_metrics_port = 9100;
@@ -142,6 +144,14 @@ int RunOperator(const OperatorFlags& f) {
       options.reconcile.image_pull_secrets.emplace_back(name);
     }
   }
+  absl::StatusOr<op::GangScheduler> gang =
+      op::ParseGangScheduler(f.gang_scheduler, "--gang-scheduler");
+  if (!gang.ok()) {
+    LOG(ERROR) << "operator: " << gang.status().message();
+    return 2;
+  }
+  options.reconcile.gang_scheduler = *gang;
+  options.reconcile.gang_scheduler_name = f.gang_scheduler_name;
   options.reconcile.ps_port = f.ps_port;
   options.reconcile.syncer_port = f.syncer_port;
   options.reconcile.metrics_port = f.pod_metrics_port;
@@ -231,6 +241,13 @@ Action AddOperatorCommand(CLI::App& app) {
   cmd->add_option("--image-pull-secrets", f->image_pull_secrets,
                   "the job pods' imagePullSecrets (a,b), unless their template sets some: Secrets "
                   "in each job's namespace");
+  cmd->add_option("--gang-scheduler", f->gang_scheduler,
+                  "none, volcano or scheduler-plugins: each job gets a PodGroup of that "
+                  "scheduler (spec.runPolicy.schedulingPolicy), its pods the scheduler's name")
+      ->capture_default_str();
+  cmd->add_option("--gang-scheduler-name", f->gang_scheduler_name,
+                  "the job pods' schedulerName (default: volcano, or "
+                  "scheduler-plugins-scheduler)");
   cmd->add_option("--ps-port", f->ps_port, "parameter servers' gRPC port")->capture_default_str();
   cmd->add_option("--syncer-port", f->syncer_port, "syncers' gRPC port")->capture_default_str();
   cmd->add_option("--pod-metrics-port", f->pod_metrics_port, "job pods' /metrics port")

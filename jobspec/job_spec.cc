@@ -176,6 +176,15 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
   }
 
   const ParameterServerSpec& ps = s.parameter_server;
+  if (const auto& policy = s.run_policy.scheduling_policy; policy && policy->min_available) {
+    const int pods = trainer.replicas + ps.replicas + s.syncer.replicas;
+    if (*policy->min_available > pods) {
+      p.push_back({"spec.runPolicy.schedulingPolicy.minAvailable",
+                   absl::StrCat("must be <= the job's ", pods,
+                                " pods (trainers + parameter servers + syncers), got ",
+                                *policy->min_available)});
+    }
+  }
   if (ps.replicas >= 1 && ps.slots >= 1 && ps.slots < ps.replicas) {
     p.push_back({"spec.parameterServer.slots",
                  absl::StrCat("must be >= spec.parameterServer.replicas (", ps.replicas,
@@ -191,6 +200,10 @@ void ValidateSpec(const JobSpec& s, Problems& p) {
   dns_name("spec.export.volumeClaimName", s.export_.volume_claim_name);
   dns_name("spec.export.storage.storageClassName", s.export_.storage.storage_class_name);
   dns_name("spec.init.volumeClaimName", s.init.volume_claim_name);
+  if (const auto& policy = s.run_policy.scheduling_policy; policy) {
+    dns_name("spec.runPolicy.schedulingPolicy.priorityClass", policy->priority_class);
+    dns_name("spec.runPolicy.schedulingPolicy.queue", policy->queue);
+  }
 
   SecurityProblems(s.security, p);
 

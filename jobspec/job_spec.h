@@ -444,6 +444,15 @@ struct InitSpec {
 };
 
 // Kubeflow's runPolicy (operator-anchors.md §6).
+// "schedulingPolicy": gang scheduling and queueing through the PodGroup the
+// operator creates when it runs with a gang scheduler (docs/operator.md).
+struct SchedulingPolicySpec {
+  std::optional<int> min_available;  // "minAvailable". Absent: every pod of the job.
+  std::string queue;                 // Volcano's queue; "" = its default.
+  std::string priority_class;        // "priorityClass". Of the PodGroup and every pod.
+  bool operator==(const SchedulingPolicySpec&) const = default;
+};
+
 struct RunPolicySpec {
   int backoff_limit = 3;                              // "backoffLimit". Restarts before Failed.
   std::optional<int64_t> active_deadline_seconds;     // "activeDeadlineSeconds". Absent: none.
@@ -452,6 +461,7 @@ struct RunPolicySpec {
   // "cleanPodPolicy". Running, because ps and syncer pods never exit on their
   // own: None would leave them holding resources after the trainers finish.
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
+  std::optional<SchedulingPolicySpec> scheduling_policy;  // "schedulingPolicy".
   bool operator==(const RunPolicySpec&) const = default;
 };
 

@@ -550,6 +550,19 @@ void Fields(V& v, S& s) {
             "job's `<job>-exports`); the trainer pods mount it read-only."});
 }
 
+template <typename V, Is<SchedulingPolicySpec> S>
+void Fields(V& v, S& s) {
+  v(s.min_available,
+    {.name = "minAvailable",
+     .doc = "Pods that must be schedulable together before any starts (the PodGroup's "
+            "minMember); absent = every pod of the job: trainers, parameter servers and syncers.",
+     .min = 1});
+  v(s.queue, {.name = "queue", .doc = "Volcano queue of the PodGroup; empty = Volcano's default."});
+  v(s.priority_class,
+    {.name = "priorityClass",
+     .doc = "PriorityClass of the PodGroup and of every pod (priorityClassName); empty = none."});
+}
+
 template <typename V, Is<RunPolicySpec> S>
 void Fields(V& v, S& s) {
   v(s.backoff_limit, {.name = "backoffLimit",
@@ -569,6 +582,12 @@ void Fields(V& v, S& s) {
                          .doc = "Pods deleted when the job finishes. `Running` (default) stops "
                                 "the servers, which never exit on their own, and keeps finished "
                                 "trainer pods for their logs."});
+  v(s.scheduling_policy,
+    {.name = "schedulingPolicy",
+     .doc = "Gang scheduling: with an operator run with --gang-scheduler (volcano or "
+            "scheduler-plugins), the job's PodGroup admits its pods all at once or not at all, so "
+            "servers never hold resources while the trainers cannot be placed. absent = a "
+            "PodGroup of every pod, when the operator has a gang scheduler."});
 }
 
 template <typename V, Is<TlsSpec> S>

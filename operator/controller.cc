@@ -390,8 +390,11 @@ void Controller::EnqueueOwner(const Json& child) {
 }
 
 std::vector<kube::Informer*> Controller::Caches::Children() const {
-  return {stateful_sets.get(), services.get(),         config_maps.get(),
-          pods.get(),          network_policies.get(), disruption_budgets.get()};
+  std::vector<kube::Informer*> children = {stateful_sets.get(),    services.get(),
+                                           config_maps.get(),      pods.get(),
+                                           network_policies.get(), disruption_budgets.get()};
+  if (pod_groups) children.push_back(pod_groups.get());
+  return children;
 }
 
 std::vector<kube::Informer*> Controller::Caches::All() const {
@@ -433,6 +436,11 @@ absl::Status Controller::Start() {
         {.group = "networking.k8s.io", .version = "v1", .plural = "networkpolicies"}, selector);
     c.disruption_budgets =
         informer({.group = "policy", .version = "v1", .plural = "poddisruptionbudgets"}, selector);
+    if (options_.reconcile.gang_scheduler != GangScheduler::kNone) {
+      const auto [group, version] = PodGroupApi(options_.reconcile.gang_scheduler);
+      c.pod_groups =
+          informer({.group = group, .version = version, .plural = "podgroups"}, selector);
+    }
     c.jobs->AddEventHandler({
         .on_add = [this](const Json& o) { Enqueue(o); },
         .on_update = [this](const Json&, const Json& o) { Enqueue(o); },
@@ -606,6 +614,11 @@ Observed Controller::Observe(const Json& job) {
     for (const Json& o : caches->disruption_budgets->ListCached()) {
       if (mine(o)) observed.disruption_budgets[NameOf(o)] = o;
     }
+    if (caches->pod_groups) {
+      for (const Json& o : caches->pod_groups->ListCached()) {
+        if (mine(o)) observed.pod_groups[NameOf(o)] = o;
+      }
+    }
     for (const Json& o : caches->config_maps->ListCached()) {
       if (mine(o)) observed.config_maps[NameOf(o)] = o;
     }
@@ -697,7 +710,8 @@ absl::Status Controller::ApplyChild(const Json& desired, const Observed& observe
                                              : kind == "NetworkPolicy" ? &observed.network_policies
                                              : kind == "PodDisruptionBudget"
                                                  ? &observed.disruption_budgets
-                                                 : &observed.config_maps;
+                                             : kind == "PodGroup" ? &observed.pod_groups
+                                                                  : &observed.config_maps;
   if (cache->count(name) > 0)
     return client_->Patch(path, desired, kube::PatchType::kMerge).status();
   const std::string collection = path.substr(0, path.rfind('/'));

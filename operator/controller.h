@@ -152,6 +152,7 @@ class Controller {
   struct Caches {
     std::unique_ptr<kube::Informer> jobs, stateful_sets, services, config_maps, pods;
     std::unique_ptr<kube::Informer> network_policies, disruption_budgets;
+    std::unique_ptr<kube::Informer> pod_groups;  // Null without a gang scheduler.
     std::vector<kube::Informer*> Children() const;
     std::vector<kube::Informer*> All() const;
   };

@@ -22,8 +22,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/version.h"
 
@@ -43,6 +45,17 @@ inline constexpr std::string_view kRoleLabel = "shadowsync.io/role";
 // Through the role's headless Service: "<job>-ps-3.<job>-ps.<namespace>.svc:7000".
 inline constexpr std::string_view kDefaultAddressTemplate =
     "{job}-{role}-{index}.{job}-{role}.{namespace}.svc:{port}";
+
+enum class GangScheduler {
+  kNone,
+  kVolcano,           // PodGroup scheduling.volcano.sh/v1beta1; schedulerName "volcano".
+  kSchedulerPlugins,  // PodGroup scheduling.x-k8s.io/v1alpha1 (kubernetes-sigs/scheduler-plugins'
+                      // coscheduling); schedulerName "scheduler-plugins-scheduler".
+};
+// "none", "volcano", "scheduler-plugins"; InvalidArgument naming `flag` otherwise.
+absl::StatusOr<GangScheduler> ParseGangScheduler(std::string_view name, std::string_view flag);
+// The PodGroup resource of `scheduler` (not kNone): group and version.
+std::pair<std::string, std::string> PodGroupApi(GangScheduler scheduler);
 
 struct ReconcileOptions {
   // Image of every pod unless its template sets one.
@@ -90,6 +103,11 @@ struct ReconcileOptions {
   std::string operator_namespace = "shadowsync-system";
   std::map<std::string, std::string> operator_pod_labels = {
       {"app.kubernetes.io/name", "shadowsync-operator"}};
+  // Gang scheduling: every job gets a PodGroup of this scheduler's CRD
+  // (spec.runPolicy.schedulingPolicy), and its pods the scheduler's name and
+  // their group. kNone: no PodGroup; priorityClass still reaches the pods.
+  GangScheduler gang_scheduler = GangScheduler::kNone;
+  std::string gang_scheduler_name;  // The pods' schedulerName; "" = the scheduler's usual one.
 };
 
 // A reshard the controller is running (ps/resharder), as it reports it.
@@ -122,8 +140,9 @@ struct Observed {
   // Children owned by this job, by metadata.name.
   std::map<std::string, nlohmann::json> stateful_sets, services, config_maps;
   std::map<std::string, nlohmann::json> network_policies, disruption_budgets;
-  std::vector<nlohmann::json> pods;  // Pods labelled shadowsync.io/job-name=<job>.
-  std::optional<PsClusterState> ps;  // Absent: the servers could not be asked.
+  std::map<std::string, nlohmann::json> pod_groups;  // With a gang scheduler only.
+  std::vector<nlohmann::json> pods;                  // Pods labelled shadowsync.io/job-name=<job>.
+  std::optional<PsClusterState> ps;                  // Absent: the servers could not be asked.
   // Training progress collected by the controller (e.g. from the trainers'
   // /metrics); absent keeps the previous status values.
   std::optional<int64_t> examples_processed;

@@ -28,6 +28,11 @@ constexpr std::string_view kInitMount = "/var/lib/shadowsync-init";
 // spec.security's Secrets, mounted read-only at kTlsMountPath / kAuthMountPath.
 constexpr std::string_view kTlsVolume = "shadowsync-tls";
 constexpr std::string_view kAuthVolume = "shadowsync-auth-token";
+
+std::string GangSchedulerName(const ReconcileOptions& opt) {
+  if (!opt.gang_scheduler_name.empty()) return opt.gang_scheduler_name;
+  return opt.gang_scheduler == GangScheduler::kVolcano ? "volcano" : "scheduler-plugins-scheduler";
+}
 constexpr std::string_view kCredentialsVolume = "shadowsync-credentials";
 // Secret files readable by the pod's fsGroup only (0440).
 constexpr int kSecretMode = 0440;
@@ -379,13 +384,27 @@ json PodTemplate(const JobSpec& spec, const JobRef& ref, Role role, const Reconc
                      {"fsGroup", opt.run_as_user},
                      {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
   if (!pull_secrets.empty()) pod_spec["imagePullSecrets"] = std::move(pull_secrets);
-  json template_ = {{"metadata",
-                     {{"labels", Labels(ref, role, opt)},
-                      {"annotations",
-                       {{"prometheus.io/scrape", "true"},
-                        {"prometheus.io/port", std::to_string(opt.metrics_port)},
-                        {"prometheus.io/path", "/metrics"}}}}},
-                    {"spec", std::move(pod_spec)}};
+  json labels = Labels(ref, role, opt);
+  json annotations = {{"prometheus.io/scrape", "true"},
+                      {"prometheus.io/port", std::to_string(opt.metrics_port)},
+                      {"prometheus.io/path", "/metrics"}};
+  // Gang scheduling: the scheduler, and the PodGroup (named after the job)
+  // the way each scheduler finds it.
+  const std::optional<SchedulingPolicySpec>& policy = spec.run_policy.scheduling_policy;
+  if (policy && !policy->priority_class.empty()) {
+    pod_spec["priorityClassName"] = policy->priority_class;
+  }
+  if (opt.gang_scheduler != GangScheduler::kNone) {
+    pod_spec["schedulerName"] = GangSchedulerName(opt);
+    if (opt.gang_scheduler == GangScheduler::kVolcano) {
+      annotations["scheduling.k8s.io/group-name"] = ref.name;
+    } else {
+      labels["scheduling.x-k8s.io/pod-group"] = ref.name;
+    }
+  }
+  json template_ = {
+      {"metadata", {{"labels", std::move(labels)}, {"annotations", std::move(annotations)}}},
+      {"spec", std::move(pod_spec)}};
   return MergePodTemplate(std::move(template_), UserTemplate(spec, role), role);
 }
 
@@ -514,6 +533,23 @@ json RenderDisruptionBudget(const JobRef& ref, const ReconcileOptions& opt) {
        {{"maxUnavailable", 1}, {"selector", {{"matchLabels", SelectorLabels(ref, Role::kPs)}}}}}};
 }
 
+// The job's PodGroup, in the gang scheduler's own CRD: every pod, or
+// schedulingPolicy.minAvailable of them, is placed together or not at all.
+json RenderPodGroup(const JobSpec& spec, const JobRef& ref, const ReconcileOptions& opt) {
+  const std::optional<SchedulingPolicySpec>& policy = spec.run_policy.scheduling_policy;
+  const int pods = spec.trainer.replicas + spec.parameter_server.replicas + spec.syncer.replicas;
+  json pg_spec = {{"minMember", policy && policy->min_available ? *policy->min_available : pods}};
+  if (opt.gang_scheduler == GangScheduler::kVolcano && policy) {
+    if (!policy->queue.empty()) pg_spec["queue"] = policy->queue;
+    if (!policy->priority_class.empty()) pg_spec["priorityClassName"] = policy->priority_class;
+  }
+  const auto [group, version] = PodGroupApi(opt.gang_scheduler);
+  return {{"apiVersion", absl::StrCat(group, "/", version)},
+          {"kind", "PodGroup"},
+          {"metadata", ObjectMeta(ref, ref.name, Labels(ref, std::nullopt, opt))},
+          {"spec", std::move(pg_spec)}};
+}
+
 json RenderConfigMap(const ShadowSyncJob& job, const JobRef& ref, int servers, uint64_t epoch,
                      const ReconcileOptions& opt) {
   ShadowSyncJob rendered = job;
@@ -565,12 +601,17 @@ void PlanChildren(Actions& a, const Observed& o, const ShadowSyncJob& job, const
   for (Role role : kRoles) want(o.services, RenderService(ref, role, opt));
   if (opt.network_policy) want(o.network_policies, RenderNetworkPolicy(ref, opt));
   want(o.disruption_budgets, RenderDisruptionBudget(ref, opt));
+  // Before the StatefulSets: a gang scheduler holds pods whose group is missing.
+  if (opt.gang_scheduler != GangScheduler::kNone) {
+    want(o.pod_groups, RenderPodGroup(job.spec, ref, opt));
+  }
   for (Role role : {Role::kPs, Role::kSyncer, Role::kTrainer}) {
     want(o.stateful_sets, RenderStatefulSet(job.spec, ref, role, replicas.Of(role), opt));
   }
   std::set<std::string> wanted = {ConfigMapName(ref.name)};
   if (opt.network_policy) wanted.insert(NetworkPolicyName(ref.name));
   for (Role role : kRoles) wanted.insert(ChildName(ref.name, role));
+  if (opt.gang_scheduler != GangScheduler::kNone) wanted.insert(ref.name);
   auto unwanted = [&](const std::map<std::string, json>& observed) {
     for (const auto& [name, object] : observed) {
       if (!wanted.contains(name)) a.delete_paths.push_back(ObjectPath(object));
@@ -581,6 +622,7 @@ void PlanChildren(Actions& a, const Observed& o, const ShadowSyncJob& job, const
   unwanted(o.stateful_sets);
   unwanted(o.network_policies);
   unwanted(o.disruption_budgets);
+  unwanted(o.pod_groups);
 }
 
 }  // namespace shadowsync::op::internal
@@ -597,6 +639,20 @@ nlohmann::json RenderCredentialsSecret(const nlohmann::json& job,
           {"metadata", internal::CredentialsSecretMeta(internal::RefOf(job), options)},
           {"type", "Opaque"},
           {"data", std::move(encoded)}};
+}
+
+absl::StatusOr<GangScheduler> ParseGangScheduler(std::string_view name, std::string_view flag) {
+  if (name == "none" || name.empty()) return GangScheduler::kNone;
+  if (name == "volcano") return GangScheduler::kVolcano;
+  if (name == "scheduler-plugins") return GangScheduler::kSchedulerPlugins;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(flag), ": '", std::string(name),
+                   "' is not one of none, volcano, scheduler-plugins"));
+}
+
+std::pair<std::string, std::string> PodGroupApi(GangScheduler scheduler) {
+  if (scheduler == GangScheduler::kVolcano) return {"scheduling.volcano.sh", "v1beta1"};
+  return {"scheduling.x-k8s.io", "v1alpha1"};
 }
 
 }  // namespace shadowsync::op

@@ -730,6 +730,16 @@ TEST_F(JobSpecTest, ValidationMessagesAreExact) {
        },
        "spec.sync.dsSync.groupSize: must be >= 2, got 1"},
       {[](ShadowSyncJob& j) {
+         j.spec.run_policy.scheduling_policy = SchedulingPolicySpec{.min_available = 9};
+       },
+       "spec.runPolicy.schedulingPolicy.minAvailable: must be <= the job's 5 pods (trainers + "
+       "parameter servers + syncers), got 9"},
+      {[](ShadowSyncJob& j) {
+         j.spec.run_policy.scheduling_policy = SchedulingPolicySpec{.priority_class = "High_Prio"};
+       },
+       "spec.runPolicy.schedulingPolicy.priorityClass: must be a DNS-1123 subdomain, got "
+       "\"High_Prio\""},
+      {[](ShadowSyncJob& j) {
          j.spec.sync.algorithm = SyncAlgorithm::kDsSync;
          j.spec.sync.ds_sync.group_size = 4;
        },

@@ -61,9 +61,11 @@ class ControllerTest : public ::testing::Test {
         << "the operator made a call deploy/rbac.yaml does not allow";
   }
 
-  void StartController(const std::string& credentials_key = "") {
+  void StartController(const std::string& credentials_key = "",
+                       GangScheduler gang_scheduler = GangScheduler::kNone) {
     ControllerOptions options;
     options.credentials_key = credentials_key;
+    options.reconcile.gang_scheduler = gang_scheduler;
     options.namespaces = namespaces_;
     options.election.ns = testing::kOperatorNamespace;
     options.election.identity = "op-0";
@@ -132,6 +134,49 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<Controller> controller_;
   std::vector<std::string> namespaces_ = {"default"};  // Watched by StartController.
 };
+
+// With --gang-scheduler, each job gets a PodGroup in the scheduler's CRD
+// (installed as a cluster running it has it), which deploy/rbac.yaml lets
+// the operator write, and its pods name the scheduler and the group. A
+// changed schedulingPolicy updates the PodGroup.
+TEST_F(ControllerTest, WithAGangSchedulerEachJobGetsAPodGroupItsPodsJoin) {
+  SS_ASSERT_OK(api_->ApplyFile(testing::SourcePath("tests/operator/podgroup_crds.yaml")));
+  json job = testing::JobJson("j", 6000, 2, 2);
+  job["spec"]["runPolicy"]["schedulingPolicy"] = {
+      {"minAvailable", 3}, {"queue", "research"}, {"priorityClass", "high"}};
+  SS_ASSERT_OK(api_->Create(kJobs, job));
+  StartController("", GangScheduler::kVolcano);
+  const std::string path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/j";
+  auto sts_path = [](Role role) {
+    return absl::StrCat("/apis/apps/v1/namespaces/default/statefulsets/", ChildName("j", role));
+  };
+  // The PodGroup comes first, the StatefulSets in the same pass after it.
+  ASSERT_TRUE(kube::Eventually([&] {
+    return api_->Get(path).ok() &&
+           std::all_of(std::begin(kRoles), std::end(kRoles),
+                       [&](Role role) { return api_->Get(sts_path(role)).ok(); });
+  }));
+  json group = *api_->Get(path);
+  EXPECT_EQ(group["spec"],
+            json({{"minMember", 3}, {"queue", "research"}, {"priorityClassName", "high"}}));
+  EXPECT_EQ(group["metadata"]["ownerReferences"][0]["kind"], "ShadowSyncJob");
+  for (Role role : kRoles) {
+    absl::StatusOr<json> sts = api_->Get(sts_path(role));
+    SS_ASSERT_OK(sts);
+    const json& pod = (*sts)["spec"]["template"];
+    EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+    EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
+    EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "j");
+  }
+  SS_ASSERT_OK(
+      api_->Patch(absl::StrCat(kJobs, "/j"),
+                  {{"spec", {{"runPolicy", {{"schedulingPolicy", {{"minAvailable", 5}}}}}}}},
+                  "application/merge-patch+json"));
+  ASSERT_TRUE(kube::Eventually([&] {
+    absl::StatusOr<json> now = api_->Get(path);
+    return now.ok() && (*now)["spec"]["minMember"] == 5;
+  })) << api_->Get(path)->dump(2);
+}
 
 // Issue 30, finding 8: resuming a job repeats its Running Event. The repeat
 // is counted by a PATCH of the existing Event (RBAC grants create and patch

@@ -126,6 +126,7 @@ class Cluster {
                .config_maps = config_maps_,
                .network_policies = network_policies_,
                .disruption_budgets = disruption_budgets_,
+               .pod_groups = pod_groups_,
                .pods = pods_,
                .ps = ps,
                .examples_processed = examples_processed,
@@ -177,7 +178,7 @@ class Cluster {
   }
   size_t children() const {
     return stateful_sets_.size() + services_.size() + config_maps_.size() +
-           network_policies_.size() + disruption_budgets_.size();
+           network_policies_.size() + disruption_budgets_.size() + pod_groups_.size();
   }
   const std::map<std::string, json>& network_policies() const { return network_policies_; }
   const std::map<std::string, json>& disruption_budgets() const { return disruption_budgets_; }
@@ -213,6 +214,8 @@ class Cluster {
       network_policies_[name] = child;
     } else if (kind == "PodDisruptionBudget") {
       disruption_budgets_[name] = child;
+    } else if (kind == "PodGroup") {
+      pod_groups_[name] = child;
     } else if (kind == "PersistentVolumeClaim") {
       EXPECT_FALSE(claims.contains(name)) << "claim " << name << " created twice";
       claims[name] = child;
@@ -223,7 +226,7 @@ class Cluster {
 
   json job_;
   std::map<std::string, json> stateful_sets_, services_, config_maps_;
-  std::map<std::string, json> network_policies_, disruption_budgets_;
+  std::map<std::string, json> network_policies_, disruption_budgets_, pod_groups_;
   std::vector<json> pods_;
 };
 
@@ -992,6 +995,60 @@ TEST(ReconcileTest, SuspendLetsARunningReshardFinishAndDefersANewOne) {
   EXPECT_EQ(c.Condition("Resharding")["reason"], "MovingSlots");
   EXPECT_THAT(c.Condition("Suspended")["message"].get<std::string>(),
               HasSubstr("once the running reshard ends"));
+}
+
+// Gang scheduling: with a scheduler, a PodGroup of every pod (or of
+// minAvailable) in its CRD, before the StatefulSets, and pods that name the
+// scheduler and the group; without one, no PodGroup, and priorityClass still
+// reaches the pods.
+TEST(ReconcileTest, AGangSchedulerGetsAPodGroupInItsOwnForm) {
+  {
+    Cluster c;
+    c.options.gang_scheduler = GangScheduler::kVolcano;
+    const Actions a = c.Step();
+    const auto group = std::find_if(a.apply.begin(), a.apply.end(),
+                                    [](const json& o) { return o["kind"] == "PodGroup"; });
+    ASSERT_NE(group, a.apply.end());
+    EXPECT_EQ((*group)["apiVersion"], "scheduling.volcano.sh/v1beta1");
+    EXPECT_EQ((*group)["metadata"]["name"], "j");
+    EXPECT_EQ((*group)["spec"], json({{"minMember", 2 + 2 + 1}}));  // Every pod.
+    EXPECT_LT(group - a.apply.begin(),
+              std::find_if(a.apply.begin(), a.apply.end(), [](const json& o) {
+                return o["kind"] == "StatefulSet";
+              }) - a.apply.begin());
+    const json& pod = c.StatefulSet(Role::kPs)["spec"]["template"];
+    EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+    EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "j");
+  }
+  {
+    json job = BaseJob();
+    job["spec"]["runPolicy"]["schedulingPolicy"] = {
+        {"minAvailable", 4}, {"queue", "q"}, {"priorityClass", "high"}};
+    Cluster c(job);
+    c.options.gang_scheduler = GangScheduler::kSchedulerPlugins;
+    const Actions a = c.Step();
+    const auto group = std::find_if(a.apply.begin(), a.apply.end(),
+                                    [](const json& o) { return o["kind"] == "PodGroup"; });
+    ASSERT_NE(group, a.apply.end());
+    EXPECT_EQ((*group)["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+    EXPECT_EQ((*group)["spec"], json({{"minMember", 4}}));  // No queue in this CRD.
+    const json& pod = c.StatefulSet(Role::kTrainer)["spec"]["template"];
+    EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins-scheduler");
+    EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
+    EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "j");
+  }
+  {
+    json job = BaseJob();
+    job["spec"]["runPolicy"]["schedulingPolicy"] = {{"priorityClass", "high"}};
+    Cluster c(job);
+    const Actions a = c.Step();
+    for (const json& o : a.apply) EXPECT_NE(o["kind"], "PodGroup");
+    const json& pod = c.StatefulSet(Role::kSyncer)["spec"]["template"];
+    EXPECT_FALSE(pod["spec"].contains("schedulerName"));
+    EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
+  }
+  EXPECT_EQ(ParseGangScheduler("kube-batch", "--gang-scheduler").status().message(),
+            "--gang-scheduler: 'kube-batch' is not one of none, volcano, scheduler-plugins");
 }
 
 TEST(ReconcileTest, TrainerFailuresCountAgainstTheBackoffLimit) {

@@ -37,6 +37,10 @@ NetworkPolicies, PodDisruptionBudgets), creates each job's credentials Secret
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A job's PodGroup, with operator.gangScheduler (Volcano's or scheduler-plugins').
+- apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Each job's credentials Secret (<job>-credentials, docs/security.md): only
 # created, never read, listed or changed (its tokens are derived from the
 # operator's key, so it never needs them back); deleted with its job by
