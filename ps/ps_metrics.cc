@@ -54,12 +54,6 @@ constexpr MetricDef kMetrics[] = {
      [](const RowStoreStats& s) { return static_cast<double>(s.rows_stored); }},
     {"shadowsync_ps_cached_rows", "Rows held in the RAM cache.", prometheus::MetricType::Gauge,
      [](const RowStoreStats& s) { return static_cast<double>(s.cached_rows); }},
-    {"shadowsync_ps_cache_hit_ratio", "Cache hits / (hits + misses) since start.",
-     prometheus::MetricType::Gauge,
-     [](const RowStoreStats& s) {
-       const double total = static_cast<double>(s.cache_hits + s.cache_misses);
-       return total == 0 ? 0.0 : static_cast<double>(s.cache_hits) / total;
-     }},
     {"shadowsync_ps_cache_hits_total", "Row reads served by the RAM cache.",
      prometheus::MetricType::Counter,
      [](const RowStoreStats& s) { return static_cast<double>(s.cache_hits); }},

@@ -136,12 +136,6 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
           .Register(*registry)
           .Add(labels);
   examples_resumed.Set(static_cast<double>(skip));
-  prometheus::Gauge& examples_per_second =
-      prometheus::BuildGauge()
-          .Name("shadowsync_trainer_examples_per_second")
-          .Help("Training throughput over the last progress interval.")
-          .Register(*registry)
-          .Add(labels);
   prometheus::Gauge& train_ne = prometheus::BuildGauge()
                                     .Name("shadowsync_trainer_train_ne")
                                     .Help("Progressive normalized entropy since the start.")
@@ -274,7 +268,6 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
   to.on_progress = [&](const Progress& p) {
     examples_total.Increment(static_cast<double>(p.examples - reported));
     reported = p.examples;
-    examples_per_second.Set(p.examples_per_second);
     train_ne.Set(p.train_ne);
     train_logloss.Set(p.train_logloss);
     not_learning.Set(p.learning_problem.empty() ? 0 : 1);
