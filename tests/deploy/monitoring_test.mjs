@@ -267,18 +267,24 @@ async function postJson(url, body) {
 
 const tail = (file) => { try { return fs.readFileSync(file, 'utf8').split('\n').slice(-15).join('\n'); } catch { return ''; } };
 
-const kJob = `apiVersion: shadowsync.io/v1alpha1
+// A local job named `name` with `servers` parameter servers, synchronised by `algorithm`.
+const localJob = (name, algorithm, servers) => `apiVersion: shadowsync.io/v1alpha1
 kind: ShadowSyncJob
-metadata: {name: mon}
+metadata: {name: ${name}}
 spec:
   model: {bottomMlp: [32], topMlp: [32], criteoTables: {hashBuckets: 5000}}
   data: {format: synthetic, synthetic: {examples: 400000, evalExamples: 1000, seed: 4}}
   # 20 ms a step: at most 2 x 3200 examples/s, so the job outlasts the test.
   trainer: {replicas: 2, threads: 1, batchSize: 64, learningRate: 0.02, straggler: {count: 2, delayMs: 20}}
-  parameterServer: {replicas: 2, cacheBytes: 16Mi}
+  parameterServer: {replicas: ${servers}, cacheBytes: 16Mi}
   syncer: {replicas: 1}
-  sync: {algorithm: shadow-easgd}
+  sync: {algorithm: ${algorithm}}
 `;
+const kJob = localJob('mon', 'shadow-easgd', 2);
+// One small job per algorithm with metrics of its own, so that the
+// synchronization dashboard's algorithm panels have data too.
+const kAlgorithmJobs = [['mon-ssp', 'ssp'], ['mon-psplus', 'ps-plus'], ['mon-ds', 'ds-sync'],
+  ['mon-switch', 'sync-switch']];
 
 // The job the operator reconciles (no kubelet runs its pods: the operator
 // creates its children and writes its status, which is what its metrics count).
@@ -328,28 +334,38 @@ async function live(dashboards, rules, prometheusBin, promtool) {
     const yaml = yamlLib();
     if (yaml) checkMonitoringManifests(yaml, statefulSets, kOperatorJob.metadata.name, promtool, dir);
 
-    // The local job.
-    fs.writeFileSync(`${dir}/job.yaml`, kJob);
-    start('shadowsync run', shadowsync, ['run', `${dir}/job.yaml`, '--out', `${dir}/run`, '--progress-interval', '5'], `${dir}/run.log`);
-    const processes = ['ps-0', 'ps-1', 'syncer-0', 'trainer-0', 'trainer-1'];
-    const targets = await waitFor('every process of the local job to be ready', () => {
+    // The local jobs.
+    const jobs = [{ name: 'mon', out: 'run', yaml: kJob,
+      processes: ['ps-0', 'ps-1', 'syncer-0', 'trainer-0', 'trainer-1'] }];
+    for (const [name, algorithm] of kAlgorithmJobs) {
+      jobs.push({ name, out: name, yaml: localJob(name, algorithm, 1),
+        processes: ['ps-0', 'syncer-0', 'trainer-0', 'trainer-1'] });
+    }
+    for (const j of jobs) {
+      fs.writeFileSync(`${dir}/${j.name}.yaml`, j.yaml);
+      start(`shadowsync run ${j.name}`, shadowsync, ['run', `${dir}/${j.name}.yaml`, '--out', `${dir}/${j.out}`,
+        '--progress-interval', '5'], `${dir}/${j.out}.log`);
+    }
+    const targets = await waitFor('every process of the local jobs to be ready', () => {
       const out = [];
-      for (const p of processes) {
-        const f = `${dir}/run/${p}.ready`;
-        if (!fs.existsSync(f)) return null;
-        const [, metricsPort] = fs.readFileSync(f, 'utf8').trim().split(/\s+/).map(Number);
-        if (!(metricsPort > 0)) return null;
-        out.push({ pod: p, role: p.replace(/-\d+$/, ''), port: metricsPort });
+      for (const j of jobs) {
+        for (const p of j.processes) {
+          const f = `${dir}/${j.out}/${p}.ready`;
+          if (!fs.existsSync(f)) return null;
+          const [, metricsPort] = fs.readFileSync(f, 'utf8').trim().split(/\s+/).map(Number);
+          if (!(metricsPort > 0)) return null;
+          out.push({ job: j.name, pod: p, role: p.replace(/-\d+$/, ''), port: metricsPort });
+        }
       }
       return out;
-    }, 60000).catch((e) => { throw new Error(`${e.message}\n${tail(`${dir}/run.log`)}`); });
-    log(`job ready: ${targets.map((t) => `${t.pod}:${t.port}`).join(' ')}; operator :${operatorPort}`);
+    }, 90000).catch((e) => { throw new Error(`${e.message}\n${jobs.map((j) => tail(`${dir}/${j.out}.log`)).join('\n')}`); });
+    log(`jobs ready: ${targets.map((t) => `${t.job}/${t.pod}:${t.port}`).join(' ')}; operator :${operatorPort}`);
 
     // Prometheus, scraping each process every second, the labels as the
     // PodMonitor and the scrape config set them in a cluster.
     const promPort = await freePort();
     const staticJob = targets.map((t) => `      - targets: ['127.0.0.1:${t.port}']
-        labels: {namespace: local, shadowsync_job: mon, role: ${t.role}, pod: ${t.pod}}`).join('\n');
+        labels: {namespace: local, shadowsync_job: ${t.job}, role: ${t.role}, pod: ${t.pod}}`).join('\n');
     fs.writeFileSync(`${dir}/prometheus.yml`, `global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -392,7 +408,7 @@ ${staticJob}
     fs.mkdirSync(`${dir}/finished`);
     fs.writeFileSync(`${dir}/finished/done`, JSON.stringify({ examples: 6000, skipped_examples: 0 }));
     fs.writeFileSync(`${dir}/shard-map.json`, JSON.stringify({ numServers: 1, psAddresses: ['127.0.0.1:1'], syncerAddresses: [] }));
-    start('finished trainer pod', shadowsync, ['pod', '--role', 'trainer', '--index', '0', '--config', `${dir}/job.yaml`,
+    start('finished trainer pod', shadowsync, ['pod', '--role', 'trainer', '--index', '0', '--config', `${dir}/mon.yaml`,
       '--shard-map', `${dir}/shard-map.json`, '--data-dir', `${dir}/finished`, '--metrics-listen', `127.0.0.1:${finishedPort}`],
     `${dir}/finished.log`);
     await waitFor('the finished trainer pod\'s /metrics', async () => {
@@ -400,7 +416,7 @@ ${staticJob}
     }, 20000).catch((e) => { throw new Error(`${e.message}\n${tail(`${dir}/finished.log`)}`); });
 
     // promtool check metrics on every process's exposition.
-    const endpoints = [...targets.map((t) => ({ name: t.pod, port: t.port })), { name: 'operator', port: operatorPort },
+    const endpoints = [...targets.map((t) => ({ name: `${t.job}/${t.pod}`, port: t.port })), { name: 'operator', port: operatorPort },
       { name: 'finished trainer pod', port: finishedPort }];
     await Promise.all(endpoints.map(async (e) => {
       const text = await getText(`http://127.0.0.1:${e.port}/metrics`);
@@ -431,8 +447,10 @@ ${staticJob}
     log(`${rules.length} rules evaluated`);
     // The live job must still have been running: otherwise "data" came from
     // the past. (The launcher exits when the job finishes.)
-    const runner = children.find((c) => c.name === 'shadowsync run').child;
-    if (runner.exitCode !== null) fail(`the local job finished (exit ${runner.exitCode}) before the queries: make it longer\n${tail(`${dir}/run.log`)}`);
+    for (const j of jobs) {
+      const runner = children.find((c) => c.name === `shadowsync run ${j.name}`).child;
+      if (runner.exitCode !== null) fail(`the local job ${j.name} finished (exit ${runner.exitCode}) before the queries: make it longer\n${tail(`${dir}/${j.out}.log`)}`);
+    }
   } catch (e) {
     fail(e.message);
   } finally {
