@@ -168,7 +168,9 @@ TEST_F(WorkerProcessTest, DcnModelsTrainAndLearnUnderEveryAlgorithm) {
     for (const WorkerReport& r : reports) {
       ASSERT_TRUE(r.eval.has_value());
       EXPECT_LT(r.eval->ne, 0.99);
-      if (a != SyncAlgorithm::kNone) EXPECT_GT(r.sync.rounds, 0);
+      if (a != SyncAlgorithm::kNone) {
+        EXPECT_GT(r.sync.rounds, 0);
+      }
     }
   }
 }
