@@ -8,8 +8,7 @@
 # Datasets (the single trainer of each takes the same batch as its trainers):
 #   synthetic            1M examples, batch 256 per trainer
 #   criteo               the excerpt (98,739 training examples), batch 64 per
-#                        trainer, as DESIGN.md's example job: 4 trainers take
-#                        386 steps each
+#                        trainer: 4 trainers take 386 steps each
 #   criteo_global_batch  the job's batch held at 256, each of N trainers 256/N
 #   criteo_b256          batch 256 per trainer. Reported, not gated: 4
 #                        trainers take 96 steps each, and exact sync (bsp)

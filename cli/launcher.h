@@ -1,5 +1,5 @@
 // The local launcher behind `shadowsync run job.yaml`: the whole job as child
-// processes on loopback (DESIGN.md §1). It validates the job with the
+// processes on loopback (docs/architecture.md). It validates the job with the
 // operator's code, prepares the data, starts the parameter servers and
 // syncers on ports chosen up front (a restarted server comes back at the same
 // address), then the trainers; it shows progress, restarts a crashed child up

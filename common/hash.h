@@ -1,5 +1,5 @@
 // The one stable 64-bit hash every component uses to place embedding rows:
-// bucketing raw categorical values, slot assignment (DESIGN.md §4) and
+// bucketing raw categorical values, slot assignment (docs/resharding.md) and
 // deterministic row initialisation. Changing any constant here invalidates
 // stored data and shard maps, so it never changes. Pure constexpr functions;
 // thread-safe.

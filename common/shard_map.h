@@ -1,6 +1,6 @@
 // The shard map: which parameter server owns each hash slot, plus an epoch
 // that increases with every change. It is the single routing truth
-// (DESIGN.md §4): clients route by it, servers reject rows of slots they do
+// (docs/resharding.md): clients route by it, servers reject rows of slots they do
 // not own, resharding moves slots by publishing new epochs. Immutable value
 // type; safe to share.
 #ifndef SHADOWSYNC_COMMON_SHARD_MAP_H_

@@ -1,4 +1,4 @@
-// The ShadowSyncJob (DESIGN.md §2): the one job schema shared by the local
+// The ShadowSyncJob (docs/job-spec.md): the one job schema shared by the local
 // launcher, `shadowsync train --config`, the Kubernetes operator (which gets
 // the object as JSON from the API server) and the CRD's OpenAPI schema.
 // Plain value types; the functions below are pure and thread-safe.
@@ -213,7 +213,7 @@ struct DcnSpec {
   bool operator==(const DcnSpec&) const = default;
 };
 
-// DLRM-small by default (DESIGN.md §3). The last bottom layer (width
+// DLRM-small by default (docs/architecture.md). The last bottom layer (width
 // embedding_dim) and the final top layer (width 1) are implicit.
 struct ModelSpec {
   int dense_features = 13;                       // "denseFeatures".
@@ -301,7 +301,7 @@ struct StorageSpec {
 
 struct ParameterServerSpec {
   int replicas = 2;
-  int slots = 4096;                           // Hash slots (DESIGN.md §4); fixed per job.
+  int slots = 4096;                           // Hash slots (docs/resharding.md); fixed per job.
   Optimizer optimizer = Optimizer::kAdagrad;  // Sparse optimizer, run on the server.
   // "learningRate". Default: trainer.learning_rate (see EffectivePsLearningRate).
   std::optional<double> learning_rate;

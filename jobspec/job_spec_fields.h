@@ -446,7 +446,7 @@ void Fields(V& v, S& s) {
 template <typename V, Is<SyncSpec> S>
 void Fields(V& v, S& s) {
   v(s.algorithm, {.name = "algorithm",
-                  .doc = "Dense synchronization strategy (DESIGN.md §5). `shadow-*` run in a "
+                  .doc = "Dense synchronization strategy (docs/sync.md). `shadow-*` run in a "
                          "background thread, `fg-*` inline every `interval` steps."});
   v(s.interval, {.name = "interval",
                  .doc = "fg-easgd, fg-ma, fg-bmuf: trainer steps between two syncs (the "

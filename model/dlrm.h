@@ -1,4 +1,4 @@
-// The DLRM-style CTR model (DESIGN.md §3): dense features -> bottom MLP; one
+// The DLRM-style CTR model (docs/architecture.md): dense features -> bottom MLP; one
 // pooled embedding per table; an interaction of the bottom output and the
 // embeddings (pairwise dots, or DCN-v2's cross layers); top MLP -> logit;
 // binary cross-entropy.

@@ -1,4 +1,4 @@
-// The ShadowSyncJob controller (DESIGN.md §7): informers on the jobs and
+// The ShadowSyncJob controller (docs/operator.md): informers on the jobs and
 // their children feed a rate-limited work queue; workers turn each job key
 // into Reconcile() (operator/reconcile.h) over what the caches, the
 // parameter servers and the trainers say, and carry out its actions: apply

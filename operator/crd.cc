@@ -309,7 +309,7 @@ nlohmann::json JobStatusOpenApiSchema() {
 nlohmann::json ShadowSyncJobCrd() {
   json schema = Object(
       "A ShadowSyncJob trains a DLRM-style CTR model with trainers, embedding parameter "
-      "servers and dense-sync servers (DESIGN.md).",
+      "servers and dense-sync servers (docs/architecture.md).",
       {{"apiVersion", String("shadowsync.io/v1alpha1.")},
        {"kind", String("ShadowSyncJob.")},
        {"metadata", {{"type", "object"}}},

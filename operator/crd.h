@@ -1,4 +1,4 @@
-// The ShadowSyncJob CustomResourceDefinition (DESIGN.md §2, §7), generated
+// The ShadowSyncJob CustomResourceDefinition (docs/job-spec.md, docs/operator.md), generated
 // from the one job-spec definition: openAPIV3Schema.properties.spec is
 // JobSpecOpenApiSchema() (jobspec/job_spec.h) plus the CRD-only immutability
 // rules; the status schema, names, subresources and printer columns are

@@ -1,4 +1,4 @@
-# The operator's Kubernetes client layer (DESIGN.md §7): kubeconfig and
+# The operator's Kubernetes client layer (docs/operator.md): kubeconfig and
 # in-cluster config, a generic REST + watch client over cpprestsdk, informers,
 # the rate-limited work queue and Lease leader election.
 shadowsync_cc_library(NAME kube

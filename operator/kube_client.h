@@ -1,4 +1,4 @@
-// A small generic Kubernetes REST client over cpprestsdk (DESIGN.md §7):
+// A small generic Kubernetes REST client over cpprestsdk (docs/operator.md):
 // path-based CRUD on JSON objects, list, streaming watch. Objects are
 // nlohmann::json as the server sends them; typed views belong to callers.
 //

@@ -1,6 +1,6 @@
 // Where the operator's Kubernetes API server is and how to authenticate to
 // it: a kubeconfig file outside the cluster, the pod's service account inside
-// it (DESIGN.md §7). The loaders are pure functions; a TokenSource is
+// it (docs/operator.md). The loaders are pure functions; a TokenSource is
 // thread-safe and shared by every request of a KubeClient.
 //
 //   SS_ASSIGN_OR_RETURN(KubeConfig config, ResolveConfig(absl::GetFlag(FLAGS_kubeconfig)));

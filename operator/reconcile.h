@@ -1,4 +1,4 @@
-// The operator's decisions as pure functions (DESIGN.md §7): given a
+// The operator's decisions as pure functions (docs/operator.md): given a
 // ShadowSyncJob and what the controller observed of its children, pods and
 // parameter servers, Reconcile() returns the desired child objects, the new
 // .status, the events to record and the reshard to run. No I/O, no clock:

@@ -1,4 +1,4 @@
-// The parameter server's embedding storage (DESIGN.md §4): one RocksDB with a
+// The parameter server's embedding storage (docs/ps-storage.md): one RocksDB with a
 // byte-bounded, sharded RAM cache of hot rows in front, the sparse optimizer
 // applied in place, admission and eviction, and slot ownership. Knows nothing
 // of gRPC: ps_service.h adapts RPCs to it. A slot is one contiguous key range

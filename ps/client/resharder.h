@@ -1,4 +1,4 @@
-// Live resharding of the parameter servers (DESIGN.md §4): the one code path
+// Live resharding of the parameter servers (docs/resharding.md): the one code path
 // both `shadowsync scale` (through the local launcher) and the operator drive.
 // Scale-out appends servers started empty (`shadowsync ps --join`); scale-in
 // drains the highest-index servers, which the caller stops afterwards. Slots
