@@ -627,14 +627,12 @@ Observed Controller::Observe(const Json& job) {
     }
   }
   // The servers that may hold slots: the StatefulSet's and the spec's.
-  int servers = job.value("/spec/parameterServer/replicas"_json_pointer, 0);
+  const int servers = job.value("/spec/parameterServer/replicas"_json_pointer, 0);
   auto sts = observed.stateful_sets.find(ChildName(name, Role::kPs));
+  const int sts_replicas =
+      sts != observed.stateful_sets.end() ? sts->second.value("/spec/replicas"_json_pointer, 0) : 0;
   // None to ask while the StatefulSet is at 0 (a suspended job).
-  if (sts != observed.stateful_sets.end() &&
-      sts->second.value("/spec/replicas"_json_pointer, 0) > 0) {
-    servers = std::max(servers, sts->second.value("/spec/replicas"_json_pointer, 0));
-    observed.ps = ObservePs(job, servers);
-  }
+  if (sts_replicas > 0) observed.ps = ObservePs(job, std::max(servers, sts_replicas));
   const std::string key = kube::ObjectKey(job);
   {
     MutexLock l(&mu_);

@@ -94,6 +94,10 @@ TEST_F(CliTest, WarmupHeldOutAndInteractionFlagsRefuseBadValuesClearly) {
             "--interaction: 'cross' is not one of dot, dcn"},
            {" train --data " + out_file + " --interaction dcn --dcn-low-rank 0",
             "--dcn-low-rank: must be >= 1, got 0"},
+           {" train --data " + out_file + " --pooling median",
+            "--pooling: 'median' is not one of sum, mean"},
+           {" gen-data --out " + out_file + " --examples 10 --multi-hot-columns 27",
+            "multi_hot_columns must be in [0, 26], got 27"},
            {" gen-data --out " + out_file + " --examples 10 --eval-examples -1",
             "eval_examples must not be negative, got -1"},
            {" gen-data --out " + out_file + " --examples 10 --eval-examples 5 --eval-out " +
@@ -362,6 +366,15 @@ current-context: x
                      &out),
             2);
   EXPECT_NE(out.find("workers: 0, want >= 1"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunShell(Bin() + " operator --metrics-listen '' --gang-scheduler kube-batch " +
+                         "--kubeconfig " + dir_.File("kubeconfig"),
+                     &out),
+            2);
+  EXPECT_NE(out.find("--gang-scheduler: 'kube-batch' is not one of none, volcano, "
+                     "scheduler-plugins"),
+            std::string::npos)
+      << out;
   // A credentials key too short to derive tokens from, and an empty name in
   // the namespace list, are refused before anything starts.
   testing::WriteFile(dir_.File("short-key"), "only-twenty-chars-xx\n");
