@@ -92,8 +92,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const SpawnOpt
     return fd;
   };
   const int out_flags = O_WRONLY | O_CREAT | (options.truncate_output ? O_TRUNC : O_APPEND);
-  int in_fd = -1, out_fd = options.stdout_fd, err_fd = -1;
-  if (!options.stdin_path.empty()) {
+  int in_fd = options.stdin_fd, out_fd = options.stdout_fd, err_fd = -1;
+  if (!options.stdin_path.empty() && options.stdin_fd < 0) {
     absl::StatusOr<int> fd = open_file(options.stdin_path, O_RDONLY);
     if (!fd.ok()) return fd.status();
     in_fd = *fd;

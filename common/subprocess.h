@@ -34,8 +34,9 @@ struct SpawnOptions {
   std::string stdout_path;
   std::string stderr_path;
   bool truncate_output = false;
-  // Instead of stdout_path: a descriptor this process holds (a pipe's write
-  // end). -1: none.
+  // Instead of stdin_path or stdout_path: a descriptor this process holds (a
+  // pipe's read or write end). -1: none.
+  int stdin_fd = -1;
   int stdout_fd = -1;
   // A process group of its own (its pgid is its pid): a terminal's Ctrl-C
   // reaches only this process, and kill(-pid, sig) reaches the child and

@@ -57,6 +57,24 @@ TEST(SubprocessTest, ReadsStdinFromAFileAndWritesStdoutToADescriptor) {
   EXPECT_EQ(out, "through cat\n");
 }
 
+TEST(SubprocessTest, TalksToAChildOverPipesOnBothStreams) {
+  int in[2], out[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  absl::StatusOr<pid_t> pid = Spawn({"tr", "a-z", "A-Z"}, {.stdin_fd = in[0], .stdout_fd = out[1]});
+  close(in[0]);
+  close(out[1]);
+  SS_ASSERT_OK(pid);
+  ASSERT_EQ(write(in[1], "both ways\n", 10), 10);
+  close(in[1]);
+  std::string got;
+  char buf[256];
+  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) got.append(buf, n);
+  close(out[0]);
+  EXPECT_EQ(Wait(*pid), 0);
+  EXPECT_EQ(got, "BOTH WAYS\n");
+}
+
 TEST(SubprocessTest, SetsEnvironmentVariablesOverThisProcesss) {
   testing::ScratchDir dir;
   const std::string out = dir.File("out");
