@@ -336,7 +336,9 @@ std::string RunKillingTrainerOne(const std::string& bin, const std::string& job,
       << "trainer 1 reported no progress in 60 s";
   const std::vector<pid_t> trainer = ProcessesMentioning(" worker --config " + run);
   EXPECT_EQ(trainer.size(), 2u);
-  if (trainer.size() == 2) EXPECT_EQ(kill(trainer[1], SIGKILL), 0);
+  if (trainer.size() == 2) {
+    EXPECT_EQ(kill(trainer[1], SIGKILL), 0);
+  }
   int status = 0;
   EXPECT_EQ(waitpid(launcher, &status, 0), launcher);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");

@@ -7,8 +7,8 @@
 //   bin/fake_kube_apiserver --port 6443 --kubeconfig /tmp/fake.kubeconfig &
 //   KUBECONFIG=/tmp/fake.kubeconfig .tools/bin/kubectl apply -f deploy/
 //
-//   bin/fake_kube_apiserver --host 0.0.0.0 --kubelet-engine podman --kubelet-network NET \
-//     --kubelet-ip-prefix 10.213.7 --kubelet-root /tmp/nodes ...
+//   bin/fake_kube_apiserver --host 0.0.0.0 --kubelet-engine podman --kubelet-network NET
+//     --kubelet-ip-prefix 10.213.7 --kubelet-root /tmp/nodes ...   (one command line)
 //   pod i of role r (trainer 0, ps 1, syncer 2) runs at 10.213.7.(10 + 40 r + i)
 //
 // Prints its URL on stdout, then serves until SIGTERM or SIGINT.
