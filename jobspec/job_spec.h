@@ -586,9 +586,8 @@ std::string JobSummary(const ShadowSyncJob& job);
 // The OpenAPI v3 structural schema of `spec`, for the CRD's
 // openAPIV3Schema.properties.spec: types, formats, minimum/maximum, enums,
 // defaults (except derived ones and `tables`, which conflicts with the
-// criteoTables shorthand), descriptions; x-kubernetes-preserve-unknown-fields
-// only on pod templates. Cross-field rules are not in the schema: the
-// operator runs ValidateJob and reports failures as a condition.
+// criteoTables shorthand), descriptions; pod templates as their allow-list.
+// The cross-field rules are added as CEL by the CRD (operator/crd.cc).
 nlohmann::json JobSpecOpenApiSchema();
 
 // The field reference in Markdown (the generated part of docs/job-spec.md).

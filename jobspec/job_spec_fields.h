@@ -652,7 +652,9 @@ template <typename V, Is<ShadowSyncJob> S>
 void Fields(V& v, S& s) {
   v(s.metadata,
     {.name = "metadata", .doc = "Object metadata (a subset of Kubernetes ObjectMeta)."});
-  v(s.spec, {.name = "spec", .doc = "The job's desired state."});
+  // Required, as in the CRD: a document without one is more likely a mistake
+  // than a wish for every default, which `spec: {}` states.
+  v(s.spec, {.name = "spec", .doc = "The job's desired state.", .required = true});
 }
 
 // ---------------------------------------------------------------------------

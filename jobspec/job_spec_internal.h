@@ -97,6 +97,14 @@ Problems JobProblems(const ShadowSyncJob& job);
 // its allow-list, and a root runAsUser. (pod_template.cc)
 void CheckPodTemplate(const json& pod_template, const std::string& path, Problems& problems);
 
+// The CRD schema of a pod template: the same allow-list, with the content of
+// allowed fields passed through. (pod_template.cc)
+const json& PodTemplateSchema();
+
+// Adds the cross-field checks of JobProblems to the schema of `spec`, as CEL
+// rules (x-kubernetes-validations). (job_spec_rules.cc)
+void AddCelRules(json& spec);
+
 // ---------------------------------------------------------------------------
 // Range checks: the bounds of the field table applied to values. Used by
 // ValidateJob and, for shorthands, by the decoder.

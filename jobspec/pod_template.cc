@@ -1,8 +1,11 @@
 // The allow-list of spec.<role>.template (jobspec/job_spec_internal.h): a job
 // author shapes where and how the pods run, never what they may reach on the
 // node or in the cluster. A field not listed here is a problem of the job.
-#include <set>
+// The list is the template's schema in the CRD, so the API server refuses
+// (kubectl's strict field validation) or drops what the operator would refuse.
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,161 +14,139 @@
 namespace shadowsync::job_spec_internal {
 namespace {
 
-using Names = std::set<std::string>;
+// A field whose content the operator passes through as written.
+json Open(std::string_view type) {
+  if (type == "object") return {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
+  if (type == "map") return {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}};
+  if (type == "objects") return {{"type", "array"}, {"items", Open("object")}};
+  if (type == "strings") return {{"type", "array"}, {"items", {{"type", "string"}}}};
+  if (type == "integers") return {{"type", "array"}, {"items", {{"type", "integer"}}}};
+  return {{"type", type}};
+}
 
-const Names& TemplateFields() {
-  static const auto* names = new Names{"metadata", "spec"};
-  return *names;
+json Allowed(json properties) {
+  return {{"type", "object"}, {"properties", std::move(properties)}};
 }
-const Names& MetadataFields() {
-  static const auto* names = new Names{"labels", "annotations"};
-  return *names;
+
+json ListOf(json item) { return {{"type", "array"}, {"items", std::move(item)}}; }
+
+constexpr std::string_view kNotRootMessage = "must not be 0: job pods never run as root";
+
+// A securityContext: identities that are not root.
+json SecurityContext(json properties) {
+  json s = Allowed(std::move(properties));
+  s["x-kubernetes-validations"] =
+      json::array({{{"rule", "!has(self.runAsUser) || self.runAsUser != 0"},
+                    {"message", kNotRootMessage},
+                    {"fieldPath", ".runAsUser"}}});
+  return s;
 }
+
+// Not: privileged, allowPrivilegeEscalation, capabilities, procMount,
+// runAsNonRoot, seLinuxOptions, seccompProfile. Ports: not hostPort or hostIP.
+json Container() {
+  return Allowed({{"args", Open("strings")},
+                  {"command", Open("strings")},
+                  {"env", Open("objects")},
+                  {"envFrom", Open("objects")},
+                  {"image", Open("string")},
+                  {"imagePullPolicy", Open("string")},
+                  {"lifecycle", Open("object")},
+                  {"livenessProbe", Open("object")},
+                  {"name", Open("string")},
+                  {"ports", ListOf(Allowed({{"containerPort", Open("integer")},
+                                            {"name", Open("string")},
+                                            {"protocol", Open("string")}}))},
+                  {"readinessProbe", Open("object")},
+                  {"resources", Open("object")},
+                  {"securityContext", SecurityContext({{"readOnlyRootFilesystem", Open("boolean")},
+                                                       {"runAsGroup", Open("integer")},
+                                                       {"runAsUser", Open("integer")}})},
+                  {"startupProbe", Open("object")},
+                  {"terminationMessagePath", Open("string")},
+                  {"terminationMessagePolicy", Open("string")},
+                  {"volumeMounts", Open("objects")},
+                  {"workingDir", Open("string")}});
+}
+
 // Scheduling, image pulls, DNS and the pod's own volumes and containers.
 // Not: serviceAccountName, automountServiceAccountToken, hostNetwork, hostPID,
 // hostIPC, hostUsers, nodeName, shareProcessNamespace, runtimeClassName.
-const Names& PodSpecFields() {
-  static const auto* names = new Names{"affinity",
-                                       "containers",
-                                       "dnsConfig",
-                                       "dnsPolicy",
-                                       "imagePullSecrets",
-                                       "initContainers",
-                                       "nodeSelector",
-                                       "priorityClassName",
-                                       "schedulerName",
-                                       "securityContext",
-                                       "terminationGracePeriodSeconds",
-                                       "tolerations",
-                                       "topologySpreadConstraints",
-                                       "volumes"};
-  return *names;
-}
-// Identities that are not root. Not: runAsNonRoot (always true), sysctls,
-// seLinuxOptions, seccompProfile, windowsOptions.
-const Names& PodSecurityFields() {
-  static const auto* names =
-      new Names{"fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsUser", "supplementalGroups"};
-  return *names;
-}
-const Names& ContainerFields() {
-  static const auto* names = new Names{"args",
-                                       "command",
-                                       "env",
-                                       "envFrom",
-                                       "image",
-                                       "imagePullPolicy",
-                                       "lifecycle",
-                                       "livenessProbe",
-                                       "name",
-                                       "ports",
-                                       "readinessProbe",
-                                       "resources",
-                                       "securityContext",
-                                       "startupProbe",
-                                       "terminationMessagePath",
-                                       "terminationMessagePolicy",
-                                       "volumeMounts",
-                                       "workingDir"};
-  return *names;
-}
-// Not: privileged, allowPrivilegeEscalation, capabilities, procMount,
-// runAsNonRoot, seLinuxOptions, seccompProfile.
-const Names& ContainerSecurityFields() {
-  static const auto* names = new Names{"readOnlyRootFilesystem", "runAsGroup", "runAsUser"};
-  return *names;
-}
-// Not hostPort or hostIP.
-const Names& PortFields() {
-  static const auto* names = new Names{"containerPort", "name", "protocol"};
-  return *names;
-}
-// Volume sources that stay inside the pod's own storage and the job's
-// namespace. Not hostPath, nor network file systems named by address.
-const Names& VolumeFields() {
-  static const auto* names =
-      new Names{"configMap", "downwardAPI",           "emptyDir",  "ephemeral",
-                "name",      "persistentVolumeClaim", "projected", "secret"};
-  return *names;
+// Pod securityContext not: runAsNonRoot (always true), sysctls,
+// seLinuxOptions, seccompProfile, windowsOptions. Volumes: sources that stay
+// inside the pod's own storage and the job's namespace; not hostPath, nor
+// network file systems named by address.
+json PodSpec() {
+  return Allowed({{"affinity", Open("object")},
+                  {"containers", ListOf(Container())},
+                  {"dnsConfig", Open("object")},
+                  {"dnsPolicy", Open("string")},
+                  {"imagePullSecrets", Open("objects")},
+                  {"initContainers", ListOf(Container())},
+                  {"nodeSelector", Open("map")},
+                  {"priorityClassName", Open("string")},
+                  {"schedulerName", Open("string")},
+                  {"securityContext", SecurityContext({{"fsGroup", Open("integer")},
+                                                       {"fsGroupChangePolicy", Open("string")},
+                                                       {"runAsGroup", Open("integer")},
+                                                       {"runAsUser", Open("integer")},
+                                                       {"supplementalGroups", Open("integers")}})},
+                  {"terminationGracePeriodSeconds", Open("integer")},
+                  {"tolerations", Open("objects")},
+                  {"topologySpreadConstraints", Open("objects")},
+                  {"volumes", ListOf(Allowed({{"configMap", Open("object")},
+                                              {"downwardAPI", Open("object")},
+                                              {"emptyDir", Open("object")},
+                                              {"ephemeral", Open("object")},
+                                              {"name", Open("string")},
+                                              {"persistentVolumeClaim", Open("object")},
+                                              {"projected", Open("object")},
+                                              {"secret", Open("object")}}))}});
 }
 
+// Walks a template along PodTemplateSchema(): a key its object does not list
+// is not allowed, and a securityContext may not name root. Only the shapes the
+// allow-list needs are checked here; the pods' own API validation does the rest.
 class TemplateChecker {
  public:
   explicit TemplateChecker(Problems& problems) : problems_(problems) {}
 
-  void Check(const json& t, const std::string& path) {
-    if (t.is_null()) return;
-    if (!Object(t, path, TemplateFields())) return;
-    if (auto m = t.find("metadata"); m != t.end()) {
-      Object(*m, Join(path, "metadata"), MetadataFields());
+  void Check(const json& value, const json& schema, const std::string& path) {
+    if (schema.contains("x-kubernetes-preserve-unknown-fields")) return;
+    const std::string& type = schema["type"].get_ref<const std::string&>();
+    if (type == "array") {
+      if (!value.is_array()) {
+        Add(path, "must be a list");
+        return;
+      }
+      for (size_t i = 0; i < value.size(); ++i) Check(value[i], schema["items"], Index(path, i));
+      return;
     }
-    auto spec = t.find("spec");
-    if (spec == t.end()) return;
-    const std::string spec_path = Join(path, "spec");
-    if (!Object(*spec, spec_path, PodSpecFields())) return;
-    if (auto s = spec->find("securityContext"); s != spec->end()) {
-      const std::string p = Join(spec_path, "securityContext");
-      if (Object(*s, p, PodSecurityFields())) NotRoot(*s, p);
+    if (type != "object" || !schema.contains("properties")) return;
+    if (!value.is_object()) {
+      Add(path, absl::StrCat("must be an object, got ", Dump(value)));
+      return;
     }
-    for (const char* list : {"containers", "initContainers"}) {
-      auto c = spec->find(list);
-      if (c == spec->end()) continue;
-      const std::string p = Join(spec_path, list);
-      if (!c->is_array()) {
-        Add(p, "must be a list");
+    const json& properties = schema["properties"];
+    for (const auto& [key, field] : value.items()) {
+      if (!properties.contains(key)) {
+        std::vector<std::string> allowed;
+        for (const auto& [name, unused] : properties.items()) allowed.push_back(name);
+        Add(Join(path, key), absl::StrCat("not allowed in a pod template; allowed here: ",
+                                          absl::StrJoin(allowed, ", "), " (docs/operator.md)"));
         continue;
       }
-      for (size_t i = 0; i < c->size(); ++i) Container((*c)[i], Index(p, i));
+      Check(field, properties[key], Join(path, key));
     }
-    if (auto v = spec->find("volumes"); v != spec->end()) {
-      const std::string p = Join(spec_path, "volumes");
-      if (!v->is_array()) {
-        Add(p, "must be a list");
-      } else {
-        for (size_t i = 0; i < v->size(); ++i) Object((*v)[i], Index(p, i), VolumeFields());
+    if (schema.contains("x-kubernetes-validations")) {  // A securityContext.
+      auto user = value.find("runAsUser");
+      if (user != value.end() && user->is_number() && user->get<double>() == 0) {
+        Add(Join(path, "runAsUser"), std::string(kNotRootMessage));
       }
     }
   }
 
  private:
-  void Container(const json& c, const std::string& path) {
-    if (!Object(c, path, ContainerFields())) return;
-    if (auto s = c.find("securityContext"); s != c.end()) {
-      const std::string p = Join(path, "securityContext");
-      if (Object(*s, p, ContainerSecurityFields())) NotRoot(*s, p);
-    }
-    if (auto ports = c.find("ports"); ports != c.end()) {
-      const std::string p = Join(path, "ports");
-      if (!ports->is_array()) {
-        Add(p, "must be a list");
-        return;
-      }
-      for (size_t i = 0; i < ports->size(); ++i) Object((*ports)[i], Index(p, i), PortFields());
-    }
-  }
-
-  // An object whose every key is in `allowed`; false if `j` is no object.
-  bool Object(const json& j, const std::string& path, const Names& allowed) {
-    if (!j.is_object()) {
-      Add(path, absl::StrCat("must be an object, got ", Dump(j)));
-      return false;
-    }
-    for (const auto& [key, unused] : j.items()) {
-      if (!allowed.contains(key)) {
-        Add(Join(path, key), absl::StrCat("not allowed in a pod template; allowed here: ",
-                                          absl::StrJoin(allowed, ", "), " (docs/operator.md)"));
-      }
-    }
-    return true;
-  }
-
-  void NotRoot(const json& security, const std::string& path) {
-    auto user = security.find("runAsUser");
-    if (user != security.end() && user->is_number() && user->get<double>() == 0) {
-      Add(Join(path, "runAsUser"), "must not be 0: job pods never run as root");
-    }
-  }
-
   void Add(std::string path, std::string message) {
     problems_.push_back({std::move(path), std::move(message)});
   }
@@ -175,8 +156,16 @@ class TemplateChecker {
 
 }  // namespace
 
+const json& PodTemplateSchema() {
+  static const json* schema = new json(
+      Allowed({{"metadata", Allowed({{"labels", Open("map")}, {"annotations", Open("map")}})},
+               {"spec", PodSpec()}}));
+  return *schema;
+}
+
 void CheckPodTemplate(const json& pod_template, const std::string& path, Problems& problems) {
-  TemplateChecker(problems).Check(pod_template, path);
+  if (pod_template.is_null()) return;
+  TemplateChecker(problems).Check(pod_template, PodTemplateSchema(), path);
 }
 
 }  // namespace shadowsync::job_spec_internal

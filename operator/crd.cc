@@ -83,24 +83,24 @@ json Rule(std::string rule, std::string message) {
 // The spec schema with the rules on what cannot change while a job exists.
 // A `self == oldSelf` rule on a field runs only when the old and the new
 // object both have it, so rules on `spec` itself catch adding or removing.
-// json::array() explicitly: `j = {one_json}` is a copy under clang (CWG 1467),
-// an array under gcc.
 json SpecSchema() {
   json spec = JobSpecOpenApiSchema();
   json& props = spec["properties"];
   json& ps = props["parameterServer"]["properties"];
-  ps["slots"]["x-kubernetes-validations"] = json::array(
-      {Rule("self == oldSelf",
-            "spec.parameterServer.slots is immutable: every row's place is slot = H(table, id) mod "
-            "slots")});
-  ps["storage"]["x-kubernetes-validations"] = json::array(
-      {Rule("self == oldSelf",
-            "spec.parameterServer.storage is immutable: a StatefulSet's volumeClaimTemplates "
-            "cannot change")});
-  props["model"]["x-kubernetes-validations"] = json::array(
-      {Rule("self == oldSelf",
-            "spec.model is immutable: the tables, embedding dimension and layers are fixed for "
-            "the life of the job")});
+  // Appended: JobSpecOpenApiSchema() carries the cross-field rules already.
+  auto add = [](json& node, json rule) {
+    node["x-kubernetes-validations"].push_back(std::move(rule));
+  };
+  add(ps["slots"],
+      Rule("self == oldSelf",
+           "spec.parameterServer.slots is immutable: every row's place is slot = H(table, id) mod "
+           "slots"));
+  add(ps["storage"], Rule("self == oldSelf",
+                          "spec.parameterServer.storage is immutable: a StatefulSet's "
+                          "volumeClaimTemplates cannot change"));
+  add(props["model"], Rule("self == oldSelf",
+                           "spec.model is immutable: the tables, embedding dimension and layers "
+                           "are fixed for the life of the job"));
   const std::string default_slots = std::to_string(ParameterServerSpec{}.slots);
   auto slots_of = [&](const char* self) {
     return absl::StrCat("(has(", self, ".parameterServer) && has(", self,
@@ -111,13 +111,12 @@ json SpecSchema() {
     return absl::StrCat("(has(", self, ".parameterServer) && has(", self,
                         ".parameterServer.storage))");
   };
-  spec["x-kubernetes-validations"] = {
-      Rule("has(self.model) == has(oldSelf.model)",
-           "spec.model cannot be added or removed after creation"),
-      Rule(absl::StrCat(slots_of("self"), " == ", slots_of("oldSelf")),
-           "spec.parameterServer.slots is immutable"),
-      Rule(absl::StrCat(has_storage("self"), " == ", has_storage("oldSelf")),
-           "spec.parameterServer.storage cannot be added or removed after creation")};
+  add(spec, Rule("has(self.model) == has(oldSelf.model)",
+                 "spec.model cannot be added or removed after creation"));
+  add(spec, Rule(absl::StrCat(slots_of("self"), " == ", slots_of("oldSelf")),
+                 "spec.parameterServer.slots is immutable"));
+  add(spec, Rule(absl::StrCat(has_storage("self"), " == ", has_storage("oldSelf")),
+                 "spec.parameterServer.storage cannot be added or removed after creation"));
   return spec;
 }
 
@@ -315,6 +314,19 @@ nlohmann::json ShadowSyncJobCrd() {
        {"metadata", {{"type", "object"}}},
        {"spec", SpecSchema()},
        {"status", JobStatusOpenApiSchema()}});
+  schema["required"] = {"spec"};
+  // The name becomes part of child names ("<name>-trainer-12") and of
+  // Services (DNS-1035 labels); the root is where a rule may read it.
+  schema["x-kubernetes-validations"] = json::array(
+      {Rule(absl::StrCat("!has(self.metadata.name) || size(self.metadata.name) <= ",
+                         kMaxJobNameLength),
+            absl::StrCat("metadata.name must be at most ", kMaxJobNameLength,
+                         " characters so child names such as \"<name>-trainer-12\" stay "
+                         "within Kubernetes limits")),
+       Rule(
+           "!has(self.metadata.name) || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+           "metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', "
+           "starting with a letter and ending with a letter or digit")});
 
   json version = {
       {"name", kVersion},

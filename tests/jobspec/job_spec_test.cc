@@ -178,7 +178,7 @@ class JobSpecTest : public ::testing::Test {
 // --- Defaults -----------------------------------------------------------------
 
 TEST_F(JobSpecTest, MinimalSpecGetsDocumentedDefaults) {
-  absl::StatusOr<ShadowSyncJob> job = ParseJobYaml(kHeader, "job.yaml");
+  absl::StatusOr<ShadowSyncJob> job = ParseSpec("spec: {}\n");
   SS_ASSERT_OK(job);
   EXPECT_EQ(*job, DefaultJob());
 
@@ -323,7 +323,8 @@ TEST_F(JobSpecTest, YamlAndJsonGiveEqualJobs) {
 }
 
 TEST_F(JobSpecTest, RoundTripThroughJsonIsLossless) {
-  for (const char* yaml : {kFullYaml, static_cast<const char*>(kHeader)}) {
+  const std::string minimal = std::string(kHeader) + "spec: {}\n";
+  for (const char* yaml : {kFullYaml, minimal.c_str()}) {
     absl::StatusOr<ShadowSyncJob> job = ParseJobYaml(yaml);
     SS_ASSERT_OK(job);
     json encoded = JobToJson(*job);
@@ -438,7 +439,8 @@ TEST_F(JobSpecTest, UnknownFieldWithoutCloseMatchListsKnownFields) {
 TEST_F(JobSpecTest, UnknownMetadataAndTopLevelFieldsAreRejected) {
   EXPECT_EQ(Msg(ParseJobYaml(std::string(kHeader) + "  nmae: x\nspce: {}\n", "job.yaml")),
             "job.yaml:5: metadata.nmae: unknown field (did you mean \"name\"?)\n"
-            "job.yaml:6: spce: unknown field (did you mean \"spec\"?)");
+            "job.yaml:6: spce: unknown field (did you mean \"spec\"?)\n"
+            "job.yaml: spec: required field is missing");
 }
 
 TEST_F(JobSpecTest, TypeErrorNamesPathAndLine) {
@@ -517,6 +519,15 @@ TEST_F(JobSpecTest, TypeErrorsByKind) {
   }
 }
 
+// As the CRD requires it: a job without a spec is refused, one with an empty
+// spec takes every default.
+TEST_F(JobSpecTest, ASpecIsRequiredAndMayBeEmpty) {
+  EXPECT_EQ(Msg(ParseJobYaml(kHeader, "job.yaml")), "job.yaml: spec: required field is missing");
+  absl::StatusOr<ShadowSyncJob> empty = ParseSpec("spec: {}\n");
+  SS_ASSERT_OK(empty);
+  EXPECT_EQ(empty->spec, JobSpec{});
+}
+
 TEST_F(JobSpecTest, UnknownEnumValueSuggestsAndListsValues) {
   EXPECT_EQ(Msg(ParseSpec("spec:\n  sync:\n    algorithm: shadow-easgdd\n")),
             "job.yaml:7: spec.sync.algorithm: unknown value \"shadow-easgdd\" (did you mean "
@@ -526,8 +537,9 @@ TEST_F(JobSpecTest, UnknownEnumValueSuggestsAndListsValues) {
 }
 
 TEST_F(JobSpecTest, LabelValuesMustBeStrings) {
-  EXPECT_EQ(Msg(ParseJobYaml(std::string(kHeader) + "  labels: {version: 1}\n", "job.yaml")),
-            "job.yaml:5: metadata.labels.version: expected a string, got 1");
+  EXPECT_EQ(
+      Msg(ParseJobYaml(std::string(kHeader) + "  labels: {version: 1}\nspec: {}\n", "job.yaml")),
+      "job.yaml:5: metadata.labels.version: expected a string, got 1");
 }
 
 TEST_F(JobSpecTest, AllDecodingProblemsAreReportedInLineOrder) {
@@ -1033,16 +1045,24 @@ TEST_F(JobSpecTest, OpenApiSchemaIsStructural) {
     SCOPED_TRACE(path);
     // Structural: every node has a type, or is int-or-string.
     EXPECT_TRUE(node.contains("type") || node.value("x-kubernetes-int-or-string", false));
-    if (!path.empty() && !absl::EndsWith(path, "[]")) {
+    // Inside a pod template the fields are Kubernetes' own, documented there.
+    if (!path.empty() && !absl::EndsWith(path, "[]") && !absl::StrContains(path, ".template.")) {
       EXPECT_TRUE(node.contains("description"));
     }
     if (node.value("x-kubernetes-preserve-unknown-fields", false)) {
       preserved.push_back(path);
     }
   });
-  // Unknown fields survive only inside pod templates.
-  EXPECT_THAT(preserved, ::testing::UnorderedElementsAre(
-                             "trainer.template", "parameterServer.template", "syncer.template"));
+  // Unknown fields survive only inside the allowed fields of pod templates:
+  // the allow-list itself is typed, so the API server refuses or drops the rest.
+  EXPECT_THAT(preserved, ::testing::Contains("trainer.template.spec.affinity"));
+  EXPECT_THAT(preserved, ::testing::Not(::testing::Contains("trainer.template")));
+  EXPECT_THAT(preserved, ::testing::Not(::testing::Contains("trainer.template.spec")));
+  for (const std::string& path : preserved) {
+    EXPECT_THAT(path, ::testing::AnyOf(::testing::StartsWith("trainer.template.spec."),
+                                       ::testing::StartsWith("parameterServer.template.spec."),
+                                       ::testing::StartsWith("syncer.template.spec.")));
+  }
 }
 
 TEST_F(JobSpecTest, OpenApiDefaultsAgreeWithTheDecoder) {
