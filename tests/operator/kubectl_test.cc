@@ -391,5 +391,107 @@ TEST_F(KubectlTest, DeployManifestsApplyAndGetSsjShowsLiveColumns) {
   EXPECT_EQ((*api_->Get(path))["spec"]["trainer"]["replicas"], 3);
 }
 
+// The CRD's schema and CEL rules at `kubectl apply`: the specs the operator
+// would refuse at reconcile are refused before they are stored, each problem
+// named by its field, all at once; kubectl's strict field validation refuses
+// a pod-template field outside the allow-list; transition rules guard the
+// immutable fields on update; /scale is validated too.
+TEST_F(KubectlTest, TheCrdRefusesInvalidJobsAtApplyNamingEveryField) {
+  const std::string deploy = (std::filesystem::path(SourceDir()) / "deploy").string();
+  KubectlRun crd = Kubectl({"apply", "-f", deploy + "/crd.yaml"});
+  ASSERT_EQ(crd.exit_code, 0) << crd.output;
+  const std::string head =
+      "apiVersion: shadowsync.io/v1alpha1\nkind: ShadowSyncJob\nmetadata:\n  name: bad\n";
+  auto apply = [&](const std::string& name, const std::string& yaml) {
+    const std::string path = dir_.File(name + ".yaml");
+    WriteFile(path, yaml);
+    return Kubectl({"apply", "-f", path});
+  };
+  struct Case {
+    std::string name, spec, field, message;
+  };
+  const std::vector<Case> cases = {
+      {"no-paths", "spec:\n  data: {format: criteo-tsv}\n", "spec.data.paths",
+       "Required value: must list at least one file when spec.data.format is criteo-tsv"},
+      {"group",
+       "spec:\n  trainer: {replicas: 2}\n  sync: {algorithm: ds-sync, dsSync: {groupSize: 4}}\n",
+       "spec.sync.dsSync.groupSize", "must be <= spec.trainer.replicas"},
+      {"no-syncer", "spec:\n  syncer: {replicas: 0}\n  sync: {algorithm: shadow-easgd}\n",
+       "spec.syncer.replicas", "must be >= 1 unless spec.sync.algorithm is none"},
+      {"no-spec", "", "spec", "Required value"},
+      {"template", "spec:\n  trainer:\n    template: {spec: 42}\n", "spec.trainer.template.spec",
+       "must be of type object"},
+  };
+  const std::string jobs = "/apis/shadowsync.io/v1alpha1/namespaces/default/shadowsyncjobs";
+  for (const Case& c : cases) {
+    KubectlRun run = apply(c.name, head + c.spec);
+    EXPECT_NE(run.exit_code, 0) << c.name << ": " << run.output;
+    EXPECT_THAT(run.output, ::testing::HasSubstr("The ShadowSyncJob \"bad\" is invalid: "))
+        << c.name;
+    EXPECT_THAT(run.output, ::testing::HasSubstr(c.field + ": ")) << c.name << ": " << run.output;
+    EXPECT_THAT(run.output, ::testing::HasSubstr(c.message)) << c.name << ": " << run.output;
+    EXPECT_TRUE(absl::IsNotFound(api_->Get(jobs + "/bad").status())) << c.name;
+  }
+  // Every problem of one spec in one answer.
+  KubectlRun all = apply("all", head +
+                                    "spec:\n  data: {format: criteo-tsv}\n  syncer: {replicas: 0}\n"
+                                    "  trainer:\n    threads: 0\n"
+                                    "    template: {spec: {securityContext: {runAsUser: 0}}}\n");
+  EXPECT_NE(all.exit_code, 0);
+  for (const char* field : {"spec.data.paths: ", "spec.syncer.replicas: ", "spec.trainer.threads: ",
+                            "spec.trainer.template.spec.securityContext.runAsUser: "}) {
+    EXPECT_THAT(all.output, ::testing::HasSubstr(field)) << all.output;
+  }
+  // Strict field validation (kubectl's default) refuses a field the pod
+  // template's allow-list lacks; the server would otherwise drop it.
+  KubectlRun host =
+      apply("host", head + "spec:\n  trainer:\n    template:\n      spec: {hostNetwork: true}\n");
+  EXPECT_NE(host.exit_code, 0);
+  EXPECT_THAT(
+      host.output,
+      ::testing::HasSubstr(
+          "strict decoding error: unknown field \"spec.trainer.template.spec.hostNetwork\""))
+      << host.output;
+  KubectlRun warned = Kubectl({"apply", "--validate=warn", "-f", dir_.File("host.yaml")});
+  ASSERT_EQ(warned.exit_code, 0) << warned.output;
+  EXPECT_THAT(warned.output,
+              ::testing::HasSubstr("unknown field \"spec.trainer.template.spec.hostNetwork\""));
+  absl::StatusOr<json> stored = api_->Get(jobs + "/bad");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ((*stored)["spec"]["trainer"]["template"]["spec"], json::object()) << "pruned";
+  EXPECT_EQ((*stored)["spec"]["trainer"]["replicas"], 2) << "defaulted";
+
+  // Transition rules: the model cannot change; the trainers can scale, but not
+  // below a ds-sync group.
+  KubectlRun ok = apply("ok", head +
+                                  "spec:\n  trainer: {replicas: 4}\n  syncer: {replicas: 1}\n"
+                                  "  sync: {algorithm: ds-sync, dsSync: {groupSize: 2}}\n");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  KubectlRun model =
+      apply("model", head +
+                         "spec:\n  model: {embeddingDim: 32}\n  trainer: {replicas: 4}\n"
+                         "  syncer: {replicas: 1}\n"
+                         "  sync: {algorithm: ds-sync, dsSync: {groupSize: 2}}\n");
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_THAT(model.output, ::testing::HasSubstr("spec.model cannot be added or removed"))
+      << model.output;
+  KubectlRun scale = Kubectl({"scale", "ssj/bad", "--replicas=1"});
+  EXPECT_NE(scale.exit_code, 0);
+  EXPECT_THAT(scale.output, ::testing::HasSubstr("spec.sync.dsSync.groupSize")) << scale.output;
+  EXPECT_EQ((*api_->Get(jobs + "/bad"))["spec"]["trainer"]["replicas"], 4);
+  scale = Kubectl({"scale", "ssj/bad", "--replicas=6"});
+  EXPECT_EQ(scale.exit_code, 0) << scale.output;
+
+  // A CRD whose rule does not compile is refused, as kube-apiserver would.
+  std::string broken = ReadFile(deploy + "/crd.yaml");
+  const std::string rule = "rule: self == oldSelf";
+  ASSERT_NE(broken.find(rule), std::string::npos);
+  broken.replace(broken.find(rule), rule.size(), "rule: self.nosuch == oldSelf");
+  KubectlRun refused = apply("broken-crd", broken);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, ::testing::HasSubstr("compilation failed: undefined field 'nosuch'"))
+      << refused.output;
+}
+
 }  // namespace
 }  // namespace shadowsync::testing

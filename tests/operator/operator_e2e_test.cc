@@ -363,8 +363,15 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
   api_->InjectFault({.method = "POST", .path_contains = "/statefulsets", .code = 500, .times = 2});
   api_->InjectFault(
       {.method = "PATCH", .path_contains = "shadowsyncjobs/tiny/status", .code = 503, .times = 2});
-  // More trainers than examples: within the CRD's schema, refused by the validator.
-  json bad = testing::JobJson("bad", 2, 3, 2);
+  // More trainers than examples: the CRD's rules refuse it at creation.
+  absl::Status refused = api_->Create(kJobs, testing::JobJson("refused", 2, 3, 2)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("every trainer needs at least"));
+  // A butterfly schedule that cannot factor 6 / 2 into radices of at most 2:
+  // the one check CEL cannot make, so the operator refuses it at reconcile.
+  json bad = testing::JobJson("bad", 6000, 6, 2);
+  bad["spec"]["sync"] = {{"algorithm", "ds-sync"},
+                         {"dsSync", {{"groupSize", 2}, {"schedule", "butterfly"}}}};
   ASSERT_TRUE(api_->Create(kJobs, bad).ok());
   ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("tiny", 6000, 2, 2)).ok());
 
@@ -373,9 +380,10 @@ TEST_F(OperatorE2eTest, RunsAJobToSuccessAndRefusesAnInvalidOne) {
               std::chrono::seconds(60)))
       << JobObject("bad").dump(2);
   EXPECT_EQ(StsReplicas("bad-trainer"), -1) << "an invalid job gets no children";
-  EXPECT_NE(
-      Condition("bad", "Failed").value("message", "").find("every trainer needs at least one"),
-      std::string::npos)
+  EXPECT_NE(Condition("bad", "Failed")
+                .value("message", "")
+                .find("butterfly cannot give every one of 6 trainers the exact mean"),
+            std::string::npos)
       << Condition("bad", "Failed").dump();
 
   ASSERT_TRUE(WaitFor([&] { return Phase("tiny") == "Succeeded"; }, std::chrono::seconds(240)))

@@ -28,11 +28,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "tests/util/json_line_process.h"
 #include "tests/util/yaml_json.h"
 
 namespace shadowsync::testing {
@@ -213,6 +215,10 @@ struct ResourceType {
   std::string label_selector_path;     // CRDs: a string selector; built-ins use .spec.selector
   std::vector<PrinterColumn> columns;  // CRD additionalPrinterColumns
   bool from_crd = false;
+  // A CRD version's openAPIV3Schema, and the name the validator knows it by
+  // (changes with the schema).
+  std::shared_ptr<const json> schema;
+  std::string schema_key;
 
   std::string api_version() const { return group.empty() ? version : group + "/" + version; }
   std::string group_version() const { return api_version(); }
@@ -416,6 +422,22 @@ ApiError Invalid(const ResourceType& rt, const std::string& name, const std::str
       std::move(details));
 }
 
+// 422 with every cause ({field, reason, message}), worded as kube-apiserver
+// words an aggregate: one cause inline, several in brackets.
+ApiError InvalidCauses(const ResourceType& rt, const std::string& name, const json& causes) {
+  json details = {{"name", name}, {"kind", rt.kind}, {"causes", causes}};
+  if (!rt.group.empty()) details["group"] = rt.group;
+  std::vector<std::string> parts;
+  for (const json& c : causes) {
+    const std::string field = Str(At(c, "field"));
+    parts.push_back(absl::StrCat(field.empty() ? "<nil>" : field, ": ", Str(At(c, "message"))));
+  }
+  std::string all =
+      parts.size() == 1 ? parts[0] : absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+  return Err(422, absl::StrCat(rt.qualified_kind(), " \"", name, "\" is invalid: ", all),
+             std::move(details));
+}
+
 ApiError ResourceNotFound() { return Err(404, "the server could not find the requested resource"); }
 
 absl::Status ToAbslStatus(int code, const std::string& reason, const std::string& message) {
@@ -447,6 +469,7 @@ struct Reply {
   std::string content_type = "application/json";
   bool raw = false;  // Send `text` instead of `body`.
   std::string text;
+  std::vector<std::string> warnings;  // Warning headers (RFC 7234 code 299).
 };
 
 Reply FromError(const ApiError& e) { return Reply{e.code, StatusJson(e)}; }
@@ -1069,11 +1092,14 @@ class Connection {
 };
 
 std::string ResponseHead(int code, const std::string& content_type, size_t length, bool close,
-                         int retry_after) {
+                         int retry_after, const std::vector<std::string>& warnings = {}) {
   std::string head =
       absl::StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: ", content_type,
                    "\r\nCache-Control: no-cache, private\r\nContent-Length: ", length, "\r\n");
   if (retry_after > 0) absl::StrAppend(&head, "Retry-After: ", retry_after, "\r\n");
+  for (const std::string& w : warnings) {
+    absl::StrAppend(&head, "Warning: 299 - \"", absl::StrReplaceAll(w, {{"\"", "\\\""}}), "\"\r\n");
+  }
   if (close) absl::StrAppend(&head, "Connection: close\r\n");
   absl::StrAppend(&head, "\r\n");
   return head;
@@ -1477,6 +1503,10 @@ class FakeKubeApiServer::Impl {
         rt.status_replicas_path = Str(At(scale, "statusReplicasPath"));
         rt.label_selector_path = Str(At(scale, "labelSelectorPath"));
       }
+      if (const json& schema = At(At(v, "schema"), "openAPIV3Schema"); schema.is_object()) {
+        rt.schema = std::make_shared<const json>(schema);
+        rt.schema_key = absl::StrCat(rt.type_key(), "@", std::hash<std::string>()(schema.dump()));
+      }
       const json& cols = At(v, "additionalPrinterColumns");
       if (cols.is_array()) {
         for (const json& c : cols) {
@@ -1850,6 +1880,7 @@ class FakeKubeApiServer::Impl {
       if (auto error = ValidateCrd(rt, obj, nullptr)) return FromError(*error);
       SetCrdStatus(&obj, json());
     }
+    if (auto error = ValidateCustom(rt, &obj, nullptr)) return FromError(*error);
     if (dry_run) return Reply{201, obj};
     return Reply{201, AsVersion(rt, Commit(rt, "ADDED", std::move(obj), json()))};
   }
@@ -1866,7 +1897,98 @@ class FakeKubeApiServer::Impl {
                        "conflicts with a built-in resource");
       }
     }
+    json causes = json::array();
+    for (const ResourceType& t : *types) {
+      absl::StatusOr<json> problems = RegisterSchema(t);
+      if (!problems.ok()) return Err(500, std::string(problems.status().message()));
+      for (const json& p : *problems) {
+        causes.push_back(
+            {{"reason", "FieldValueInvalid"},
+             {"field", absl::StrCat("spec.versions[", t.version, "].schema.openAPIV3Schema",
+                                    Str(At(p, "field")).empty() ? "" : ".", Str(At(p, "field")),
+                                    ".x-kubernetes-validations")},
+             {"message", absl::StrCat("Invalid value: \"", Str(At(p, "rule")),
+                                      "\": compilation failed: ", Str(At(p, "problem")))}});
+      }
+    }
+    if (!causes.empty()) return InvalidCauses(rt, MetaStr(crd, "name"), causes);
     return std::nullopt;
+  }
+
+  // The validator's answer to `request`; it starts on first use.
+  absl::StatusOr<json> CallValidator(const json& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (validator_ == nullptr) {
+      SS_ASSIGN_OR_RETURN(validator_, JsonLineProcess::Start(options_.crd_validator));
+    }
+    absl::StatusOr<json> reply = validator_->Call(request);
+    if (!reply.ok()) validator_.reset();  // Restarted (and given its schemas) by the next call.
+    if (!reply.ok()) validator_schemas_.clear();
+    if (reply.ok() && reply->contains("error")) {
+      return absl::InternalError(absl::StrCat("crd validator: ", Str((*reply)["error"])));
+    }
+    return reply;
+  }
+
+  // Gives `t`'s schema to the validator once; the rules that do not compile
+  // ({field, rule, problem}), none without a schema or a validator.
+  absl::StatusOr<json> RegisterSchema(const ResourceType& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!t.schema || options_.crd_validator.empty()) return json::array();
+    if (validator_schemas_.contains(t.schema_key)) return json::array();
+    SS_ASSIGN_OR_RETURN(
+        json reply,
+        CallValidator({{"op", "schema"}, {"key", t.schema_key}, {"schema", *t.schema}}));
+    validator_schemas_.insert(t.schema_key);
+    return reply["problems"];
+  }
+
+  // Validates a custom resource about to be stored by a create or an update
+  // of its main resource (`old`: the stored object), filling in defaults and
+  // pruning unknown fields as kube-apiserver does.
+  std::optional<ApiError> ValidateCustom(const ResourceType& rt, json* obj, const json* old)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!rt.from_crd || !rt.schema || options_.crd_validator.empty()) return std::nullopt;
+    absl::StatusOr<json> reply = RegisterSchema(rt);
+    if (reply.ok()) {
+      reply = CallValidator({{"op", "validate"},
+                             {"key", rt.schema_key},
+                             {"object", *obj},
+                             {"old", old == nullptr ? json() : *old}});
+    }
+    if (!reply.ok()) return Err(500, std::string(reply.status().message()));
+    if (!At(*reply, "errors").empty())
+      return InvalidCauses(rt, MetaStr(*obj, "name"), (*reply)["errors"]);
+    std::vector<std::string> unknown;
+    for (const json& field : At(*reply, "unknown")) {
+      unknown.push_back(absl::StrCat("unknown field \"", Str(field), "\""));
+    }
+    if (!unknown.empty() && field_validation_ == "Strict") {
+      return Err(400,
+                 absl::StrCat(rt.kind, " in version \"", rt.version, "\" cannot be handled as a ",
+                              rt.kind, ": strict decoding error: ", absl::StrJoin(unknown, ", ")));
+    }
+    if (field_validation_ != "Ignore") {
+      warnings_.insert(warnings_.end(), unknown.begin(), unknown.end());
+    }
+    for (const json& d : At(*reply, "defaults")) SetAt(obj, d["path"], d["value"]);
+    for (const json& path : At(*reply, "prune")) EraseAt(obj, path);
+    return std::nullopt;
+  }
+
+  // Sets (erases) the value at `path`, a list of object keys and list indexes.
+  static void SetAt(json* obj, const json& path, const json& value) {
+    json* node = obj;
+    for (const json& step : path) {
+      node = step.is_string() ? &(*node)[step.get<std::string>()] : &node->at(step.get<size_t>());
+    }
+    *node = value;
+  }
+  static void EraseAt(json* obj, const json& path) {
+    json* node = obj;
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+      node = path[i].is_string() ? &node->at(path[i].get<std::string>())
+                                 : &node->at(path[i].get<size_t>());
+    }
+    node->erase(path.back().get<std::string>());
   }
 
   // PUT (and the end of PATCH): replaces the object or, in kStatus mode, its status.
@@ -1931,6 +2053,9 @@ class FakeKubeApiServer::Impl {
     }
     obj = AsVersion(rt, std::move(obj));
     obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
+    if (mode == UpdateMode::kMain) {
+      if (auto error = ValidateCustom(rt, &obj, &old)) return FromError(*error);
+    }
     if (SpecPart(obj) != SpecPart(old)) {
       const json& gen = At(Meta(old), "generation");
       obj["metadata"]["generation"] = (gen.is_number_integer() ? gen.get<int64_t>() : 0) + 1;
@@ -2408,6 +2533,19 @@ class FakeKubeApiServer::Impl {
   Reply Route(const std::string& method, const std::string& path, const json& body,
               const std::string& raw_body, const std::string& content_type, const Params& params,
               const std::string& accept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    field_validation_ = Param(params, "fieldValidation");
+    warnings_.clear();
+    Reply r = RouteRequest(method, path, body, raw_body, content_type, params, accept);
+    if (r.code < 400) r.warnings = std::move(warnings_);
+    field_validation_.clear();
+    warnings_.clear();
+    return r;
+  }
+
+  Reply RouteRequest(const std::string& method, const std::string& path, const json& body,
+                     const std::string& raw_body, const std::string& content_type,
+                     const Params& params, const std::string& accept)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool table = absl::StrContains(accept, "as=Table");
     if (auto r = Discovery(path, accept)) {
       if (method != "GET") return FromError(Err(405, "the server does not allow this method"));
@@ -2615,7 +2753,8 @@ class FakeKubeApiServer::Impl {
   bool WriteReply(Connection& conn, const Reply& r, bool close) {
     const std::string body = r.raw ? r.text : r.body.dump();
     const int retry_after = r.code == 429 ? 1 : 0;
-    return conn.Send(ResponseHead(r.code, r.content_type, body.size(), close, retry_after) + body);
+    return conn.Send(
+        ResponseHead(r.code, r.content_type, body.size(), close, retry_after, r.warnings) + body);
   }
 
   // Answers one request. False when the connection must close.
@@ -2899,6 +3038,13 @@ class FakeKubeApiServer::Impl {
   int64_t drop_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int active_watches_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  // The custom-resource validator, started on first use, and the schema keys
+  // it has been given.
+  std::unique_ptr<JsonLineProcess> validator_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> validator_schemas_ ABSL_GUARDED_BY(mu_);
+  // The request's fieldValidation, and the warnings it collected.
+  std::string field_validation_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> warnings_ ABSL_GUARDED_BY(mu_);
 };
 
 // ---------------------------------------------------------------------------
@@ -3007,6 +3153,10 @@ std::vector<FakeKubeApiServer::Request> FakeKubeApiServer::Requests() const {
   return impl_->Requests();
 }
 void FakeKubeApiServer::ClearRequests() { impl_->ClearRequests(); }
+
+std::vector<std::string> FakeKubeApiServerOptions::DefaultCrdValidator() {
+  return {SHADOWSYNC_FAKE_KUBE_NODE, SHADOWSYNC_FAKE_KUBE_CRD_VALIDATE, "--serve"};
+}
 int FakeKubeApiServer::active_watches() const { return impl_->active_watches(); }
 bool FakeKubeApiServer::WaitForWatches(int n, absl::Duration timeout) const {
   return impl_->WaitForWatches(n, timeout);

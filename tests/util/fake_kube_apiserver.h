@@ -86,6 +86,17 @@
 //    meta.k8s.io/v1 Table (NAME, CRD additionalPrinterColumns with date
 //    columns as ages, AGE last when there is no date column;
 //    includeObject=None|Metadata|Object, default Metadata).
+//  - Custom resources are validated against their CRD version's
+//    openAPIV3Schema as kube-apiserver does, by tests/util/crd_validate.mjs
+//    (Node, @bufbuild/cel) in a child process: defaults filled in, types,
+//    enums, bounds, patterns, required fields, and the x-kubernetes-validations
+//    CEL rules with self and, on update, oldSelf. Failures are 422 Invalid
+//    with every cause (field, reason, message) at once. Unknown fields are
+//    pruned from what is stored; fieldValidation=Strict (kubectl's default)
+//    refuses them with 400 BadRequest, Warn (the default) adds a Warning
+//    header. A CRD whose rules do not compile (parse, known functions,
+//    declared fields, bounded iteration) is refused at creation. /status
+//    writes are not validated.
 //  - Errors are metav1.Status bodies. The direct methods map them:
 //      404 NotFound           → absl::NotFoundError
 //      409 AlreadyExists      → absl::AlreadyExistsError
@@ -154,6 +165,11 @@ struct FakeKubeApiServerOptions {
   absl::Duration bookmark_interval = absl::Seconds(1);
   // Print one line per answered request to stderr (method, target, status).
   bool log_requests = false;
+  // The custom-resource validator's command line (see "Custom resources");
+  // empty: custom resources are stored unvalidated, as a CRD without a schema.
+  std::vector<std::string> crd_validator = DefaultCrdValidator();
+
+  static std::vector<std::string> DefaultCrdValidator();
 };
 
 // One injected failure or delay for HTTP requests; see InjectFault().
