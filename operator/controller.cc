@@ -30,9 +30,6 @@
 namespace shadowsync::op {
 namespace {
 
-using controller_internal::JobLabelOf;
-using controller_internal::NameOf;
-using controller_internal::NamespaceOf;
 using kube::Json;
 
 std::string Rfc3339(absl::Time t) {

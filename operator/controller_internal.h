@@ -1,5 +1,6 @@
-// Helpers shared by the controller's files (controller.cc,
-// controller_observe.cc). The functions are pure, so thread-safe.
+// What the controller's files (controller.cc, controller_observe.cc) share:
+// the reshard task (see its comment for who may touch what) and three pure,
+// thread-safe helpers.
 #ifndef SHADOWSYNC_OPERATOR_CONTROLLER_INTERNAL_H_
 #define SHADOWSYNC_OPERATOR_CONTROLLER_INTERNAL_H_
 
@@ -28,28 +29,23 @@ struct Controller::ReshardTask {
   std::thread thread;
 };
 
-}  // namespace shadowsync::op
-
-namespace shadowsync::op::controller_internal {
-
-using kube::Json;
-
-inline std::string NamespaceOf(const Json& object) {
+// Of any object: its namespace, its name, and the job it belongs to.
+inline std::string NamespaceOf(const kube::Json& object) {
   return object.value("/metadata/namespace"_json_pointer, std::string());
 }
-inline std::string NameOf(const Json& object) {
+inline std::string NameOf(const kube::Json& object) {
   return object.value("/metadata/name"_json_pointer, std::string());
 }
-inline std::string JobLabelOf(const Json& object) {
-  const Json* labels = nullptr;
+inline std::string JobLabelOf(const kube::Json& object) {
+  const kube::Json* labels = nullptr;
   if (object.contains("metadata") && object["metadata"].contains("labels")) {
     labels = &object["metadata"]["labels"];
   }
   if (labels == nullptr || !labels->contains(std::string(kJobNameLabel))) return "";
-  const Json& v = (*labels)[std::string(kJobNameLabel)];
+  const kube::Json& v = (*labels)[std::string(kJobNameLabel)];
   return v.is_string() ? v.get<std::string>() : "";
 }
 
-}  // namespace shadowsync::op::controller_internal
+}  // namespace shadowsync::op
 
 #endif  // SHADOWSYNC_OPERATOR_CONTROLLER_INTERNAL_H_

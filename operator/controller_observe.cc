@@ -19,9 +19,6 @@
 namespace shadowsync::op {
 namespace {
 
-using controller_internal::JobLabelOf;
-using controller_internal::NameOf;
-using controller_internal::NamespaceOf;
 using kube::Json;
 
 // The sum of every sample of `metric` in a Prometheus text exposition.
