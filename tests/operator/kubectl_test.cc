@@ -482,6 +482,17 @@ TEST_F(KubectlTest, TheCrdRefusesInvalidJobsAtApplyNamingEveryField) {
   scale = Kubectl({"scale", "ssj/bad", "--replicas=6"});
   EXPECT_EQ(scale.exit_code, 0) << scale.output;
 
+  // /status writes are held to the status schema: a wrong type is refused,
+  // a field the schema lacks is dropped, as a real server would.
+  json job = *api_->Get(jobs + "/bad");
+  job["status"] = {{"phase", "Running"}, {"restarts", "three"}};
+  absl::Status wrong = api_->UpdateStatus(jobs + "/bad", job).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(wrong)) << wrong;
+  EXPECT_THAT(std::string(wrong.message()), ::testing::HasSubstr("status.restarts"));
+  job["status"] = {{"phase", "Running"}, {"restarts", 3}, {"mood", "fine"}};
+  SS_ASSERT_OK(api_->UpdateStatus(jobs + "/bad", job));
+  EXPECT_EQ((*api_->Get(jobs + "/bad"))["status"], json({{"phase", "Running"}, {"restarts", 3}}));
+
   // A CRD whose rule does not compile is refused, as kube-apiserver would.
   std::string broken = ReadFile(deploy + "/crd.yaml");
   const std::string rule = "rule: self == oldSelf";

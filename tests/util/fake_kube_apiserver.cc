@@ -2053,9 +2053,8 @@ class FakeKubeApiServer::Impl {
     }
     obj = AsVersion(rt, std::move(obj));
     obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
-    if (mode == UpdateMode::kMain) {
-      if (auto error = ValidateCustom(rt, &obj, &old)) return FromError(*error);
-    }
+    // /status too: kube-apiserver validates the whole object on either.
+    if (auto error = ValidateCustom(rt, &obj, &old)) return FromError(*error);
     if (SpecPart(obj) != SpecPart(old)) {
       const json& gen = At(Meta(old), "generation");
       obj["metadata"]["generation"] = (gen.is_number_integer() ? gen.get<int64_t>() : 0) + 1;

@@ -95,8 +95,8 @@
 //    pruned from what is stored; fieldValidation=Strict (kubectl's default)
 //    refuses them with 400 BadRequest, Warn (the default) adds a Warning
 //    header. A CRD whose rules do not compile (parse, known functions,
-//    declared fields, bounded iteration) is refused at creation. /status
-//    writes are not validated.
+//    declared fields, bounded iteration) is refused at creation. Writes to
+//    the main resource, /status and /scale are all validated.
 //  - Errors are metav1.Status bodies. The direct methods map them:
 //      404 NotFound           → absl::NotFoundError
 //      409 AlreadyExists      → absl::AlreadyExistsError
