@@ -23,6 +23,15 @@ int Wait(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Everything readable from `fd` until end of file; closes it.
+std::string ReadToEnd(int fd) {
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
 TEST(SubprocessTest, RedirectsStdoutAndStderrToOneFileInOrder) {
   testing::ScratchDir dir;
   const std::string log = dir.File("child.log");
@@ -49,12 +58,8 @@ TEST(SubprocessTest, ReadsStdinFromAFileAndWritesStdoutToADescriptor) {
   absl::StatusOr<pid_t> pid = Spawn({"cat"}, {.stdin_path = dir.File("in"), .stdout_fd = fds[1]});
   close(fds[1]);
   SS_ASSERT_OK(pid);
-  std::string out;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, n);
-  close(fds[0]);
+  EXPECT_EQ(ReadToEnd(fds[0]), "through cat\n");
   EXPECT_EQ(Wait(*pid), 0);
-  EXPECT_EQ(out, "through cat\n");
 }
 
 TEST(SubprocessTest, TalksToAChildOverPipesOnBothStreams) {
@@ -67,12 +72,8 @@ TEST(SubprocessTest, TalksToAChildOverPipesOnBothStreams) {
   SS_ASSERT_OK(pid);
   ASSERT_EQ(write(in[1], "both ways\n", 10), 10);
   close(in[1]);
-  std::string got;
-  char buf[256];
-  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) got.append(buf, n);
-  close(out[0]);
+  EXPECT_EQ(ReadToEnd(out[0]), "BOTH WAYS\n");
   EXPECT_EQ(Wait(*pid), 0);
-  EXPECT_EQ(got, "BOTH WAYS\n");
 }
 
 TEST(SubprocessTest, SetsEnvironmentVariablesOverThisProcesss) {
