@@ -502,6 +502,8 @@ TEST_F(KubectlTest, TheCrdRefusesInvalidJobsAtApplyNamingEveryField) {
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.output, ::testing::HasSubstr("compilation failed: undefined field 'nosuch'"))
       << refused.output;
+  refused = Kubectl({"apply", "-f", dir_.File("broken-crd.yaml")});  // Not accepted the 2nd time.
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
 }
 
 }  // namespace

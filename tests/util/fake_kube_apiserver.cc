@@ -1921,8 +1921,10 @@ class FakeKubeApiServer::Impl {
       SS_ASSIGN_OR_RETURN(validator_, JsonLineProcess::Start(options_.crd_validator));
     }
     absl::StatusOr<json> reply = validator_->Call(request);
-    if (!reply.ok()) validator_.reset();  // Restarted (and given its schemas) by the next call.
-    if (!reply.ok()) validator_schemas_.clear();
+    if (!reply.ok()) {  // Restarted, and given its schemas again, by the next call.
+      validator_.reset();
+      validator_schemas_.clear();
+    }
     if (reply.ok() && reply->contains("error")) {
       return absl::InternalError(absl::StrCat("crd validator: ", Str((*reply)["error"])));
     }
@@ -1933,17 +1935,19 @@ class FakeKubeApiServer::Impl {
   // ({field, rule, problem}), none without a schema or a validator.
   absl::StatusOr<json> RegisterSchema(const ResourceType& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!t.schema || options_.crd_validator.empty()) return json::array();
-    if (validator_schemas_.contains(t.schema_key)) return json::array();
+    if (auto it = validator_schemas_.find(t.schema_key); it != validator_schemas_.end()) {
+      return it->second;
+    }
     SS_ASSIGN_OR_RETURN(
         json reply,
         CallValidator({{"op", "schema"}, {"key", t.schema_key}, {"schema", *t.schema}}));
-    validator_schemas_.insert(t.schema_key);
+    validator_schemas_[t.schema_key] = reply["problems"];
     return reply["problems"];
   }
 
   // Validates a custom resource about to be stored by a create or an update
-  // of its main resource (`old`: the stored object), filling in defaults and
-  // pruning unknown fields as kube-apiserver does.
+  // (`old`: the stored object), filling in defaults and pruning unknown
+  // fields as kube-apiserver does.
   std::optional<ApiError> ValidateCustom(const ResourceType& rt, json* obj, const json* old)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!rt.from_crd || !rt.schema || options_.crd_validator.empty()) return std::nullopt;
@@ -3037,10 +3041,10 @@ class FakeKubeApiServer::Impl {
   int64_t drop_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int active_watches_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
-  // The custom-resource validator, started on first use, and the schema keys
-  // it has been given.
+  // The custom-resource validator, started on first use, and the schemas it
+  // has been given (by key) with the rules of each that do not compile.
   std::unique_ptr<JsonLineProcess> validator_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> validator_schemas_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, json> validator_schemas_ ABSL_GUARDED_BY(mu_);
   // The request's fieldValidation, and the warnings it collected.
   std::string field_validation_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> warnings_ ABSL_GUARDED_BY(mu_);
