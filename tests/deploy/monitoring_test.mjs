@@ -419,7 +419,16 @@ ${staticJob}
     const endpoints = [...targets.map((t) => ({ name: `${t.job}/${t.pod}`, port: t.port })), { name: 'operator', port: operatorPort },
       { name: 'finished trainer pod', port: finishedPort }];
     await Promise.all(endpoints.map(async (e) => {
-      const text = await getText(`http://127.0.0.1:${e.port}/metrics`);
+      let text;
+      try {
+        text = await getText(`http://127.0.0.1:${e.port}/metrics`);
+      } catch (err) {
+        // Name the endpoint and the socket error: "fetch failed" alone was
+        // seen once, under load, and said nothing more.
+        fail(`GET /metrics of ${e.name} (port ${e.port}): ${err.message}` +
+          (err.cause ? ` (${err.cause.code || ''} ${err.cause.message || ''})` : ''));
+        return;
+      }
       const r = await runWithInput(promtool, ['check', 'metrics'], text);
       if (r.code !== 0 || r.out.trim()) fail(`promtool check metrics (${e.name} /metrics): exit ${r.code}: ${r.out}`);
     }));
