@@ -21,6 +21,7 @@
 // naming the dashboard, panel and expression.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -253,10 +254,23 @@ function freePort() {
   });
 }
 
-async function getText(url) {
-  const r = await fetch(url, { signal: AbortSignal.timeout(5000) });
-  if (!r.ok) throw new Error(`GET ${url}: HTTP ${r.status}`);
-  return r.text();
+// A GET over a connection of its own. The processes' metrics servers
+// (civetweb under prometheus-cpp) close the connection after each response
+// without a "Connection: close", and fetch() then now and then reuses the
+// closed socket and fails with UND_ERR_SOCKET "other side closed" (6 of 200
+// back-to-back GETs on an idle machine; once in this test under load).
+function getText(url) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent: false, timeout: 5000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => { body += chunk; });
+      res.on('end', () => (res.statusCode === 200 ? resolve(body)
+        : reject(new Error(`GET ${url}: HTTP ${res.statusCode}`))));
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${url}: no answer in 5 s`)));
+    req.on('error', reject);
+  });
 }
 
 async function postJson(url, body) {
