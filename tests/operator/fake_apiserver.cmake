@@ -31,3 +31,7 @@ shadowsync_cc_test(NAME fake_kube_apiserver_test
 shadowsync_cc_test(NAME kubectl_test LABEL integration
   SRCS ${CMAKE_CURRENT_SOURCE_DIR}/kubectl_test.cc
   DEPS shadowsync::fake_kube)
+
+shadowsync_cc_test(NAME json_line_process_test
+  SRCS ${CMAKE_CURRENT_SOURCE_DIR}/json_line_process_test.cc
+  DEPS shadowsync::fake_kube)

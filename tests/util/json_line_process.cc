@@ -47,7 +47,8 @@ absl::StatusOr<nlohmann::json> JsonLineProcess::Call(const nlohmann::json& reque
     const ssize_t n = ::send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      return absl::UnavailableError(absl::StrCat(name_, ": cannot write: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat(name_, " exited or closed its input: ", std::strerror(errno)));
     }
     sent += static_cast<size_t>(n);
   }
