@@ -271,11 +271,6 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     train_ne.Set(p.train_ne);
     train_logloss.Set(p.train_logloss);
     not_learning.Set(p.learning_problem.empty() ? 0 : 1);
-    if (options.on_progress) {
-      Progress with_sync = p;
-      with_sync.sync_details = sync->Details();
-      options.on_progress(with_sync);
-    }
     // The durability promise: p.examples counts finished batches, and the
     // snapshot is copied after they were counted (while the Hogwild threads
     // run on, which races benignly as EvaluateSnapshot does), so it holds
@@ -301,12 +296,19 @@ absl::StatusOr<WorkerReport> RunWorker(const WorkerOptions& options) {
     if (options.eval_every > 0 && !options.eval_data.empty() && p.examples >= next &&
         curve_status.ok()) {
       auto q = trainer_ptr->EvaluateSnapshot(options.eval_data, options.eval_curve_examples);
-      if (!q.ok()) {
+      if (q.ok()) {
+        report.curve.push_back({p.examples, p.seconds, q->ne, q->auc});
+        publish_eval(*q);
+      } else {
         curve_status = q.status();
-        return;
       }
-      report.curve.push_back({p.examples, p.seconds, q->ne, q->auc});
-      publish_eval(*q);
+    }
+    // Last, so that what the caller then reads (/metrics) holds this
+    // report's evaluation.
+    if (options.on_progress) {
+      Progress with_sync = p;
+      with_sync.sync_details = sync->Details();
+      options.on_progress(with_sync);
     }
   };
   to.progress_interval_seconds = options.progress_interval_seconds;
