@@ -24,6 +24,7 @@
 #include "glog/logging.h"
 #include "jobspec/job_spec.h"
 #include "model/export.h"
+#include "model/gemm.h"
 #include "model/model_io.h"
 #include "nlohmann/json.hpp"
 #include "worker/model_config.h"
@@ -249,6 +250,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
       {"cpu_seconds", report->cpu_seconds},
       {"load_seconds", report->load_seconds},
       {"examples_per_second", report->examples_per_second},
+      {"gemm", model::GemmChoiceToJson(report->gemm)},
       {"train_ne", report->train_ne},
       {"train_logloss", report->train_logloss},
       {"malformed_lines", report->malformed_lines},

@@ -1,31 +1,15 @@
 #include "model/dense_ops.h"
 
-#include <cblas.h>
 #include <cpuid.h>
-#include <dlfcn.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <tuple>
 #include <vector>
 
-#include "oneapi/dnnl/dnnl.hpp"
-
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace shadowsync::model {
-
-void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
-
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
 
 namespace {
 
@@ -78,17 +62,6 @@ __attribute__((target("avx512f,avx512bf16"))) void ToBf16Native(const float* x, 
   for (; i < n; ++i) y[i] = RoundToBf16(x[i]);
 }
 
-// oneDNN parallelises each call with OpenMP over all cores unless told
-// otherwise, per calling thread; Hogwild threads are the parallelism here. Looked
-// up at run time: the symbol is libgomp's, loaded by libdnnl, not ours to link.
-void UseOneOpenMpThreadHere() {
-  thread_local bool done = false;
-  if (done) return;
-  done = true;
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
-}
-
 }  // namespace
 
 void ToBf16(const float* x, long n, Bf16* y) {
@@ -107,55 +80,6 @@ bool CpuHasNativeBf16() {
            (eax & (1u << 5)) != 0;
   }();
   return has;
-}
-
-struct Bf16Gemm::Impl {
-  struct Call {
-    dnnl::matmul matmul;
-    dnnl::memory a, b, c;
-  };
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<std::tuple<bool, bool, int, int, int, int, int, int, float>, Call> calls;
-
-  Call& Get(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb, int ldc,
-            float beta) {
-    auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldc, beta);
-    if (auto it = calls.find(key); it != calls.end()) return it->second;
-    using dt = dnnl::memory::data_type;
-    using dims = dnnl::memory::dims;
-    // A transposed operand is the same logical matrix read with swapped strides.
-    const dnnl::memory::desc a_md({m, k}, dt::bf16, trans_a ? dims{1, lda} : dims{lda, 1});
-    const dnnl::memory::desc b_md({k, n}, dt::bf16, trans_b ? dims{1, ldb} : dims{ldb, 1});
-    const dnnl::memory::desc c_md({m, n}, dt::f32, dims{ldc, 1});
-    dnnl::primitive_attr attr;
-    if (beta != 0) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
-    Call call{dnnl::matmul(
-                  dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine)),
-              dnnl::memory(a_md, engine, nullptr), dnnl::memory(b_md, engine, nullptr),
-              dnnl::memory(c_md, engine, nullptr)};
-    return calls.emplace(key, std::move(call)).first->second;
-  }
-};
-
-Bf16Gemm::Bf16Gemm() : impl_(std::make_unique<Impl>()) {}
-Bf16Gemm::~Bf16Gemm() = default;
-
-void Bf16Gemm::Run(bool trans_a, bool trans_b, int m, int n, int k, const Bf16* a, int lda,
-                   const Bf16* b, int ldb, float beta, float* c, int ldc) {
-  UseOneOpenMpThreadHere();
-  Impl::Call& call = impl_->Get(trans_a, trans_b, m, n, k, lda, ldb, ldc, beta);
-  // oneDNN takes non-const handles for inputs too; it only reads them.
-  call.a.set_data_handle(const_cast<Bf16*>(a));
-  call.b.set_data_handle(const_cast<Bf16*>(b));
-  call.c.set_data_handle(c);
-  call.matmul.execute(impl_->stream,
-                      {{DNNL_ARG_SRC, call.a}, {DNNL_ARG_WEIGHTS, call.b}, {DNNL_ARG_DST, call.c}});
-  impl_->stream.wait();
 }
 
 void LinearForwardBf16(const Bf16* x, int batch, int in, int out, const Bf16* w, const float* b,

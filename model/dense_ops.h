@@ -1,23 +1,15 @@
 // Dense kernels of the DLRM model, batched over examples and row-major:
-// GEMM (OpenBLAS through CBLAS in fp32, oneDNN in bf16), linear layers, ReLU,
-// the pairwise-dot feature interaction and binary cross-entropy. Functions
-// over caller-owned buffers; safe to call from any number of threads on
-// distinct outputs.
+// linear layers (their GEMMs in model/gemm.h), ReLU, the pairwise-dot
+// feature interaction and binary cross-entropy. Functions over caller-owned
+// buffers; safe to call from any number of threads on distinct outputs.
 #ifndef SHADOWSYNC_MODEL_DENSE_OPS_H_
 #define SHADOWSYNC_MODEL_DENSE_OPS_H_
 
 #include <cstdint>
-#include <memory>
+
+#include "model/gemm.h"
 
 namespace shadowsync::model {
-
-// Parallelism comes from Hogwild threads, each running its own GEMMs, so BLAS
-// itself must stay single-threaded. Call once at process start.
-void UseSingleThreadedBlas();
-
-// C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is m x k.
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc);
 
 // y (batch x out) = x (batch x in) * W^T + b, with W out x in; no bias when b
 // is null.
@@ -29,9 +21,6 @@ void LinearForward(const float* x, int batch, int in, int out, const float* w, c
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
                     float* dx, float* dw, float* db);
 
-// bfloat16: the top 16 bits of an fp32 (8 significant bits, fp32's range).
-using Bf16 = uint16_t;
-
 // y[i] = x[i] rounded to the nearest bf16, ties to even.
 void ToBf16(const float* x, long n, Bf16* y);
 float Bf16ToFloat(Bf16 x);
@@ -39,25 +28,6 @@ float Bf16ToFloat(Bf16 x);
 // Whether this CPU has bf16 dot-product instructions (AVX512-BF16). Without
 // them oneDNN emulates bf16: still correct, but slower than fp32.
 bool CpuHasNativeBf16();
-
-// C = op(A) * op(B) + beta * C, row-major, with bf16 A and B and fp32 C.
-// Every product and sum is fp32, so only the inputs' rounding differs from
-// Gemm. oneDNN's matmul, one primitive built per distinct call shape and
-// cached. Single-threaded; not thread-safe: one instance per thread.
-class Bf16Gemm {
- public:
-  Bf16Gemm();
-  ~Bf16Gemm();
-  Bf16Gemm(const Bf16Gemm&) = delete;
-  Bf16Gemm& operator=(const Bf16Gemm&) = delete;
-
-  void Run(bool trans_a, bool trans_b, int m, int n, int k, const Bf16* a, int lda, const Bf16* b,
-           int ldb, float beta, float* c, int ldc);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 // LinearForward and LinearBackward through a Bf16Gemm: x and w come rounded
 // to bf16 (the forward pass rounds them once for both passes); dy is rounded

@@ -208,6 +208,25 @@ double Dlrm::FlopsPerExample() const {
   return flops + 2 * dot_macs * 3;  // one forward dot, two backward products
 }
 
+std::vector<GemmShape> Dlrm::GemmShapes(int batch) const {
+  std::vector<GemmShape> shapes;
+  bool first = true;
+  // As LinearForward and LinearBackward call Gemm.
+  auto add = [&](const LayerShape& l) {
+    shapes.push_back({false, true, batch, l.out, l.in});
+    shapes.push_back({true, false, l.out, l.in, batch});
+    if (!first) shapes.push_back({false, false, batch, l.in, l.out});
+    first = false;
+  };
+  for (const auto& l : bottom_) add(l);
+  for (const auto& c : cross_) {
+    add(c.down);
+    add(c.up);
+  }
+  for (const auto& l : top_) add(l);
+  return shapes;
+}
+
 void Dlrm::InitParams(uint64_t seed, std::span<float> params) const {
   uint64_t key = Mix64(seed ^ 0xd1e5'0000'0000'0001ULL);
   // Box-Muller over the counter-based uniform: portable across standard libraries.

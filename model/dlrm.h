@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/dense_ops.h"
+#include "model/gemm.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace shadowsync::model {
@@ -138,6 +139,9 @@ class Dlrm {
   int interaction_width() const;
   // Floating-point operations of one example's forward and backward pass, as computed.
   double FlopsPerExample() const;
+  // The shapes of the fp32 GEMMs of one training step on `batch` examples
+  // (for ChooseGemmKernel).
+  std::vector<GemmShape> GemmShapes(int batch) const;
 
   // The DLRM reference initialisation: W ~ N(0, sqrt(2 / (in + out))),
   // b ~ N(0, sqrt(1 / out)); cross layers as TorchRec's: U and V the same

@@ -170,7 +170,8 @@ Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConf
       params_(model_.num_params()),
       dense_state_(model_.num_params() * model::StateFloatsPerParam(options_.optimizer.kind)),
       gate_(/*serialised=*/options_.threads == 1) {
-  model::UseSingleThreadedBlas();
+  const model::GemmChoice& gemm = model::ChooseGemmKernel(model_.GemmShapes(options_.batch_size));
+  LOG(INFO) << "fp32 GEMM: " << gemm.Summary();
   model_.InitParams(options_.seed, params_);
 }
 
@@ -328,6 +329,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
                                                      options_.preload, options_.batch_size));
   source->Skip(options_.skip_examples);
   TrainReport report;
+  report.gemm = model::ChooseGemmKernel({});  // The choice made at construction.
   if (options_.preload) report.load_seconds = SecondsSince(load_start);
 
   // Accumulated Adagrad state already bounds the first steps.

@@ -23,6 +23,7 @@
 #include "data/criteo_reader.h"
 #include "model/dlrm.h"
 #include "model/embedding_table.h"
+#include "model/gemm.h"
 #include "model/optimizer.h"
 #include "nlohmann/json.hpp"
 #include "worker/learning_check.h"
@@ -104,6 +105,8 @@ struct TrainReport {
   // LearningCheck's finding; empty when the run learned. Training stopped at
   // it when TrainerOptions::stop_when_not_learning.
   std::string learning_problem;
+  // The fp32 GEMM kernel the trainer chose at construction, and why.
+  model::GemmChoice gemm;
 };
 
 class Trainer {

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "model/export.h"
+#include "model/gemm.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -384,6 +385,7 @@ nlohmann::json WorkerReportToJson(const WorkerOptions& options, const WorkerRepo
       {"seconds", r.train.seconds},
       {"cpu_seconds", r.train.cpu_seconds},
       {"examples_per_second", r.train.examples_per_second},
+      {"gemm", model::GemmChoiceToJson(r.train.gemm)},
       {"train_ne", r.train.train_ne},
       {"train_logloss", r.train.train_logloss},
       {"malformed_lines", r.train.malformed_lines},

@@ -35,26 +35,6 @@ void ExpectGradNear(double numeric, double analytic, const std::string& what) {
   EXPECT_NEAR(numeric, analytic, 2e-3 + 1e-2 * std::abs(analytic)) << what;
 }
 
-TEST(GemmTest, MatchesNaiveProductForEveryTransposition) {
-  const int m = 3, n = 4, k = 5;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      auto a = RandomVector(m * k, 1), b = RandomVector(k * n, 2);
-      std::vector<float> c(m * n, 1.0f);
-      Gemm(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
-      for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < n; ++j) {
-          double s = 0;
-          for (int p = 0; p < k; ++p) {
-            s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
-          }
-          EXPECT_NEAR(c[i * n + j], 2 * s + 0.5, 1e-5) << ta << tb << i << j;
-        }
-      }
-    }
-  }
-}
-
 TEST(Bf16Test, ConversionRoundsToNearestEven) {
   // bf16 keeps 7 stored mantissa bits: around 1.0 its step is 2^-7.
   const float step = std::ldexp(1.0f, -7), half = step / 2;
