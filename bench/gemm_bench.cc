@@ -1,8 +1,11 @@
 // The measurement behind the GEMM library choice (docs/decisions.md): OpenBLAS
-// (through our Gemm wrapper, as the model calls it) against Eigen 3.4 on the
-// DLRM-small layer shapes, one core, in one run. Last line:
-//   RESULT name=gemm openblas_gflops=... eigen_gflops=... ratio=...
-// (geometric means over the shapes; ratio = OpenBLAS / Eigen).
+// as loaded and oneDNN's matmul (through GemmWith, as the model calls them)
+// against Eigen 3.4 on the DLRM-small layer shapes, one core, in one run.
+// Last line:
+//   RESULT name=gemm openblas_gflops=... eigen_gflops=... ratio=... onednn_gflops=...
+//          onednn_ratio=...
+// (geometric means over the shapes; ratio = OpenBLAS / Eigen, onednn_ratio =
+// oneDNN / OpenBLAS).
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +13,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "model/dense_ops.h"
+#include "model/gemm.h"
 
 namespace {
 
@@ -29,14 +32,23 @@ void SetFlops(benchmark::State& state) {
       benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
-void BM_OpenBlas(benchmark::State& state) {
+void RunKernel(benchmark::State& state, shadowsync::model::GemmKernel kernel) {
   const int m = state.range(0), n = state.range(1), k = state.range(2);
   std::vector<float> a(m * k, 0.5f), b(n * k, 0.25f), c(m * n);
   for (auto _ : state) {
-    shadowsync::model::Gemm(false, true, m, n, k, 1, a.data(), k, b.data(), k, 0, c.data(), n);
+    shadowsync::model::GemmWith(kernel, false, true, m, n, k, 1, a.data(), k, b.data(), k, 0,
+                                c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
   SetFlops(state);
+}
+
+void BM_OpenBlas(benchmark::State& state) {
+  RunKernel(state, shadowsync::model::GemmKernel::kOpenBlas);
+}
+
+void BM_OneDnn(benchmark::State& state) {
+  RunKernel(state, shadowsync::model::GemmKernel::kOneDnn);
 }
 
 void BM_Eigen(benchmark::State& state) {
@@ -51,6 +63,7 @@ void BM_Eigen(benchmark::State& state) {
 }
 
 BENCHMARK(BM_OpenBlas)->Apply(Shapes);
+BENCHMARK(BM_OneDnn)->Apply(Shapes);
 BENCHMARK(BM_Eigen)->Apply(Shapes);
 
 // Collects each run's GFLOP/s by library while printing the usual table.
@@ -60,11 +73,17 @@ class Collector : public benchmark::ConsoleReporter {
     for (const Run& r : runs) {
       const std::string name = r.benchmark_name();
       const double gflops = r.counters.at("GFLOPs");
-      (name.rfind("BM_OpenBlas", 0) == 0 ? openblas : eigen).push_back(gflops);
+      if (name.rfind("BM_OpenBlas", 0) == 0) {
+        openblas.push_back(gflops);
+      } else if (name.rfind("BM_OneDnn", 0) == 0) {
+        onednn.push_back(gflops);
+      } else {
+        eigen.push_back(gflops);
+      }
     }
     ConsoleReporter::ReportRuns(runs);
   }
-  std::vector<double> openblas, eigen;
+  std::vector<double> openblas, eigen, onednn;
 };
 
 double GeoMean(const std::vector<double>& v) {
@@ -81,8 +100,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   Collector collector;
   benchmark::RunSpecifiedBenchmarks(&collector);
-  const double ob = GeoMean(collector.openblas), ei = GeoMean(collector.eigen);
-  std::printf("RESULT name=gemm openblas_gflops=%.1f eigen_gflops=%.1f ratio=%.3f\n", ob, ei,
-              ei > 0 ? ob / ei : 0);
+  const double ob = GeoMean(collector.openblas), ei = GeoMean(collector.eigen),
+               dn = GeoMean(collector.onednn);
+  std::printf(
+      "RESULT name=gemm openblas_gflops=%.1f eigen_gflops=%.1f ratio=%.3f onednn_gflops=%.1f "
+      "onednn_ratio=%.3f\n",
+      ob, ei, ei > 0 ? ob / ei : 0, dn, ob > 0 ? dn / ob : 0);
   return 0;
 }

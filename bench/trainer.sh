@@ -6,6 +6,13 @@
 # REPEATS times and the best examples/s counts (the run least disturbed by
 # other processes), for both programs alike.
 #
+# The trainer picks its fp32 GEMM kernel itself (OpenBLAS as loaded, or
+# oneDNN), whatever OPENBLAS_CORETYPE says; the peer's OpenBLAS obeys the
+# variable. So the peer runs twice: "as installed", under this environment,
+# and "best" (torch_best), with OPENBLAS_CORETYPE set to the core type whose
+# sgemm peak `shadowsync bench gemm` measured highest. The ratio is judged
+# best against best.
+#
 # Both programs run at both precisions: fp32 (the headline ratio), and bf16
 # MLP GEMMs (`--dense-precision bf16` against the peer's `--bf16`, i.e.
 # torch.autocast; fp32 weights and optimizer in both). bf16 runs only where
@@ -29,11 +36,17 @@
 # The last line is machine-readable:
 #   RESULT name=trainer ours_eps=.. torch_eps=.. ratio=.. roofline_fraction=..
 #          ratio_ceiling=.. ours_eps_2t=.. torch_eps_2t=.. ratio_2t=..
+#          kernel=.. cpu=.. peak_best_gflops=.. torch_best_eps=.. ratio_best=..
+#          ratio_best_2t=.. roofline_fraction_best=..
 #          [ours_bf16_eps=.. torch_bf16_eps=.. ratio_bf16=.. ratio_bf16_2t=..
 #           ours_bf16_speedup=.. roofline_fraction_bf16=..]
-# ratio = ours/torch examples/s; roofline_fraction = ours 1-thread examples/s x
-# flops_per_example / single-core sgemm peak (`shadowsync bench gemm`);
-# ratio_ceiling = the 1-thread ratio of a trainer whose whole step ran at that peak.
+# ratio = ours/torch examples/s (as installed); roofline_fraction = ours 1-thread
+# examples/s x flops_per_example / the as-installed OpenBLAS's single-core sgemm
+# peak; ratio_ceiling = the 1-thread ratio of a trainer whose whole step ran at
+# that peak. kernel = ours' fp32 GEMM kernel (from its report); cpu = the CPU's
+# model name; peak_best_gflops = the best single-core sgemm peak of every
+# kernel (`shadowsync bench gemm`); ratio_best = ours/torch_best;
+# roofline_fraction_best = roofline_fraction against peak_best_gflops.
 # ours_bf16_speedup = ours bf16 / ours fp32 at 1 thread; roofline_fraction_bf16
 # is ours bf16 against the same fp32 sgemm peak (bf16 doubles the peak).
 # The table's "cores" column is each program's CPU time over its training loop
@@ -95,11 +108,18 @@ echo "  torch: $("$PY" -c 'import torch; print(torch.__version__)') via $PY; mac
 check_load
 
 # ---- single-core sgemm peak, measured first while the machine is quiet
-gemm_out=$("$SHADOWSYNC" bench gemm)
-gflops=$(calc "$(json_from_output "$gemm_out" sgemm_gflops_1core)" .2f)
-echo "  sgemm peak (1 core): $gflops GFLOP/s"
+gemm_out=$("$SHADOWSYNC" bench gemm | tail -n 1)
+gemm_field() { printf '%s\n' "$gemm_out" | "$PY" -c "import json, sys; j = json.load(sys.stdin); print($1)"; }
+gflops=$(calc "$(gemm_field 'j["as_installed"]["gflops"]')" .2f)
+peak_best=$(calc "$(gemm_field 'j["best"]["gflops"]')" .2f)
+best_core=$(gemm_field 'j["best_openblas"].get("core_type", "")')
+echo "  sgemm peak (1 core): as installed (OpenBLAS $(gemm_field 'j["as_installed"]["detail"]')) $gflops GFLOP/s;" \
+  "best $(gemm_field 'j["best"]["kernel"] + " " + j["best"]["detail"]') $peak_best GFLOP/s"
+gemm_field '"\n".join("    %s %s: %.1f GFLOP/s" % (k["kernel"], k["detail"], k["gflops"]) for k in j["kernels"])'
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | tr -s ' ' '_')
+echo "  cpu: ${cpu:-unknown}, kernel $(uname -r); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; torch_best: OPENBLAS_CORETYPE=${best_core:-as installed}"
 
-programs=(ours torch)
+programs=(ours torch torch_best)
 if cpu_has_bf16; then
   programs+=(ours_bf16 torch_bf16)
 else
@@ -121,10 +141,11 @@ run_one() {
         { tail -n 20 "$log" >&2; die "shadowsync train failed (log: $log)"; }
       ;;
     *)
-      local bf16=()
-      [[ "$who" == torch ]] || bf16=(--bf16)
-      run_measured "${json%.json}.others" "$PY" "$TORCH_PEER" "${common_args[@]}" --threads "$t" \
-        "${bf16[@]}" --report-json "$json" >"$log" 2>&1 ||
+      local bf16=() core=()
+      [[ "$who" != torch_bf16 ]] || bf16=(--bf16)
+      [[ "$who" != torch_best || -z "$best_core" ]] || core=("OPENBLAS_CORETYPE=$best_core")
+      run_measured "${json%.json}.others" env "${core[@]}" "$PY" "$TORCH_PEER" "${common_args[@]}" \
+        --threads "$t" "${bf16[@]}" --report-json "$json" >"$log" 2>&1 ||
         { tail -n 20 "$log" >&2; die "torch peer failed (log: $log)"; }
       ;;
   esac
@@ -197,7 +218,7 @@ for who in "${programs[@]}"; do
   fi
 done
 for t in 1 2; do
-  for pair in "ours torch" "ours_bf16 torch_bf16"; do
+  for pair in "ours torch" "ours torch_best" "ours_bf16 torch_bf16"; do
     read -r a b <<<"$pair"
     [[ -n "${ne[$a$t]:-}" ]] || continue
     if ne_off "${ne[$a$t]}" "${ne[$b$t]}" || ne_off "${ne[$b$t]}" "${ne[$a$t]}"; then
@@ -215,8 +236,14 @@ roofline=$(calc "${eps[ours1]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
 # The ratio an fp32 trainer would reach if its whole step ran at the sgemm peak:
 # the most any implementation of this model at this precision can show here.
 ceiling=$(calc "$gflops * 1e9 / ${flops[ours1]} / ${eps[torch1]}" .3f)
+ratio_best=$(calc "${eps[ours1]} / ${eps[torch_best1]}" .3f)
+ratio_best_2t=$(calc "${eps[ours2]} / ${eps[torch_best2]}" .3f)
+roofline_best=$(calc "${eps[ours1]} * ${flops[ours1]} / ($peak_best * 1e9)" .3f)
+kernel=$("$PY" -c 'import json, sys; g = json.load(open(sys.argv[1])).get("gemm", {}); print((g.get("kernel", "?") + ":" + g.get("detail", "")).replace(" ", "_"))' "$OUT/ours_t1_r0.json")
 echo
-echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t"
+echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t   (as installed)"
+echo "ours/torch_best at 1 thread: $ratio_best   at 2 threads: $ratio_best_2t   (best vs best; ours: $kernel)"
+echo "roofline fraction against the best kernel's peak ($peak_best GFLOP/s): $roofline_best"
 echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, sgemm peak $gflops GFLOP/s)"
 echo "fp32 ceiling of the 1-thread ratio (whole step at the sgemm peak): $ceiling"
 bf16_keys=""
@@ -234,4 +261,6 @@ fi
 echo "reports and logs: $OUT"
 echo "RESULT name=trainer ours_eps=$(calc "${eps[ours1]}" .1f) torch_eps=$(calc "${eps[torch1]}" .1f)" \
   "ratio=$ratio roofline_fraction=$roofline ratio_ceiling=$ceiling ours_eps_2t=$(calc "${eps[ours2]}" .1f)" \
-  "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t${bf16_keys:+ $bf16_keys}"
+  "torch_eps_2t=$(calc "${eps[torch2]}" .1f) ratio_2t=$ratio_2t kernel=$kernel cpu=${cpu:-unknown}" \
+  "peak_best_gflops=$peak_best torch_best_eps=$(calc "${eps[torch_best1]}" .1f) ratio_best=$ratio_best" \
+  "ratio_best_2t=$ratio_best_2t roofline_fraction_best=$roofline_best${bf16_keys:+ $bf16_keys}"

@@ -1,4 +1,5 @@
 // End-to-end runs of the real `shadowsync` binary, as a user would type them.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -139,7 +140,12 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   for (const char* key : {"examples", "seconds", "examples_per_second", "train_ne", "eval_ne",
                           "eval_auc", "eval_logloss", "eval_calibration"}) {
     EXPECT_TRUE(report.contains(key)) << key;
-  }
+  }  // The fp32 GEMM kernel the trainer chose, with what it measured.
+  EXPECT_THAT(report["gemm"]["kernel"].get<std::string>(), ::testing::AnyOf("openblas", "onednn"));
+  EXPECT_EQ(report["gemm"]["candidates"].size(), 2u) << report["gemm"];
+  EXPECT_THAT(out,
+              ::testing::HasSubstr("fp32 GEMM: " + report["gemm"]["kernel"].get<std::string>()));
+
   EXPECT_EQ(report["examples"], 25000);
   // Computed (predicted over observed clicks), not left at 0 or NaN. Its value
   // is not pinned: over 5 runs of this command it ranged from 0.57 to 1.25.
@@ -477,6 +483,34 @@ TEST_F(CliTest, LogLevelFlagHidesInfoLinesButNotErrors) {
   EXPECT_EQ(RunShell(Bin() + " --log-level loud syncer", &out), 2) << out;
   EXPECT_NE(out.find("log level 'loud' is not one of info|warning|error"), std::string::npos)
       << out;
+}
+
+// `bench gemm` measures oneDNN and OpenBLAS under every core type this CPU
+// runs, each in a process of its own (the child's OpenBLAS reports the core
+// it was given), and names the best.
+TEST_F(CliTest, BenchGemmMeasuresEveryKernelAndNamesTheBest) {
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " bench gemm --seconds 0.01 2>/dev/null", &out), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  double best = j["as_installed"]["gflops"].get<double>();
+  bool onednn = false;
+  std::vector<std::string> cores;
+  for (const auto& k : j["kernels"]) {
+    EXPECT_GT(k["gflops"].get<double>(), 0) << k;
+    best = std::max(best, k["gflops"].get<double>());
+    if (k["kernel"] == "onednn") {
+      onednn = true;
+    } else {
+      EXPECT_EQ(k["detail"], k["core_type"]) << "the child ran another core: " << k;
+      cores.push_back(k["core_type"]);
+    }
+  }
+  EXPECT_TRUE(onednn) << out;
+  std::string avx2;
+  ASSERT_EQ(RunShell("grep -c -w avx2 /proc/cpuinfo || true", &avx2), 0);
+  if (avx2 != "0\n") EXPECT_THAT(cores, ::testing::Contains("Haswell")) << out;
+  EXPECT_EQ(j["best"]["gflops"].get<double>(), best) << out;
+  EXPECT_EQ(j["sgemm_gflops_1core"].get<double>(), best) << out;
 }
 
 }  // namespace
