@@ -42,13 +42,13 @@
 #           ours_bf16_speedup=.. roofline_fraction_bf16=..]
 # ratio = ours/torch examples/s (as installed); roofline_fraction = ours 1-thread
 # examples/s x flops_per_example / the as-installed OpenBLAS's single-core sgemm
-# peak; ratio_ceiling = the 1-thread ratio of a trainer whose whole step ran at
-# that peak. kernel = ours' fp32 GEMM kernel (from its report); cpu = the CPU's
+# peak; ratio_ceiling = the 1-thread ratio over torch_best of a trainer whose
+# whole step ran at the best kernel's peak. kernel = ours' fp32 GEMM kernel (from its report); cpu = the CPU's
 # model name; peak_best_gflops = the best single-core sgemm peak of every
 # kernel (`shadowsync bench gemm`); ratio_best = ours/torch_best;
 # roofline_fraction_best = roofline_fraction against peak_best_gflops.
 # ours_bf16_speedup = ours bf16 / ours fp32 at 1 thread; roofline_fraction_bf16
-# is ours bf16 against the same fp32 sgemm peak (bf16 doubles the peak).
+# is ours bf16 against the best fp32 sgemm peak (bf16 doubles the peak).
 # The table's "cores" column is each program's CPU time over its training loop
 # divided by the loop's wall time (a WARNING line flags a run above its thread
 # count); "others" is how many cores other processes kept busy during the best
@@ -233,25 +233,26 @@ fi
 ratio=$(calc "${eps[ours1]} / ${eps[torch1]}" .3f)
 ratio_2t=$(calc "${eps[ours2]} / ${eps[torch2]}" .3f)
 roofline=$(calc "${eps[ours1]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
-# The ratio an fp32 trainer would reach if its whole step ran at the sgemm peak:
-# the most any implementation of this model at this precision can show here.
-ceiling=$(calc "$gflops * 1e9 / ${flops[ours1]} / ${eps[torch1]}" .3f)
 ratio_best=$(calc "${eps[ours1]} / ${eps[torch_best1]}" .3f)
 ratio_best_2t=$(calc "${eps[ours2]} / ${eps[torch_best2]}" .3f)
 roofline_best=$(calc "${eps[ours1]} * ${flops[ours1]} / ($peak_best * 1e9)" .3f)
+# The best-vs-best ratio an fp32 trainer would reach if its whole step ran at
+# the best sgemm peak: the most any implementation of this model at this
+# precision can show here.
+ceiling=$(calc "$peak_best * 1e9 / ${flops[ours1]} / ${eps[torch_best1]}" .3f)
 kernel=$("$PY" -c 'import json, sys; g = json.load(open(sys.argv[1])).get("gemm", {}); print((g.get("kernel", "?") + ":" + g.get("detail", "")).replace(" ", "_"))' "$OUT/ours_t1_r0.json")
 echo
 echo "ours/torch at 1 thread: $ratio   at 2 threads: $ratio_2t   (as installed)"
 echo "ours/torch_best at 1 thread: $ratio_best   at 2 threads: $ratio_best_2t   (best vs best; ours: $kernel)"
 echo "roofline fraction against the best kernel's peak ($peak_best GFLOP/s): $roofline_best"
-echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, sgemm peak $gflops GFLOP/s)"
-echo "fp32 ceiling of the 1-thread ratio (whole step at the sgemm peak): $ceiling"
+echo "roofline fraction (ours, 1 thread): $roofline  (${flops[ours1]} FLOP/example, as-installed sgemm peak $gflops GFLOP/s)"
+echo "fp32 ceiling of the 1-thread best-vs-best ratio (whole step at the best sgemm peak): $ceiling"
 bf16_keys=""
 if [[ -n "${eps[ours_bf161]:-}" ]]; then
   ratio_bf16=$(calc "${eps[ours_bf161]} / ${eps[torch_bf161]}" .3f)
   ratio_bf16_2t=$(calc "${eps[ours_bf162]} / ${eps[torch_bf162]}" .3f)
   speedup=$(calc "${eps[ours_bf161]} / ${eps[ours1]}" .3f)
-  roofline_bf16=$(calc "${eps[ours_bf161]} * ${flops[ours1]} / ($gflops * 1e9)" .3f)
+  roofline_bf16=$(calc "${eps[ours_bf161]} * ${flops[ours1]} / ($peak_best * 1e9)" .3f)
   echo "bf16 GEMMs: ours/torch at 1 thread: $ratio_bf16   at 2 threads: $ratio_bf16_2t"
   echo "ours bf16 over ours fp32 (1 thread): $speedup; its fraction of the fp32 sgemm peak: $roofline_bf16"
   bf16_keys="ours_bf16_eps=$(calc "${eps[ours_bf161]}" .1f) torch_bf16_eps=$(calc "${eps[torch_bf161]}" .1f)"
