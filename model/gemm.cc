@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/mutex.h"
 #include "nlohmann/json.hpp"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -57,6 +58,15 @@ dnnl::matmul::primitive_desc MatmulDesc(const dnnl::engine& engine, dt type, boo
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
 }
 
+// Serialises the building of primitives across threads. oneDNN's primitive
+// cache synchronises concurrent builders with its own atomics, which a
+// thread sanitizer cannot see; each thread builds one primitive per shape,
+// once, so the lock costs nothing after the first steps.
+Mutex& BuildMutex() {
+  static auto* mu = new Mutex();  // Never destroyed: used by any thread, any time.
+  return *mu;
+}
+
 // oneDNN matmul primitives by call, built once each with their memory
 // objects. Not thread-safe: one per thread.
 class MatmulCache {
@@ -67,6 +77,7 @@ class MatmulCache {
     const Key key{type, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
     auto it = calls_.find(key);
     if (it == calls_.end()) {
+      MutexLock lock(&BuildMutex());
       const auto pd =
           MatmulDesc(engine_, type, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta);
       Call call{dnnl::matmul(pd), dnnl::memory(pd.src_desc(), engine_, nullptr),
