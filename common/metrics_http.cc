@@ -12,6 +12,8 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,6 +31,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace shadowsync {
 namespace {
@@ -82,6 +85,28 @@ struct MetricsHttpServer::HealthState {
   std::atomic<bool> ready{true};
   Mutex mu;
   std::function<absl::Status()> check ABSL_GUARDED_BY(mu);
+  // What /metrics exposes.
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables ABSL_GUARDED_BY(mu);
+
+  // The text exposition of every live collectable.
+  std::string Metrics() ABSL_LOCKS_EXCLUDED(mu) {
+    std::vector<std::shared_ptr<prometheus::Collectable>> live;
+    {
+      MutexLock lock(&mu);
+      for (const auto& weak : collectables) {
+        if (auto c = weak.lock()) live.push_back(std::move(c));
+      }
+    }
+    std::vector<prometheus::MetricFamily> families;
+    for (const auto& c : live) {
+      std::vector<prometheus::MetricFamily> f = c->Collect();
+      families.insert(families.end(), std::make_move_iterator(f.begin()),
+                      std::make_move_iterator(f.end()));
+    }
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, families);
+    return std::move(out).str();
+  }
 
   absl::Status Check() ABSL_LOCKS_EXCLUDED(mu) {
     std::function<absl::Status()> copy;
@@ -140,19 +165,27 @@ std::pair<int, std::string> Probe(std::string_view uri, HealthState* state) {
             : std::pair<int, std::string>{503, "not serving\n"};
 }
 
-// Answers /healthz, /readyz and /livez itself and leaves every other URI
-// (/metrics) to the exposer.
-int HandleHealthz(mg_connection* conn) {
+// Answers /metrics, /healthz, /readyz and /livez itself, each response
+// saying "Connection: close": civetweb closes every connection after one
+// response (keep-alive is off, so that an idle client cannot hold one of its
+// two threads), and prometheus-cpp's own /metrics handler does not say so,
+// which makes a client that reuses connections fail its next request on
+// the closed socket.
+int HandleRequest(mg_connection* conn) {
   const mg_request_info* info = mg_get_request_info(conn);
   if (info == nullptr || info->local_uri == nullptr) return 0;
   const std::string_view uri = info->local_uri;
-  if (uri != "/healthz" && uri != "/readyz" && uri != "/livez") return 0;
+  const bool metrics = uri == "/metrics";
+  if (!metrics && uri != "/healthz" && uri != "/readyz" && uri != "/livez") return 0;
   const std::shared_ptr<HealthState> state = HealthRegistry::Get().Find(info->server_port);
-  const auto [code, body] = Probe(uri, state.get());
+  auto [code, body] = metrics ? std::pair<int, std::string>{200, state ? state->Metrics() : ""}
+                              : Probe(uri, state.get());
+  const char* type = metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain";
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-            code, code == 200 ? "OK" : "Service Unavailable", body.size(), body.c_str());
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            code, code == 200 ? "OK" : "Service Unavailable", type, body.size());
+  if (std::string_view(info->request_method) != "HEAD") mg_write(conn, body.data(), body.size());
   return code;
 }
 
@@ -192,7 +225,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->address_ = address;
   server->health_ = std::make_shared<HealthState>();
   CivetCallbacks callbacks;
-  callbacks.begin_request = &HandleHealthz;
+  callbacks.begin_request = &HandleRequest;
   t_starting_civetweb = true;
   absl::Cleanup started = [] { t_starting_civetweb = false; };
   try {
@@ -210,7 +243,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       .Register(*server->build_info_)
       .Add({{"version", std::string(kReleaseVersion)}})
       .Set(1);
-  server->exposer_->RegisterCollectable(server->build_info_);
+  server->RegisterCollectable(server->build_info_);
   HealthRegistry::Get().Register(server->port_, server->health_);
   return server;
 }
@@ -237,12 +270,20 @@ void MetricsHttpServer::SetHealthCheck(std::function<absl::Status()> check) {
 
 void MetricsHttpServer::RegisterCollectable(
     const std::weak_ptr<prometheus::Collectable>& collectable) {
-  exposer_->RegisterCollectable(collectable);
+  MutexLock lock(&health_->mu);
+  health_->collectables.push_back(collectable);
 }
 
 void MetricsHttpServer::RemoveCollectable(
     const std::weak_ptr<prometheus::Collectable>& collectable) {
-  exposer_->RemoveCollectable(collectable);
+  MutexLock lock(&health_->mu);
+  auto& list = health_->collectables;
+  // Equal owners: the same object, even once it is gone.
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const std::weak_ptr<prometheus::Collectable>& c) {
+                              return !c.owner_before(collectable) && !collectable.owner_before(c);
+                            }),
+             list.end());
 }
 
 }  // namespace shadowsync

@@ -104,6 +104,50 @@ TEST(MetricsHttpServerTest, EveryMetricsPageNamesTheRelease) {
                                                       std::string(kReleaseVersion), "\"} 1")));
 }
 
+// Each connection serves one request, and every response says so: an
+// HTTP/1.1 client that is not told "Connection: close" reuses the socket the
+// server has closed, and its next request fails (Node's fetch did, 6 times
+// in 200). HEAD gets the headers alone.
+TEST(MetricsHttpServerTest, EveryResponseSaysTheConnectionCloses) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(http.ok()) << http.status();
+  (*http)->set_serving(true);
+  for (const std::string path : {"/metrics", "/healthz", "/readyz", "/livez"}) {
+    const std::string response = testing::HttpExchange(
+        "127.0.0.1", (*http)->port(), "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    EXPECT_THAT(response, ::testing::StartsWith("HTTP/1.1 200 OK\r\n")) << path;
+    EXPECT_THAT(response, ::testing::HasSubstr("\r\nConnection: close\r\n")) << path;
+  }
+  const std::string head = testing::HttpExchange(
+      "127.0.0.1", (*http)->port(), "HEAD /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  EXPECT_THAT(head, ::testing::ContainsRegex("Content-Length: [1-9][0-9]*\r\n"));
+  EXPECT_THAT(head, ::testing::EndsWith("\r\n\r\n")) << "a body after HEAD";
+}
+
+// A removed collectable leaves /metrics; one that is gone is skipped.
+TEST(MetricsHttpServerTest, RemovedAndDestroyedCollectablesLeaveTheMetrics) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(http.ok()) << http.status();
+  auto counter = [](const std::string& name) {
+    auto registry = std::make_shared<prometheus::Registry>();
+    prometheus::BuildCounter().Name(name).Help("t").Register(*registry).Add({}).Increment();
+    return registry;
+  };
+  auto kept = counter("test_kept_total"), removed = counter("test_removed_total");
+  auto destroyed = counter("test_destroyed_total");
+  for (const auto& r : {kept, removed, destroyed}) (*http)->RegisterCollectable(r);
+  std::string body;
+  ASSERT_EQ(testing::HttpGet((*http)->port(), "/metrics", &body), 200);
+  EXPECT_THAT(body, ::testing::HasSubstr("test_removed_total 1"));
+  EXPECT_THAT(body, ::testing::HasSubstr("test_destroyed_total 1"));
+  (*http)->RemoveCollectable(removed);
+  destroyed.reset();
+  ASSERT_EQ(testing::HttpGet((*http)->port(), "/metrics", &body), 200);
+  EXPECT_THAT(body, ::testing::HasSubstr("test_kept_total 1"));
+  EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr("test_removed_total")));
+  EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr("test_destroyed_total")));
+}
+
 // Only civetweb's threads get the extra stack: every other caller of
 // pthread_attr_setstacksize gets what it asks for.
 TEST(MetricsHttpServerTest, OtherThreadsKeepTheStackSizeTheyAskFor) {

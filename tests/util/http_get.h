@@ -1,4 +1,4 @@
-// A minimal HTTP/1.0 GET for the tests of /metrics and /healthz endpoints.
+// A minimal HTTP client for the tests of /metrics and /healthz endpoints.
 #ifndef SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
 #define SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
 
@@ -13,11 +13,12 @@
 
 namespace shadowsync::testing {
 
-// GET `path` from `host` (an IPv4 address):`port`; returns the status code
-// (-1 if there is no HTTP answer, or none within `timeout_seconds` of the
-// connect or of a read) and fills `body`.
-inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
-                   int timeout_seconds = 5) {
+// Sends `request` (raw HTTP) to `host` (an IPv4 address):`port` and returns
+// everything the server sends until it closes the connection: "" if it
+// cannot connect, or nothing arrives within `timeout_seconds` of the connect
+// or of a read.
+inline std::string HttpExchange(const std::string& host, int port, const std::string& request,
+                                int timeout_seconds = 5) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -30,18 +31,27 @@ inline int HttpGet(const std::string& host, int port, const std::string& path, s
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return -1;
+    return "";
   }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
-    return -1;
+    return "";
   }
   std::string response;
   char buf[4096];
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
   close(fd);
+  return response;
+}
+
+// GET `path` from `host` (an IPv4 address):`port`; returns the status code
+// (-1 if there is no HTTP answer, or none within `timeout_seconds` of the
+// connect or of a read) and fills `body`.
+inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
+                   int timeout_seconds = 5) {
+  const std::string response = HttpExchange(
+      host, port, "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n", timeout_seconds);
   if (response.compare(0, 9, "HTTP/1.1 ") != 0 && response.compare(0, 9, "HTTP/1.0 ") != 0) {
     return -1;
   }
