@@ -26,12 +26,8 @@ struct Member {
 
 class StrategyTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartSyncer(""); }
-
-  // The test's syncer, on `address` ("": any free port).
-  void StartSyncer(const std::string& address) {
+  void SetUp() override {
     syncer::SyncerServerOptions o;
-    if (!address.empty()) o.grpc_address = address;
     o.metrics_address = "";
     o.service.member_timeout = absl::Seconds(30);
     auto server = syncer::SyncerServer::Start(o);
@@ -39,18 +35,10 @@ class StrategyTest : public ::testing::Test {
     server_ = std::move(*server);
   }
 
-  // Stops the test's syncer; returns the address it served.
-  std::string StopSyncer() {
-    std::string address = server_->address();
-    server_->Shutdown();
-    server_.reset();
-    return address;
-  }
-
   // A client of the test's syncer for member `name` and a vector of n floats.
   std::unique_ptr<syncer::SyncerClient> Connect(const std::string& name, int64_t n) {
     syncer::SyncerClientOptions co;
-    co.addresses = {address_.empty() ? server_->address() : address_};
+    co.addresses = {server_->address()};
     co.member = name;
     auto client = syncer::SyncerClient::Connect(co, n);
     EXPECT_TRUE(client.ok()) << client.status();
@@ -88,8 +76,6 @@ class StrategyTest : public ::testing::Test {
   }
 
   std::unique_ptr<syncer::SyncerServer> server_;
-  // Where Connect dials when set (while the syncer is stopped).
-  std::string address_;
 };
 
 }  // namespace shadowsync::worker::strategy_test

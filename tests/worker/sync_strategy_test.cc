@@ -410,9 +410,16 @@ TEST_F(SyncStrategyTest, ShadowEasgdSurvivesASyncerRestart) {
     return a.strategy->stats().rounds;
   };
   ASSERT_GE(wait_for_rounds(2), 2);
-  const std::string address = StopSyncer();
+  const std::string address = server_->address();
+  server_->Shutdown();
+  server_.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rounds fail meanwhile
-  StartSyncer(address);
+  syncer::SyncerServerOptions o;
+  o.grpc_address = address;
+  o.metrics_address = "";
+  auto server = syncer::SyncerServer::Start(o);
+  SS_ASSERT_OK(server);
+  server_ = std::move(*server);
   const int64_t before = a.strategy->stats().rounds;
   EXPECT_GE(wait_for_rounds(before + 3), before + 3);
   SS_ASSERT_OK(a.strategy->Finish());
@@ -524,44 +531,6 @@ TEST_F(SyncStrategyTest, TrainerRestartedWithTheSyncerSkipsAWarmupTheOthersArePa
     SS_ASSERT_OK(b.strategy->AfterStep(0));  // Does not wait for a warm-up round.
     EXPECT_EQ(b.strategy->stats().blocked_seconds, 0);
     InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
-  }
-}
-
-// Pods start in any order: a trainer that starts before the syncer listens
-// waits for it and warms up with the others. (It used to skip the warm-up
-// and train alone, while one starting after the syncer waited at the
-// warm-up's barrier for it.) Warm-up (SGD, lr 1): a = 0 and b = 4 step
-// by +1 to 1 and 5: both at the mean 3.
-TEST_F(SyncStrategyTest, TrainersStartingBeforeTheSyncerWarmUpTogether) {
-  for (SyncAlgorithm algorithm : {SyncAlgorithm::kShadowEasgd, SyncAlgorithm::kShadowMa}) {
-    SCOPED_TRACE(static_cast<int>(algorithm));
-    SetUp();
-    address_ = StopSyncer();
-    SyncConfig c = Config(algorithm);
-    c.num_trainers = 2;
-    c.warmup_steps = 1;
-    c.min_interval = absl::Hours(1);  // After the warm-up, one shadow round each.
-    Member a;
-    const absl::Time start = absl::Now();
-    absl::Time a_started;
-    std::thread starting([&] {
-      a = Make("a", c, {0});
-      a_started = absl::Now();
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    StartSyncer(address_);
-    Member b = Make("b", c, {4});
-    starting.join();
-    EXPECT_GE(a_started - start, absl::Milliseconds(500));  // It waited for the syncer.
-    InParallel({&a, &b}, [](Member& m) {
-      SS_ASSERT_OK(m.strategy->ApplyGradient(0, std::vector<float>{-1}));
-      SS_ASSERT_OK(m.strategy->AfterStep(0));
-      // Relaxed: after the warm-up step the shadow thread writes too.
-      EXPECT_EQ(std::atomic_ref<float>(m.params[0]).load(std::memory_order_relaxed), 3.0f);
-    });
-    EXPECT_GT(a.strategy->stats().blocked_seconds, 0);  // It took part in the warm-up.
-    InParallel({&a, &b}, [](Member& m) { SS_ASSERT_OK(m.strategy->Finish()); });
-    address_.clear();
   }
 }
 

@@ -38,14 +38,6 @@ class ShadowStrategy final : public SyncStrategy {
     SS_RETURN_IF_ERROR(SyncStrategy::Start(replica));
     // With one trainer there is nobody to average with.
     if (config_.num_trainers < 2) return StartShadow();
-    // Pods start in any order. A trainer that skipped the warm-up because
-    // the syncer was not up yet would train alone, and the trainers starting
-    // after the syncer would wait at the warm-up's barrier for it.
-    if (config_.warmup_steps > 0 && !config_.resumed) {
-      if (absl::Status s = AwaitSyncer(); !s.ok()) {
-        LOG(WARNING) << "shadow sync: the syncer did not answer: " << s.message();
-      }
-    }
     if (config_.final_average) {
       // Joined now, so that the last round waits for every trainer.
       if (absl::Status s = client_->Join(FinalGroup()); !s.ok()) {
@@ -153,25 +145,6 @@ class ShadowStrategy final : public SyncStrategy {
       stop_ = true;
     }
     if (thread_.joinable()) thread_.join();
-  }
-
-  // Until the syncer answers, for as long as the warm-up's barrier waits
-  // for the trainers.
-  absl::Status AwaitSyncer() {
-    const absl::Time deadline = absl::Now() + kStartBarrierTimeout;
-    absl::Duration backoff = absl::Milliseconds(20);
-    while (true) {
-      const absl::Status s = client_->RoundsCompleted(WarmupGroup()).status();
-      if (s.ok() || !(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) ||
-          absl::Now() >= deadline) {
-        return s;
-      }
-      if (backoff == absl::Milliseconds(20)) {
-        LOG(INFO) << "shadow sync: waiting for the syncer (" << s.message() << ")";
-      }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(1));
-    }
   }
 
   std::string WarmupGroup() const { return config_.group + "/warmup"; }
