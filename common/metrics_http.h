@@ -3,8 +3,9 @@
 // and while stopping), /readyz (also 503 while not ready) and /livez (503
 // only while the health check fails: a liveness probe must not kill a
 // process that is starting or draining), on civetweb through prometheus-cpp's
-// Exposer, one request per connection. Every /metrics also carries shadowsync_build_info{version}
-// 1, so a dashboard or alert can tell which release each process runs. Thread-safe.
+// Exposer, one request per connection. Every /metrics also carries
+// shadowsync_build_info{version} 1, so a dashboard or alert can tell which
+// release each process runs. Thread-safe.
 //
 //   SS_ASSIGN_OR_RETURN(auto http, MetricsHttpServer::Start("0.0.0.0:7001"));
 //   http->RegisterCollectable(registry);
