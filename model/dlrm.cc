@@ -185,23 +185,12 @@ int Dlrm::interaction_width() const {
 }
 
 double Dlrm::FlopsPerExample() const {
+  // The layers' GEMMs for one example: forward, weight gradient, and input
+  // gradient (none for the first layer, whose input is data).
   double flops = 0;
-  bool first = true;
-  auto add = [&](const LayerShape& l) {
-    const double macs = static_cast<double>(l.in) * l.out;
-    // Forward, weight gradient, and input gradient (skipped for the first
-    // layer, whose input is data).
-    flops += 2 * macs * (first ? 2 : 3);
-    first = false;
-  };
-  for (const auto& l : bottom_) add(l);
-  for (const auto& c : cross_) {
-    add(c.down);
-    add(c.up);
-    // x0 * v + x forward; x0 * g and v * g backward.
-    flops += 2.0 * c.up.out * 2;
-  }
-  for (const auto& l : top_) add(l);
+  for (const GemmShape& s : GemmShapes(1)) flops += 2.0 * s.m * s.n * s.k;
+  // Cross layers: x0 * v + x forward; x0 * g and v * g backward.
+  for (const auto& c : cross_) flops += 2.0 * c.up.out * 2;
   if (config_.interaction == Interaction::kDcn) return flops;
   const int f = NumFeatureVectors(config_);
   const double dot_macs = f * (f - 1) / 2.0 * config_.embedding_dim;
