@@ -1,5 +1,5 @@
 // The measurement behind the GEMM library choice (docs/decisions.md): OpenBLAS
-// as loaded and oneDNN's matmul (through GemmWith, as the model calls them)
+// as loaded and oneDNN's matmul (through Gemm, as the model calls them)
 // against Eigen 3.4 on the DLRM-small layer shapes, one core, in one run.
 // Last line:
 //   RESULT name=gemm openblas_gflops=... eigen_gflops=... ratio=... onednn_gflops=...
@@ -36,8 +36,8 @@ void RunKernel(benchmark::State& state, shadowsync::model::GemmKernel kernel) {
   const int m = state.range(0), n = state.range(1), k = state.range(2);
   std::vector<float> a(m * k, 0.5f), b(n * k, 0.25f), c(m * n);
   for (auto _ : state) {
-    shadowsync::model::GemmWith(kernel, false, true, m, n, k, 1, a.data(), k, b.data(), k, 0,
-                                c.data(), n);
+    shadowsync::model::Gemm(kernel, false, true, m, n, k, 1, a.data(), k, b.data(), k, 0, c.data(),
+                            n);
     benchmark::DoNotOptimize(c.data());
   }
   SetFlops(state);

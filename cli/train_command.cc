@@ -56,6 +56,7 @@ struct TrainFlags {
   int64_t max_examples = -1;
   int parse_threads = 1;
   std::string dense_precision = "fp32";
+  std::string gemm = "auto";
   bool preload = false;
   double progress_interval = 2.0;
   std::string report_json;
@@ -183,6 +184,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   }
   auto precision = model::ParseDensePrecision(flags.dense_precision, "--dense-precision");
   if (!precision.ok()) return Fail(precision.status());
+  auto gemm = model::ParseGemmKernel(flags.gemm, "--gemm");
+  if (!gemm.ok()) return Fail(gemm.status());
 
   model::LocalStoreOptions store_options;
   store_options.dim = config.embedding_dim;
@@ -215,6 +218,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   options.stop_when_not_learning = flags.learning_check.fail;
   options.seed = flags.seed;
   options.precision = *precision;
+  options.gemm = *gemm;
   options.max_examples = flags.max_examples;
   options.preload = flags.preload;
   options.reader.parse_threads = flags.parse_threads;
@@ -279,15 +283,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags flags) {
   if (!flags.eval_data.empty()) {
     auto eval = trainer.Evaluate(flags.eval_data);
     if (!eval.ok()) return Fail(eval.status());
-    eval_metrics = {{"eval_examples", eval->examples}, {"eval_ne", eval->ne},
-                    {"eval_auc", eval->auc},           {"eval_logloss", eval->logloss},
-                    {"eval_ctr", eval->ctr},           {"eval_calibration", eval->calibration}};
-    out["eval_examples"] = eval->examples;
-    out["eval_ne"] = eval->ne;
-    out["eval_auc"] = eval->auc;
-    out["eval_logloss"] = eval->logloss;
-    out["eval_ctr"] = eval->ctr;
-    out["eval_calibration"] = eval->calibration;
+    eval_metrics = exporter::EvalJson({.quality = *eval, .gemm = trainer.gemm().kernel});
+    for (const auto& [key, value] : eval_metrics.items()) {
+      if (key != "gemm") out[key] = value;  // The report's own `gemm` says more.
+    }
     std::cout << absl::StrFormat(
         "eval on %d examples: NE %.4f  AUC %.4f  logloss %.4f  calibration %.3f\n", eval->examples,
         eval->ne, eval->auc, eval->logloss, eval->calibration);
@@ -356,6 +355,9 @@ Action AddTrainCommand(CLI::App& app) {
                   "MLP GEMM arithmetic: fp32, bf16 (fp32 accumulation), or auto (bf16 where the "
                   "CPU has AVX512-BF16)")
       ->capture_default_str();
+  cmd->add_option("--gemm", flags->gemm,
+                  "fp32 GEMM kernel: openblas, onednn, or auto (the fastest here, timed at start)")
+      ->capture_default_str();
   cmd->add_flag("--preload", flags->preload, "parse all data before timing (benchmarks)");
   cmd->add_flag("--fail-on-divergence", flags->learning_check.fail,
                 "stop, write no model and exit 3 when the run is not learning: a non-finite loss, "
@@ -381,6 +383,9 @@ Action AddEvalCommand(CLI::App& app) {
     int threads = exporter::ModelEvalOptions{}.threads;
     int batch_size = exporter::ModelEvalOptions{}.batch_size;
     std::string dense_precision = "fp32";
+    // auto: an export's own kernel (its manifest's eval.gemm), else the
+    // fastest here.
+    std::string gemm = "auto";
   };
   auto flags = std::make_shared<EvalFlags>();
   CLI::App* cmd = app.add_subcommand("eval", "Score a saved model on held-out data.");
@@ -394,13 +399,21 @@ Action AddEvalCommand(CLI::App& app) {
   cmd->add_option("--report-json", flags->report_json, "write the metrics as JSON here");
   cmd->add_option("--dense-precision", flags->dense_precision, "fp32, bf16 or auto, as for train")
       ->capture_default_str();
+  cmd->add_option("--gemm", flags->gemm,
+                  "fp32 GEMM kernel: openblas, onednn, or auto (an export's, as its manifest's "
+                  "eval.gemm names, else the fastest here)")
+      ->capture_default_str();
   return [flags] {
     auto precision = model::ParseDensePrecision(flags->dense_precision, "--dense-precision");
     if (!precision.ok()) return Fail(precision.status());
-    const exporter::ModelEvalOptions options{
-        .threads = flags->threads, .batch_size = flags->batch_size, .precision = *precision};
+    auto gemm = model::ParseGemmKernel(flags->gemm, "--gemm");
+    if (!gemm.ok()) return Fail(gemm.status());
+    const exporter::ModelEvalOptions options{.threads = flags->threads,
+                                             .batch_size = flags->batch_size,
+                                             .precision = *precision,
+                                             .gemm = *gemm};
     const std::vector<std::string> data = SplitList(flags->data);
-    absl::StatusOr<QualityReport> eval;
+    absl::StatusOr<exporter::ModelScore> eval;
     if (std::filesystem::is_directory(flags->model)) {
       eval = exporter::EvaluateExport(flags->model, data, options);
     } else {

@@ -4,23 +4,26 @@
 #include <memory>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "data/criteo_reader.h"
 #include "worker/trainer.h"
 
 namespace shadowsync::exporter {
 
-absl::StatusOr<QualityReport> EvaluateModel(model::SavedModel& model,
-                                            const std::vector<std::string>& data,
-                                            const ModelEvalOptions& options) {
+absl::StatusOr<ModelScore> EvaluateModel(model::SavedModel& model,
+                                         const std::vector<std::string>& data,
+                                         const ModelEvalOptions& options) {
   worker::TrainerOptions o;
   o.threads = options.threads;
   o.batch_size = options.batch_size;
   o.precision = options.precision;
   o.optimizer = model.store_options.optimizer;
+  o.gemm = options.gemm;
   worker::Trainer trainer(model.config, model.store_options.tables, o, model.store.get());
   trainer.params() = model.params;
-  return trainer.Evaluate(data);
+  SS_ASSIGN_OR_RETURN(QualityReport quality, trainer.Evaluate(data));
+  return ModelScore{.quality = quality, .gemm = trainer.gemm().kernel};
 }
 
 absl::StatusOr<model::RowFilter> RowsLookedUpBy(
@@ -46,19 +49,31 @@ absl::StatusOr<model::RowFilter> RowsLookedUpBy(
   };
 }
 
-absl::StatusOr<QualityReport> EvaluateExport(const std::string& dir,
-                                             const std::vector<std::string>& data,
-                                             const ModelEvalOptions& options) {
+absl::StatusOr<ModelScore> EvaluateExport(const std::string& dir,
+                                          const std::vector<std::string>& data,
+                                          ModelEvalOptions options) {
   SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
+  const nlohmann::json& scored = reader.info().eval;
+  if (!options.gemm.has_value() && scored.contains("gemm") && scored["gemm"].is_string()) {
+    SS_ASSIGN_OR_RETURN(options.gemm,
+                        model::ParseGemmKernel(scored["gemm"].get<std::string>(),
+                                               absl::StrCat(dir, "/manifest.json: eval.gemm")));
+  }
   SS_ASSIGN_OR_RETURN(const model::RowFilter keep,
                       RowsLookedUpBy(reader.config(), reader.info().embeddings.tables, data));
   SS_ASSIGN_OR_RETURN(model::SavedModel model, model::LoadExport(dir, keep));
   return EvaluateModel(model, data, options);
 }
 
-nlohmann::json EvalJson(const QualityReport& q) {
-  return {{"eval_examples", q.examples}, {"eval_ne", q.ne},   {"eval_auc", q.auc},
-          {"eval_logloss", q.logloss},   {"eval_ctr", q.ctr}, {"eval_calibration", q.calibration}};
+nlohmann::json EvalJson(const ModelScore& score) {
+  const QualityReport& q = score.quality;
+  return {{"eval_examples", q.examples},
+          {"eval_ne", q.ne},
+          {"eval_auc", q.auc},
+          {"eval_logloss", q.logloss},
+          {"eval_ctr", q.ctr},
+          {"eval_calibration", q.calibration},
+          {"gemm", model::GemmKernelName(score.gemm)}};
 }
 
 }  // namespace shadowsync::exporter

@@ -169,8 +169,8 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
     SS_ASSIGN_OR_RETURN(eval_rows,
                         RowsLookedUpBy(info.config, info.embeddings.tables, request.eval_data));
     score = [&](model::SavedModel& written) -> absl::StatusOr<nlohmann::json> {
-      SS_ASSIGN_OR_RETURN(QualityReport q, EvaluateModel(written, request.eval_data));
-      eval = EvalJson(q);
+      SS_ASSIGN_OR_RETURN(ModelScore score, EvaluateModel(written, request.eval_data));
+      eval = EvalJson(score);
       return eval;
     };
   }

@@ -30,16 +30,16 @@ void SumColumns(const float* dy, int batch, int out, float* db) {
 }  // namespace
 
 void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
-                   float* y) {
+                   float* y, GemmKernel kernel) {
   if (b != nullptr) FillBias(b, batch, out, y);
-  Gemm(false, true, batch, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out);
+  Gemm(kernel, false, true, batch, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out);
 }
 
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
-                    float* dx, float* dw, float* db) {
-  Gemm(true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
+                    float* dx, float* dw, float* db, GemmKernel kernel) {
+  Gemm(kernel, true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
   if (db != nullptr) SumColumns(dy, batch, out, db);
-  if (dx != nullptr) Gemm(false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  if (dx != nullptr) Gemm(kernel, false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
 namespace {

@@ -12,14 +12,14 @@
 namespace shadowsync::model {
 
 // y (batch x out) = x (batch x in) * W^T + b, with W out x in; no bias when b
-// is null.
+// is null. The GEMMs run through `kernel`.
 void LinearForward(const float* x, int batch, int in, int out, const float* w, const float* b,
-                   float* y);
+                   float* y, GemmKernel kernel);
 
 // Given dy (batch x out): dw = dy^T x and db = column sums of dy (both
 // overwritten; db only when not null), and dx = dy W when dx is not null.
 void LinearBackward(const float* x, const float* dy, int batch, int in, int out, const float* w,
-                    float* dx, float* dw, float* db);
+                    float* dx, float* dw, float* db, GemmKernel kernel);
 
 // y[i] = x[i] rounded to the nearest bf16, ties to even.
 void ToBf16(const float* x, long n, Bf16* y);

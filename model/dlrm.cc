@@ -242,10 +242,12 @@ void Dlrm::InitParams(uint64_t seed, std::span<float> params) const {
   for (const auto& l : top_) init(l, false);
 }
 
-std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecision precision) const {
+std::unique_ptr<Dlrm::Workspace> Dlrm::NewWorkspace(int max_batch, DensePrecision precision,
+                                                    GemmKernel gemm) const {
   auto ws = std::make_unique<Workspace>();
   ws->max_batch = max_batch;
   ws->precision = precision;
+  ws->gemm = gemm;
   const size_t b = static_cast<size_t>(max_batch);
   for (const auto& l : bottom_) ws->bottom_out.emplace_back(b * l.out);
   for (const auto& l : top_) ws->top_out.emplace_back(b * l.out);
@@ -295,7 +297,7 @@ void ForwardLayer(const LayerShape& s, const float* params, const float* x, int 
     ToBf16(params + s.w_offset, static_cast<long>(s.in) * s.out, w16->data());
     LinearForwardBf16(in16->data(), B, s.in, s.out, w16->data(), bias, y, *ws->gemm16);
   } else {
-    LinearForward(x, B, s.in, s.out, params + s.w_offset, bias, y);
+    LinearForward(x, B, s.in, s.out, params + s.w_offset, bias, y, ws->gemm);
   }
   if (s.relu) ReluInPlace(y, static_cast<long>(B) * s.out);
 }
@@ -311,7 +313,8 @@ void BackwardLayer(const LayerShape& s, const float* params, const float* x, con
     LinearBackwardBf16(in16, dy, ws->delta16.data(), B, s.in, s.out, w16, dx,
                        dense_grad + s.w_offset, db, *ws->gemm16);
   } else {
-    LinearBackward(x, dy, B, s.in, s.out, params + s.w_offset, dx, dense_grad + s.w_offset, db);
+    LinearBackward(x, dy, B, s.in, s.out, params + s.w_offset, dx, dense_grad + s.w_offset, db,
+                   ws->gemm);
   }
 }
 

@@ -152,6 +152,7 @@ class Dlrm {
   struct Workspace {
     int max_batch = 0;
     DensePrecision precision = DensePrecision::kFp32;
+    GemmKernel gemm = GemmKernel::kOneDnn;                // kFp32's
     std::vector<std::vector<float>> bottom_out, top_out;  // post-activation outputs
     std::vector<float> z, dz, interaction, delta_a, delta_b;
     // kDcn: per cross layer, V x (u), U u + b (v) and the layer's output; the
@@ -167,7 +168,8 @@ class Dlrm {
     std::unique_ptr<Bf16Gemm> gemm16;
   };
   std::unique_ptr<Workspace> NewWorkspace(int max_batch,
-                                          DensePrecision precision = DensePrecision::kFp32) const;
+                                          DensePrecision precision = DensePrecision::kFp32,
+                                          GemmKernel gemm = GemmKernel::kOneDnn) const;
 
   // Forward pass: writes B probabilities. When grads is not null, also runs
   // the backward pass (labels required) and overwrites *grads. Returns the

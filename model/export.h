@@ -41,8 +41,10 @@ struct ExportInfo {
   int num_parts = 16;
   std::string dense_source;  // Which dense parameters: "trainer replica", "easgd centre", ...
   int64_t examples_trained = 0;
-  nlohmann::json eval = nlohmann::json::object();  // eval_ne, eval_auc, ... at export time
-  nlohmann::json job = nullptr;                    // the job spec, when a job wrote it
+  // eval_ne, eval_auc, ... at export time, and the fp32 GEMM kernel that
+  // scored it (gemm), which a repeat of the score runs.
+  nlohmann::json eval = nlohmann::json::object();
+  nlohmann::json job = nullptr;  // the job spec, when a job wrote it
 };
 
 // The first slot of part `part` of an export: p * S / P (S slots, P parts).

@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -111,8 +110,6 @@ MatmulCache& ThreadMatmuls() {
   return cache;
 }
 
-std::atomic<GemmKernel> g_kernel{GemmKernel::kOpenBlas};
-
 double Flops(const GemmShape& s) { return 2.0 * s.m * s.n * s.k; }
 
 // Packed leading dimensions of `s`'s operands, row-major.
@@ -135,8 +132,18 @@ std::string GemmKernelDetail(GemmKernel kernel) {
 
 void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
 
-void GemmWith(GemmKernel kernel, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-              const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+absl::StatusOr<std::optional<GemmKernel>> ParseGemmKernel(std::string_view name,
+                                                          std::string_view what) {
+  if (name == "auto") return std::nullopt;
+  for (GemmKernel kernel : {GemmKernel::kOpenBlas, GemmKernel::kOneDnn}) {
+    if (name == GemmKernelName(kernel)) return kernel;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": '", std::string(name),
+                                                 "' is not one of auto, openblas, onednn"));
+}
+
+void Gemm(GemmKernel kernel, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (kernel == GemmKernel::kOneDnn) {
     ThreadMatmuls().Run(dt::f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -144,16 +151,6 @@ void GemmWith(GemmKernel kernel, bool trans_a, bool trans_b, int m, int n, int k
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
-  GemmWith(g_kernel.load(std::memory_order_relaxed), trans_a, trans_b, m, n, k, alpha, a, lda, b,
-           ldb, beta, c, ldc);
-}
-
-GemmKernel CurrentGemmKernel() { return g_kernel.load(std::memory_order_relaxed); }
-
-void SetGemmKernel(GemmKernel kernel) { g_kernel.store(kernel, std::memory_order_relaxed); }
 
 std::string CheckGemm(GemmKernel kernel, const GemmShape& s) {
   const int lda = Lda(s), ldb = Ldb(s), ldc = s.n;
@@ -166,8 +163,8 @@ std::string CheckGemm(GemmKernel kernel, const GemmShape& s) {
   for (float& x : c) x = uniform(rng);
   const std::vector<float> c0 = c;
   const float alpha = 0.75f, beta = -0.5f;
-  GemmWith(kernel, s.trans_a, s.trans_b, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta,
-           c.data(), ldc);
+  Gemm(kernel, s.trans_a, s.trans_b, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta,
+       c.data(), ldc);
   for (int i = 0; i < s.m; ++i) {
     for (int j = 0; j < s.n; ++j) {
       double sum = 0, magnitude = 0;
@@ -197,8 +194,8 @@ double TimeGemm(GemmKernel kernel, const GemmShape& s, double seconds) {
   std::vector<float> a(static_cast<size_t>(s.m) * s.k, 0.5f),
       b(static_cast<size_t>(s.k) * s.n, 0.25f), c(static_cast<size_t>(s.m) * s.n);
   auto run = [&] {
-    GemmWith(kernel, s.trans_a, s.trans_b, s.m, s.n, s.k, 1, a.data(), lda, b.data(), ldb, 0,
-             c.data(), s.n);
+    Gemm(kernel, s.trans_a, s.trans_b, s.m, s.n, s.k, 1, a.data(), lda, b.data(), ldb, 0, c.data(),
+         s.n);
   };
   run();  // Builds oneDNN's primitive; warms the caches.
   using Clock = std::chrono::steady_clock;
@@ -224,7 +221,13 @@ std::string GemmChoice::Summary() const {
     }
     parts.push_back(std::move(part));
   }
-  return absl::StrCat(GemmKernelName(kernel), "; measured: ", absl::StrJoin(parts, "; "));
+  std::string why;
+  if (requested.has_value()) {
+    why = *requested == kernel
+              ? " (requested)"
+              : absl::StrCat(" (", GemmKernelName(*requested), " was requested, not eligible)");
+  }
+  return absl::StrCat(GemmKernelName(kernel), why, "; measured: ", absl::StrJoin(parts, "; "));
 }
 
 const GemmChoice& ChooseGemmKernel(std::span<const GemmShape> shapes) {
@@ -266,10 +269,19 @@ const GemmChoice& ChooseGemmKernel(std::span<const GemmShape> shapes) {
         onednn.error.empty() &&
         (!openblas.error.empty() || openblas.gflops <= onednn.gflops * kKeepOneDnnMargin);
     out->kernel = use_onednn ? GemmKernel::kOneDnn : GemmKernel::kOpenBlas;
-    SetGemmKernel(out->kernel);
     return out;
   }();
   return *choice;
+}
+
+GemmChoice ResolveGemmKernel(std::span<const GemmShape> shapes,
+                             std::optional<GemmKernel> requested) {
+  GemmChoice choice = ChooseGemmKernel(shapes);
+  choice.requested = requested;
+  for (const GemmCandidate& c : choice.candidates) {
+    if (requested == c.kernel && c.error.empty()) choice.kernel = c.kernel;
+  }
+  return choice;
 }
 
 nlohmann::json GemmChoiceToJson(const GemmChoice& choice) {
@@ -282,8 +294,10 @@ nlohmann::json GemmChoiceToJson(const GemmChoice& choice) {
     if (c.kernel == choice.kernel) detail = c.detail;
     candidates.push_back(std::move(j));
   }
-  return {
+  nlohmann::json out = {
       {"kernel", GemmKernelName(choice.kernel)}, {"detail", detail}, {"candidates", candidates}};
+  if (choice.requested.has_value()) out["requested"] = GemmKernelName(*choice.requested);
+  return out;
 }
 
 struct Bf16Gemm::Impl {

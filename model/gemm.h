@@ -6,18 +6,22 @@
 // its peak, and the process cannot undo it. oneDNN's matmul picks its JIT
 // kernels by cpuid and reads no such variable. ChooseGemmKernel checks both
 // against a reference and times them on the model's own shapes at start-up
-// (docs/decisions.md). Gemm runs the chosen one; every function here is
-// thread-safe.
+// (docs/decisions.md). The kernel is the caller's to pass, not the process's:
+// the two round differently, and a model's score must repeat bit for bit
+// wherever it is recomputed (an export records the kernel that scored it).
+// Every function here is thread-safe.
 #ifndef SHADOWSYNC_MODEL_GEMM_H_
 #define SHADOWSYNC_MODEL_GEMM_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace shadowsync::model {
@@ -26,6 +30,10 @@ enum class GemmKernel { kOpenBlas, kOneDnn };
 
 // "openblas" or "onednn".
 const char* GemmKernelName(GemmKernel kernel);
+// "openblas", "onednn", or "auto" (nullopt: the fastest on this host); an
+// error names `what` (a flag or a field path) otherwise.
+absl::StatusOr<std::optional<GemmKernel>> ParseGemmKernel(std::string_view name,
+                                                          std::string_view what);
 // What the kernel runs on this host: OpenBLAS's core type as loaded
 // ("Haswell"), oneDNN's implementation ("brg:avx512_core").
 std::string GemmKernelDetail(GemmKernel kernel);
@@ -34,16 +42,10 @@ std::string GemmKernelDetail(GemmKernel kernel);
 // itself must stay single-threaded. Call once at process start.
 void UseSingleThreadedBlas();
 
-// C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is m x k. Runs
-// the process's kernel: OpenBLAS until ChooseGemmKernel or SetGemmKernel.
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc);
-// The same through `kernel`.
-void GemmWith(GemmKernel kernel, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-              const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
-
-GemmKernel CurrentGemmKernel();
-void SetGemmKernel(GemmKernel kernel);
+// C = alpha * op(A) * op(B) + beta * C through `kernel`, all row-major;
+// op(A) is m x k.
+void Gemm(GemmKernel kernel, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
 
 // bfloat16: the top 16 bits of an fp32 (8 significant bits, fp32's range).
 using Bf16 = uint16_t;
@@ -88,22 +90,33 @@ struct GemmCandidate {
 
 struct GemmChoice {
   GemmKernel kernel = GemmKernel::kOpenBlas;
+  // The caller asked for this kernel (ResolveGemmKernel), rather than the
+  // fastest.
+  std::optional<GemmKernel> requested;
   std::vector<GemmCandidate> candidates;
-  // "onednn (brg:avx512_core) 181.2 GFLOP/s; openblas (Haswell) 93.0".
+  // "onednn[ (requested)]; measured: onednn (brg:avx512_core) 181.2 GFLOP/s;
+  // openblas (Haswell) 93.0 GFLOP/s".
   std::string Summary() const;
 };
 
 // Checks every kernel's results against a double-precision reference,
-// times the eligible ones on `shapes`, and makes the fastest the process's
-// kernel. OpenBLAS wins only when faster by kKeepOneDnnMargin: a near tie
-// between runs on the same host must not flip the kernel, and so the
-// model's rounding. The first call decides; later ones return its choice.
-// A few tens of milliseconds for DLRM-small at batch 512.
+// times the eligible ones on `shapes`, and picks the fastest. OpenBLAS wins
+// only when faster by kKeepOneDnnMargin, so that a near tie rarely flips the
+// pick between runs; timings on a loaded machine still can, which is why a
+// score that must repeat names its kernel. Measured once per process: later
+// calls return the first call's choice. A few tens of milliseconds for
+// DLRM-small at batch 512.
 inline constexpr double kKeepOneDnnMargin = 1.10;
 const GemmChoice& ChooseGemmKernel(std::span<const GemmShape> shapes);
 
-// {"kernel": "onednn", "detail": ..., "candidates": [{"kernel", "detail",
-// "gflops"[, "error"]}, ...]}, for reports.
+// ChooseGemmKernel's measurements with `requested` as the kernel when it
+// is eligible on this host; the fastest when it is not, or when nullopt.
+GemmChoice ResolveGemmKernel(std::span<const GemmShape> shapes,
+                             std::optional<GemmKernel> requested);
+
+// {"kernel": "onednn", "detail": ..., ["requested": "onednn",]
+// "candidates": [{"kernel", "detail", "gflops"[, "error"]}, ...]}, for
+// reports.
 nlohmann::json GemmChoiceToJson(const GemmChoice& choice);
 
 // Seconds per call of `shape` through `kernel`, timed for about `seconds`.

@@ -136,9 +136,9 @@ struct Trainer::Batch {
 // Everything one worker thread reuses from batch to batch.
 struct Trainer::ThreadState {
   ThreadState(int index, const model::Dlrm& model, int batch_size, int num_tables,
-              model::DensePrecision precision)
+              model::DensePrecision precision, model::GemmKernel gemm)
       : index(index),
-        ws(model.NewWorkspace(batch_size, precision)),
+        ws(model.NewWorkspace(batch_size, precision, gemm)),
         params(model.num_params()),
         dense_grad(model.num_params()),
         probs(batch_size),
@@ -166,12 +166,12 @@ Trainer::Trainer(model::DlrmConfig config, std::vector<model::EmbeddingTableConf
     : model_(std::move(config)),
       tables_(std::move(tables)),
       options_(std::move(options)),
+      gemm_(model::ResolveGemmKernel(model_.GemmShapes(options_.batch_size), options_.gemm)),
       store_(store),
       params_(model_.num_params()),
       dense_state_(model_.num_params() * model::StateFloatsPerParam(options_.optimizer.kind)),
       gate_(/*serialised=*/options_.threads == 1) {
-  const model::GemmChoice& gemm = model::ChooseGemmKernel(model_.GemmShapes(options_.batch_size));
-  LOG(INFO) << "fp32 GEMM: " << gemm.Summary();
+  LOG(INFO) << "fp32 GEMM: " << gemm_.Summary();
   model_.InitParams(options_.seed, params_);
 }
 
@@ -329,7 +329,7 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
                                                      options_.preload, options_.batch_size));
   source->Skip(options_.skip_examples);
   TrainReport report;
-  report.gemm = model::ChooseGemmKernel({});  // The choice made at construction.
+  report.gemm = gemm_;
   if (options_.preload) report.load_seconds = SecondsSince(load_start);
 
   // Accumulated Adagrad state already bounds the first steps.
@@ -411,7 +411,8 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     return absl::OkStatus();
   };
   auto body = [&](int index) -> absl::Status {
-    ThreadState ts(index, model_, max_batch, model_.config().num_tables, options_.precision);
+    ThreadState ts(index, model_, max_batch, model_.config().num_tables, options_.precision,
+                   gemm_.kernel);
     gate_.Open();
     absl::Status status = steps(ts);
     gate_.Close();
@@ -501,7 +502,8 @@ absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,
   };
   std::vector<std::vector<Scored>> scored(threads);
   auto body = [&](int i) -> absl::Status {
-    ThreadState ts(i, model_, options_.batch_size, model_.config().num_tables, options_.precision);
+    ThreadState ts(i, model_, options_.batch_size, model_.config().num_tables, options_.precision,
+                   gemm_.kernel);
     std::shared_ptr<const ExampleBlock> block;
     int64_t begin, end, position;
     while (true) {

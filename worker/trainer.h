@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ struct TrainerOptions {
   uint64_t seed = 1;  // Dense initialisation seed.
   // Of the MLP GEMMs, in training and evaluation alike (model::DensePrecision).
   model::DensePrecision precision = model::DensePrecision::kFp32;
+  // The fp32 GEMM kernel; nullopt: the fastest on this host
+  // (model::ResolveGemmKernel). A score that must repeat another's bit for
+  // bit names the kernel that one ran.
+  std::optional<model::GemmKernel> gemm;
   int64_t max_examples = -1;  // Stop after this many; -1 = one full pass.
   // Skip the first examples of the input (a restarted trainer resuming its
   // share); max_examples counts the skipped ones too.
@@ -105,7 +110,7 @@ struct TrainReport {
   // LearningCheck's finding; empty when the run learned. Training stopped at
   // it when TrainerOptions::stop_when_not_learning.
   std::string learning_problem;
-  // The fp32 GEMM kernel the trainer chose at construction, and why.
+  // The fp32 GEMM kernel the trainer resolved at construction, and why.
   model::GemmChoice gemm;
 };
 
@@ -130,6 +135,9 @@ class Trainer {
                                                  int64_t max_examples) const;
 
   const model::Dlrm& model() const { return model_; }
+  // The fp32 GEMM kernel of training and evaluation alike, resolved at
+  // construction.
+  const model::GemmChoice& gemm() const { return gemm_; }
   // The dense replica and its optimizer state. REQUIRES: no Train running.
   std::vector<float>& params() { return params_; }
   std::vector<float>& dense_state() { return dense_state_; }
@@ -169,6 +177,7 @@ class Trainer {
   const model::Dlrm model_;
   const std::vector<model::EmbeddingTableConfig> tables_;
   const TrainerOptions options_;
+  const model::GemmChoice gemm_;
   model::EmbeddingStore* const store_;
   // The shared dense replica: Hogwild threads read and write it with relaxed
   // atomics, a lone thread with plain loads and stores. Other threads go

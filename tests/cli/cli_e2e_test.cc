@@ -97,6 +97,10 @@ TEST_F(CliTest, WarmupHeldOutAndInteractionFlagsRefuseBadValuesClearly) {
             "--dcn-low-rank: must be >= 1, got 0"},
            {" train --data " + out_file + " --pooling median",
             "--pooling: 'median' is not one of sum, mean"},
+           {" train --data " + out_file + " --gemm mkl",
+            "--gemm: 'mkl' is not one of auto, openblas, onednn"},
+           {" eval --model " + out_file + " --data " + out_file + " --gemm eigen",
+            "--gemm: 'eigen' is not one of auto, openblas, onednn"},
            {" gen-data --out " + out_file + " --examples 10 --multi-hot-columns 27",
             "multi_hot_columns must be in [0, 26], got 27"},
            {" gen-data --out " + out_file + " --examples 10 --eval-examples -1",
@@ -177,19 +181,24 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
   EXPECT_EQ(manifest["examplesTrained"], 25000);
   EXPECT_EQ(manifest["eval"]["eval_auc"], report["eval_auc"]);
   EXPECT_EQ(manifest["eval"]["eval_ne"], report["eval_ne"]);
-  // Reloaded bits give the very same predictions, hence the same metrics.
+  EXPECT_EQ(manifest["eval"]["gemm"], report["gemm"]["kernel"]);
+  // Reloaded bits give the very same predictions, hence the same metrics:
+  // eval runs the kernel the manifest names, whatever it would pick itself.
+  EXPECT_EQ(eval["gemm"], manifest["eval"]["gemm"]);
   EXPECT_EQ(eval["eval_auc"].get<double>(), report["eval_auc"].get<double>());
   EXPECT_EQ(eval["eval_logloss"].get<double>(), report["eval_logloss"].get<double>());
   EXPECT_EQ(eval["eval_calibration"].get<double>(), report["eval_calibration"].get<double>());
 
   // --init-model starts from the export: with nothing trained on top, the
-  // model scores as the export did; a model of another shape is refused.
+  // model scores as the export did (with its kernel); a model of another
+  // shape is refused.
   std::string warm_out;
   const std::string warm = Bin() + " train --data " + dir_.File("train.tsv") + " --eval-data " +
                            dir_.File("eval.tsv") +
                            " --threads 2 --batch-size 128 --bottom-mlp 64,32 --top-mlp 64"
                            " --hash-buckets 20000 --max-examples 0 --init-model " +
-                           dir_.File("m.model") + " --report-json " + dir_.File("warm.json");
+                           dir_.File("m.model") + " --report-json " + dir_.File("warm.json") +
+                           " --gemm " + manifest["eval"]["gemm"].get<std::string>();
   ASSERT_EQ(RunShell(warm, &warm_out), 0) << warm_out;
   const auto warm_report = nlohmann::json::parse(testing::ReadFile(dir_.File("warm.json")));
   EXPECT_EQ(warm_report["examples"], 0);
@@ -205,6 +214,56 @@ TEST_F(CliTest, TrainBeatsBaseRateAndSavedModelReloadsIdentically) {
                           "/manifest.json: model.bottomMlp is [64,32]"),
             std::string::npos)
       << warm_out;
+}
+
+// Either fp32 GEMM kernel trains on request, and an export's score repeats
+// bit for bit because eval runs the kernel its manifest names, not the one
+// it would time as fastest; asked for the other kernel, eval scores the same
+// model within rounding.
+TEST_F(CliTest, AnExportIsScoredAgainWithTheKernelThatScoredIt) {
+  std::string out;
+  ASSERT_EQ(RunShell(Bin() + " gen-data --out " + dir_.File("t.tsv") +
+                         " --examples 8000 --eval-examples 2000 --seed 9",
+                     &out),
+            0)
+      << out;
+  for (const std::string kernel : {"openblas", "onednn"}) {
+    const std::string other = kernel == "openblas" ? "onednn" : "openblas";
+    const std::string model = dir_.File("m-" + kernel);
+    ASSERT_EQ(
+        RunShell(
+            Bin() + " train --data " + dir_.File("t.tsv") + " --eval-data " +
+                dir_.File("t.eval.tsv") +
+                " --batch-size 256 --bottom-mlp 64,32 --top-mlp 64 --hash-buckets 5000 --gemm " +
+                kernel + " --report-json " + dir_.File("r.json") + " --save-model " + model,
+            &out),
+        0)
+        << out;
+    const auto report = nlohmann::json::parse(testing::ReadFile(dir_.File("r.json")));
+    EXPECT_EQ(report["gemm"]["kernel"], kernel);
+    EXPECT_EQ(report["gemm"]["requested"], kernel);
+    EXPECT_THAT(out, ::testing::HasSubstr("fp32 GEMM: " + kernel + " (requested)"));
+    const auto manifest = nlohmann::json::parse(testing::ReadFile(model + "/manifest.json"));
+    EXPECT_EQ(manifest["eval"]["gemm"], kernel);
+    auto eval = [&](const std::string& flags) {
+      std::string eval_out;
+      EXPECT_EQ(
+          RunShell(Bin() + " eval --model " + model + " --data " + dir_.File("t.eval.tsv") +
+                       " --threads 2 --batch-size 256 --report-json " + dir_.File("e.json") + flags,
+                   &eval_out),
+          0)
+          << eval_out;
+      return nlohmann::json::parse(testing::ReadFile(dir_.File("e.json")));
+    };
+    const auto again = eval("");
+    EXPECT_EQ(again["gemm"], kernel);
+    EXPECT_EQ(again["eval_logloss"].get<double>(), report["eval_logloss"].get<double>()) << kernel;
+    EXPECT_EQ(again["eval_auc"].get<double>(), report["eval_auc"].get<double>()) << kernel;
+    const auto crossed = eval(" --gemm " + other);
+    EXPECT_EQ(crossed["gemm"], other);
+    EXPECT_NEAR(crossed["eval_logloss"].get<double>(), report["eval_logloss"].get<double>(), 1e-5)
+        << kernel;
+  }
 }
 
 // Multi-hot data (gen-data's last 6 columns hold 1 to 4 ids) trains with

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "model/dlrm.h"
 #include "model/export.h"
+#include "model/gemm.h"
 #include "ps/client/ps_client.h"
 #include "ps/ps_server.h"
 #include "shadowsync/v1/packed_rows.h"
@@ -400,20 +401,26 @@ TEST_F(JobExportTest, TheManifestsEvalIsTheScoreOfTheExportedRows) {
   EXPECT_GT(pushes.load(), 1);
 
   // What `shadowsync eval --model` does with its defaults: every row of the
-  // export in memory, 2 threads, batches of 1024.
+  // export in memory, 2 threads, batches of 1024, the GEMM kernel the
+  // manifest names.
   const std::string path = (*summary)["path"];
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(path);
+  SS_ASSERT_OK(reader.status());
+  const nlohmann::json& eval = reader->info().eval;
   absl::StatusOr<model::SavedModel> saved = model::LoadExport(path);
   SS_ASSERT_OK(saved.status());
   worker::TrainerOptions options;
   options.threads = 2;
   options.batch_size = 1024;
+  absl::StatusOr<std::optional<model::GemmKernel>> gemm =
+      model::ParseGemmKernel(eval.value("gemm", ""), "eval.gemm");
+  SS_ASSERT_OK(gemm.status());
+  ASSERT_TRUE(gemm->has_value()) << eval;
+  options.gemm = *gemm;
   worker::Trainer scorer(saved->config, saved->store_options.tables, options, saved->store.get());
   scorer.params() = saved->params;
   absl::StatusOr<QualityReport> q = scorer.Evaluate({dir_.File("eval.tsv")});
   SS_ASSERT_OK(q.status());
-  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(path);
-  SS_ASSERT_OK(reader.status());
-  const nlohmann::json& eval = reader->info().eval;
   EXPECT_EQ(eval, (*summary)["eval"]);
   EXPECT_EQ(eval.value("eval_examples", int64_t{0}), 3000);
   // Bit for bit: the same rows, dense parameters and arithmetic.

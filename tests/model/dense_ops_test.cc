@@ -83,7 +83,8 @@ TEST(Bf16Test, GemmEqualsFp32GemmOnValuesBf16HoldsExactly) {
           std::vector<Bf16> a16(a.size()), b16(b.size());
           ToBf16(a.data(), a.size(), a16.data());
           ToBf16(b.data(), b.size(), b16.data());
-          Gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c32.data(), ldc);
+          Gemm(GemmKernel::kOpenBlas, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta,
+               c32.data(), ldc);
           gemm.Run(ta, tb, m, n, k, a16.data(), lda, b16.data(), ldb, beta, c16.data(), ldc);
           for (int i = 0; i < m; ++i) {
             for (int j = 0; j < n; ++j) {
@@ -106,9 +107,9 @@ TEST(Bf16Test, LinearLayerMatchesFp32WithinBf16Rounding) {
   auto b = RandomVector(out, 3), dy = RandomVector(batch * out, 4);
   std::vector<float> y32(batch * out), y16(batch * out), dx32(batch * in), dx16(batch * in),
       dw32(out * in), dw16(out * in), db32(out), db16(out);
-  LinearForward(x.data(), batch, in, out, w.data(), b.data(), y32.data());
+  LinearForward(x.data(), batch, in, out, w.data(), b.data(), y32.data(), GemmKernel::kOneDnn);
   LinearBackward(x.data(), dy.data(), batch, in, out, w.data(), dx32.data(), dw32.data(),
-                 db32.data());
+                 db32.data(), GemmKernel::kOneDnn);
   std::vector<Bf16> x16(x.size()), w16(w.size()), dy16(dy.size());
   ToBf16(x.data(), x.size(), x16.data());
   ToBf16(w.data(), w.size(), w16.data());
@@ -133,28 +134,35 @@ TEST(Bf16Test, LinearLayerMatchesFp32WithinBf16Rounding) {
   EXPECT_EQ(db32, db16) << "the bias gradient is an fp32 sum of dy in both";
 }
 
-TEST(LinearTest, ForwardIsXWTransposePlusBias) {
+// Both GEMM kernels compute the layer.
+class LinearTest : public testing::TestWithParam<GemmKernel> {};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, LinearTest,
+                         testing::Values(GemmKernel::kOpenBlas, GemmKernel::kOneDnn),
+                         [](const auto& info) { return GemmKernelName(info.param); });
+
+TEST_P(LinearTest, ForwardIsXWTransposePlusBias) {
   // x = [1 2], W = [[1 0], [0 1], [1 1]], b = [0.5 -1 0]: y = [1.5 1 3].
   std::vector<float> x = {1, 2}, w = {1, 0, 0, 1, 1, 1}, b = {0.5f, -1, 0}, y(3);
-  LinearForward(x.data(), 1, 2, 3, w.data(), b.data(), y.data());
-  EXPECT_FLOAT_EQ(y[0], 1.5f);
-  EXPECT_FLOAT_EQ(y[1], 1.0f);
-  EXPECT_FLOAT_EQ(y[2], 3.0f);
+  LinearForward(x.data(), 1, 2, 3, w.data(), b.data(), y.data(), GetParam());
+  EXPECT_EQ(y, (std::vector<float>{1.5f, 1, 3}));
 }
 
-TEST(LinearTest, BackwardMatchesFiniteDifferences) {
+TEST_P(LinearTest, BackwardMatchesFiniteDifferences) {
+  const GemmKernel kernel = GetParam();
   const int batch = 3, in = 4, out = 5;
   auto x = RandomVector(batch * in, 3), w = RandomVector(out * in, 4), b = RandomVector(out, 5);
   auto c = RandomVector(batch * out, 6);  // loss = sum(c * y)
   auto loss = [&] {
     std::vector<float> y(batch * out);
-    LinearForward(x.data(), batch, in, out, w.data(), b.data(), y.data());
+    LinearForward(x.data(), batch, in, out, w.data(), b.data(), y.data(), kernel);
     double s = 0;
     for (int i = 0; i < batch * out; ++i) s += c[i] * y[i];
     return s;
   };
   std::vector<float> dx(batch * in), dw(out * in), db(out);
-  LinearBackward(x.data(), c.data(), batch, in, out, w.data(), dx.data(), dw.data(), db.data());
+  LinearBackward(x.data(), c.data(), batch, in, out, w.data(), dx.data(), dw.data(), db.data(),
+                 kernel);
   for (size_t i = 0; i < x.size(); ++i) ExpectGradNear(NumericGrad(loss, x, i), dx[i], "dx");
   for (size_t i = 0; i < w.size(); ++i) ExpectGradNear(NumericGrad(loss, w, i), dw[i], "dw");
   for (size_t i = 0; i < b.size(); ++i) ExpectGradNear(NumericGrad(loss, b, i), db[i], "db");

@@ -29,7 +29,7 @@ void ExpectMatchesNaive(GemmKernel kernel, bool ta, bool tb, int m, int n, int k
   auto b = RandomVector(static_cast<size_t>(tb ? n : k) * ldb, 2);
   auto c = RandomVector(static_cast<size_t>(m) * ldc, 3);
   const std::vector<float> c0 = c;
-  GemmWith(kernel, ta, tb, m, n, k, 2.0f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), ldc);
+  Gemm(kernel, ta, tb, m, n, k, 2.0f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), ldc);
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < ldc; ++j) {
       if (j >= n) {
@@ -78,8 +78,8 @@ TEST(GemmTest, OneDnnFromManyThreadsAtOnce) {
   for (auto& t : threads) t.join();
 }
 
-// The choice is made once, from measurements of both kernels, and is the
-// process's kernel from then on; OpenBLAS must beat oneDNN by the margin.
+// The choice is made once, from measurements of both kernels; OpenBLAS must
+// beat oneDNN by the margin.
 TEST(GemmTest, ChooseGemmKernelTimesBothAndKeepsItsChoice) {
   const std::vector<GemmShape> shapes = {{false, true, 256, 128, 96}, {true, false, 128, 96, 256}};
   const GemmChoice& choice = ChooseGemmKernel(shapes);
@@ -93,26 +93,35 @@ TEST(GemmTest, ChooseGemmKernelTimesBothAndKeepsItsChoice) {
   }
   EXPECT_EQ(choice.kernel,
             openblas > onednn * kKeepOneDnnMargin ? GemmKernel::kOpenBlas : GemmKernel::kOneDnn);
-  EXPECT_EQ(CurrentGemmKernel(), choice.kernel);
+  EXPECT_FALSE(choice.requested.has_value());
   EXPECT_EQ(&ChooseGemmKernel({}), &choice);
   const nlohmann::json j = GemmChoiceToJson(choice);
   EXPECT_EQ(j["kernel"], GemmKernelName(choice.kernel));
+  EXPECT_FALSE(j.contains("requested"));
   EXPECT_EQ(j["candidates"].size(), 2u);
   EXPECT_THAT(choice.Summary(), testing::StartsWith(GemmKernelName(choice.kernel)));
 }
 
-TEST(GemmTest, GemmRunsTheProcesssKernel) {
-  const GemmKernel saved = CurrentGemmKernel();
+// A requested kernel is used whatever the timings say, and the report says
+// it was asked for; without a request, the fastest.
+TEST(GemmTest, ResolveGemmKernelHonoursARequest) {
+  const std::vector<GemmShape> shapes = {{false, true, 64, 32, 48}};
   for (GemmKernel kernel : kKernels) {
-    SetGemmKernel(kernel);
-    // Gemm and GemmWith(kernel) are the same computation: equal to the bit.
-    auto a = RandomVector(40 * 30, 4), b = RandomVector(30 * 20, 5);
-    std::vector<float> c1(40 * 20), c2(40 * 20);
-    Gemm(false, false, 40, 20, 30, 1, a.data(), 30, b.data(), 20, 0, c1.data(), 20);
-    GemmWith(kernel, false, false, 40, 20, 30, 1, a.data(), 30, b.data(), 20, 0, c2.data(), 20);
-    EXPECT_EQ(c1, c2) << GemmKernelName(kernel);
+    const GemmChoice choice = ResolveGemmKernel(shapes, kernel);
+    EXPECT_EQ(choice.kernel, kernel);
+    EXPECT_EQ(choice.requested, kernel);
+    EXPECT_EQ(GemmChoiceToJson(choice)["requested"], GemmKernelName(kernel));
   }
-  SetGemmKernel(saved);
+  EXPECT_EQ(ResolveGemmKernel(shapes, std::nullopt).kernel, ChooseGemmKernel(shapes).kernel);
+}
+
+TEST(GemmTest, ParseGemmKernelNamesTheField) {
+  EXPECT_EQ(*ParseGemmKernel("openblas", "--gemm"), GemmKernel::kOpenBlas);
+  EXPECT_EQ(*ParseGemmKernel("onednn", "--gemm"), GemmKernel::kOneDnn);
+  EXPECT_EQ(*ParseGemmKernel("auto", "--gemm"), std::nullopt);
+  const absl::StatusOr<std::optional<GemmKernel>> bad = ParseGemmKernel("mkl", "--gemm");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--gemm: 'mkl' is not one of auto, openblas, onednn");
 }
 
 }  // namespace
