@@ -8,7 +8,10 @@
 // <data-dir>/done (its report). A StatefulSet restarts the container anyway;
 // the restart finds `done` and idles, serving /healthz and
 // `shadowsync_trainer_finished 1`, so the operator counts a trainer whose
-// last run exited 0 as finished (operator/reconcile.h).
+// last run exited 0 as finished (operator/reconcile.h). A trainer stopped
+// because its run was not learning (exit 3) leaves <data-dir>/not-learning:
+// the restart idles too, rather than train again while the operator fails
+// the job.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -60,15 +64,11 @@ struct PodFlags {
   std::string termination_message = "/dev/termination-log";
 };
 
-// A trainer's LearningCheck finding, from its report, as the termination
-// message the operator reads (common/exit_codes.h).
-void ReportLearningProblem(const std::string& report_path, const std::string& message_path) {
+// A trainer's LearningCheck finding, from its report; empty when none.
+std::string LearningProblem(const std::string& report_path) {
   std::ifstream in(report_path);
   const nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  const std::string problem =
-      report.is_object() ? report.value("learning_problem", std::string()) : "";
-  if (problem.empty() || !std::filesystem::exists(message_path)) return;
-  std::ofstream(message_path) << kNotLearningMessagePrefix << problem;
+  return report.is_object() ? report.value("learning_problem", std::string()) : "";
 }
 
 // The ordinal of a StatefulSet pod name: "job-ps-3" -> 3.
@@ -143,6 +143,18 @@ absl::StatusOr<int64_t> ImportInitModel(const ShadowSyncJob& job, const std::str
             << imported.servers << " parameter server(s) in " << imported.seconds << " s";
   std::ofstream(marker) << imported.rows << "\n";
   return imported.rows;
+}
+
+// A trainer stopped as not learning, restarted: trains no more. The
+// container's last state keeps the exit code and message the operator
+// fails the job on.
+int IdleNotLearning(const std::string& marker) {
+  std::ifstream in(marker);
+  const std::string problem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  LOG(WARNING) << "pod: this trainer stopped because its run is not learning (" << problem
+               << "); idle until stopped";
+  AwaitStopSignal();
+  return 0;
 }
 
 // A trainer whose share is done: stays up until SIGTERM, saying so on /metrics
@@ -265,6 +277,9 @@ int RunPod(const PodFlags& f) {
       std::ifstream r(done);
       return ServeFinished(f.metrics_listen, nlohmann::json::parse(r, nullptr, false));
     }
+    if (const std::string marker = f.data_dir + "/not-learning"; std::filesystem::exists(marker)) {
+      return IdleNotLearning(marker);
+    }
     // A scale-up reaches the StatefulSet before the ConfigMap: wait until
     // the job this pod reads counts it among the trainers.
     while (index >= job->spec.trainer.replicas) {
@@ -329,7 +344,12 @@ int RunPod(const PodFlags& f) {
   if (f.role != "trainer") return code;
   const std::string done = f.data_dir + "/done";
   if (code == 0 || code == kExitNotLearning) {
-    ReportLearningProblem(done + ".tmp", f.termination_message);
+    const std::string problem = LearningProblem(done + ".tmp");
+    // The termination message the operator reads (common/exit_codes.h).
+    if (!problem.empty() && std::filesystem::exists(f.termination_message)) {
+      std::ofstream(f.termination_message) << kNotLearningMessagePrefix << problem;
+    }
+    if (code == kExitNotLearning) std::ofstream(f.data_dir + "/not-learning") << problem;
   }
   if (code != 0) return code;
   // `done` appears under its final name only now: a restart after this
