@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -263,6 +265,23 @@ TEST_F(CliTest, AnExportIsScoredAgainWithTheKernelThatScoredIt) {
     EXPECT_EQ(crossed["gemm"], other);
     EXPECT_NEAR(crossed["eval_logloss"].get<double>(), report["eval_logloss"].get<double>(), 1e-5)
         << kernel;
+  }
+  // A manifest naming a kernel this binary does not know is refused, naming
+  // the file and the field.
+  const std::string model = dir_.File("m-onednn");
+  for (const auto& [value, message] : {std::pair<std::string, std::string>{
+                                           "\"mkl\"", "'mkl' is not one of auto, openblas, onednn"},
+                                       {"7", "must be a string, got 7"}}) {
+    testing::WriteFile(model + "/manifest.json",
+                       absl::StrReplaceAll(testing::ReadFile(model + "/manifest.json"),
+                                           {{"\"gemm\": \"onednn\"", "\"gemm\": " + value}}));
+    EXPECT_EQ(
+        RunShell(Bin() + " eval --model " + model + " --data " + dir_.File("t.eval.tsv"), &out), 2);
+    EXPECT_THAT(out, ::testing::HasSubstr(model + "/manifest.json: eval.gemm: " + message));
+    out.clear();
+    testing::WriteFile(model + "/manifest.json",
+                       absl::StrReplaceAll(testing::ReadFile(model + "/manifest.json"),
+                                           {{"\"gemm\": " + value, "\"gemm\": \"onednn\""}}));
   }
 }
 
