@@ -189,34 +189,6 @@ int HandleRequest(mg_connection* conn) {
   return code;
 }
 
-// Destroys `exposer`. civetweb's listener notices the stop flag only between
-// 2-second polls, so connections to `address` wake it meanwhile.
-void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& address) {
-  std::atomic<bool> stopped{false};
-  std::thread waker([&] {
-    const size_t colon = address.rfind(':');
-    std::string host = address.substr(0, colon);
-    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    const std::string port = address.substr(colon + 1);
-    addrinfo hints = {};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* info = nullptr;
-    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0) return;
-    while (!stopped.load(std::memory_order_acquire)) {
-      const int fd = socket(info->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0) {
-        connect(fd, info->ai_addr, info->ai_addrlen);
-        close(fd);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    freeaddrinfo(info);
-  });
-  exposer.reset();
-  stopped.store(true, std::memory_order_release);
-  waker.join();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
@@ -226,10 +198,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->health_ = std::make_shared<HealthState>();
   CivetCallbacks callbacks;
   callbacks.begin_request = &HandleRequest;
-  t_starting_civetweb = true;
-  absl::Cleanup started = [] { t_starting_civetweb = false; };
   try {
-    server->exposer_ = std::make_unique<prometheus::Exposer>(address, 2, &callbacks);
+    StartCivetweb(
+        [&] { server->exposer_ = std::make_unique<prometheus::Exposer>(address, 2, &callbacks); });
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot bind the metrics address ", address, ": ", e.what()));
@@ -252,7 +223,7 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (exposer_ == nullptr) return;
   set_serving(false);
   HealthRegistry::Get().Unregister(port_);
-  StopExposer(std::move(exposer_), DialableAddress(address_, port_));
+  StopCivetweb([this] { exposer_.reset(); }, DialableAddress(address_, port_));
 }
 
 void MetricsHttpServer::set_serving(bool serving) {
@@ -284,6 +255,38 @@ void MetricsHttpServer::RemoveCollectable(
                               return !c.owner_before(collectable) && !collectable.owner_before(c);
                             }),
              list.end());
+}
+
+void StartCivetweb(const std::function<void()>& start) {
+  t_starting_civetweb = true;
+  absl::Cleanup started = [] { t_starting_civetweb = false; };
+  start();
+}
+
+void StopCivetweb(const std::function<void()>& stop, const std::string& address) {
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    const size_t colon = address.rfind(':');
+    std::string host = address.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const std::string port = address.substr(colon + 1);
+    addrinfo hints = {};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* info = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0) return;
+    while (!stopped.load(std::memory_order_acquire)) {
+      const int fd = socket(info->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        connect(fd, info->ai_addr, info->ai_addrlen);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    freeaddrinfo(info);
+  });
+  stop();
+  stopped.store(true, std::memory_order_release);
+  waker.join();
 }
 
 }  // namespace shadowsync

@@ -67,6 +67,16 @@ class MetricsHttpServer {
   std::shared_ptr<prometheus::Registry> build_info_;
 };
 
+// For another civetweb server in the process (the inference endpoint):
+// runs `start`, which constructs the server and so starts its threads,
+// giving each room on its stack for the process's thread-local storage,
+// which civetweb's fixed stack size does not allow for.
+void StartCivetweb(const std::function<void()>& start);
+// Runs `stop`, which destroys a civetweb server listening at `address`,
+// promptly: its listener notices a stop only between 2-second polls, so
+// connections to `address` wake it meanwhile.
+void StopCivetweb(const std::function<void()>& stop, const std::string& address);
+
 }  // namespace shadowsync
 
 #endif  // SHADOWSYNC_COMMON_METRICS_HTTP_H_

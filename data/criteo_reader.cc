@@ -66,12 +66,6 @@ struct Log1pTable {
 const HexTable kHex;
 const Log1pTable kLog1p;
 
-float DenseValue(int64_t x) {
-  if (x <= 0) return 0.0f;  // Criteo uses -1 (and a few other negatives) as "none".
-  if (x < Log1pTable::kSize) return kLog1p.value[x];
-  return static_cast<float>(std::log1p(static_cast<double>(x)));
-}
-
 // Debian's absl has its own string_view type (not an alias of std's), so
 // std::string_view values are converted when handed to absl string functions.
 absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -174,7 +168,7 @@ bool ParseRow(std::string_view line, Row* row, std::string* reason) {
         *reason = FieldError(1 + i, "not an integer", std::string_view(p, tab - p));
         return false;
       }
-      row->dense[i] = DenseValue(x);
+      row->dense[i] = CriteoDenseValue(x);
     }
     p = tab + 1;
   }
@@ -671,6 +665,12 @@ absl::Status ValidateOptions(const ReaderOptions& o) {
 }
 
 }  // namespace
+
+float CriteoDenseValue(int64_t x) {
+  if (x <= 0) return 0.0f;  // Criteo uses -1 (and a few other negatives) as "none".
+  if (x < Log1pTable::kSize) return kLog1p.value[x];
+  return static_cast<float>(std::log1p(static_cast<double>(x)));
+}
 
 absl::Status ParseCriteoLine(std::string_view line, ExampleBlock* out) {
   if (out->num_dense != kCriteoDense || out->num_sparse != kCriteoSparse) {

@@ -54,6 +54,8 @@ struct ReaderStats {
 // categorical field is up to 8 hex digits, or a comma-separated list of such
 // ids (multi-hot: the block switches to its offsets form, example.h).
 absl::Status ParseCriteoLine(std::string_view line, ExampleBlock* out);
+// The dense feature an integer field's value `x` becomes: log(1 + max(x, 0)).
+float CriteoDenseValue(int64_t x);
 
 class CriteoReader {
  public:

@@ -53,15 +53,8 @@ absl::StatusOr<ModelScore> EvaluateExport(const std::string& dir,
                                           const std::vector<std::string>& data,
                                           ModelEvalOptions options) {
   SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
-  if (const nlohmann::json& scored = reader.info().eval;
-      !options.gemm.has_value() && scored.contains("gemm")) {
-    const std::string field = absl::StrCat(dir, "/manifest.json: eval.gemm");
-    if (!scored["gemm"].is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must be a string, got ", scored["gemm"].dump()));
-    }
-    SS_ASSIGN_OR_RETURN(options.gemm,
-                        model::ParseGemmKernel(scored["gemm"].get<std::string>(), field));
+  if (!options.gemm.has_value()) {
+    SS_ASSIGN_OR_RETURN(options.gemm, model::ScoredGemmKernel(reader));
   }
   SS_ASSIGN_OR_RETURN(const model::RowFilter keep,
                       RowsLookedUpBy(reader.config(), reader.info().embeddings.tables, data));

@@ -599,6 +599,17 @@ absl::Status ExportReader::Verify() const {
   });
 }
 
+absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& reader) {
+  const nlohmann::json& scored = reader.info().eval;
+  if (!scored.contains("gemm")) return std::nullopt;
+  const std::string field = absl::StrCat(reader.dir(), "/manifest.json: eval.gemm");
+  if (!scored["gemm"].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be a string, got ", scored["gemm"].dump()));
+  }
+  return ParseGemmKernel(scored["gemm"].get<std::string>(), field);
+}
+
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
   SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
   // No Verify() first: ReadDense and ForEachRow check every file's checksum

@@ -25,6 +25,7 @@
 #include "common/file_util.h"
 #include "model/dlrm.h"
 #include "model/embedding_table.h"
+#include "model/gemm.h"
 #include "model/model_io.h"
 #include "nlohmann/json.hpp"
 
@@ -138,6 +139,7 @@ class ExportReader {
   // each names the file (and the manifest field).
   static absl::StatusOr<ExportReader> Open(const std::string& dir);
 
+  const std::string& dir() const { return dir_; }
   const nlohmann::json& manifest() const { return manifest_; }
   const DlrmConfig& config() const { return info_.config; }
   const ExportInfo& info() const { return info_; }
@@ -173,6 +175,12 @@ class ExportReader {
   nlohmann::json manifest_;
   ExportInfo info_;
 };
+
+// The fp32 GEMM kernel that scored the export (its manifest's eval.gemm),
+// which a repeat of that score must run to repeat it to the bit; nullopt if
+// the manifest names none. InvalidArgument naming
+// `<dir>/manifest.json: eval.gemm` if it is not a kernel's name.
+absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& reader);
 
 // An export as a trainable model in this process: dense parameters and
 // state, and a LocalEmbeddingStore of every row (zero optimizer state where

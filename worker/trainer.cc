@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "model/dense_ops.h"
+#include "model/sparse_batch.h"
 #include "worker/background_call.h"
 #include "worker/sync/strategy.h"
 
@@ -123,14 +123,11 @@ class Trainer::BatchSource {
 
 // One batch and its unique embedding rows, reused from batch to batch.
 struct Trainer::Batch {
-  explicit Batch(int num_tables)
-      : dedupe(num_tables), row_index(num_tables), offsets(num_tables), rows(num_tables) {}
+  explicit Batch(int num_tables) : sparse(num_tables) {}
 
   std::shared_ptr<const ExampleBlock> block;
-  int64_t begin = 0, end = 0;                                  // Examples [begin, end) of *block.
-  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedupe;  // row id -> unique index
-  std::vector<std::vector<int32_t>> row_index, offsets;
-  std::vector<model::TableRows> rows;  // Unique rows per table; values once looked up.
+  int64_t begin = 0, end = 0;  // Examples [begin, end) of *block.
+  model::SparseBatch sparse;
 };
 
 // Everything one worker thread reuses from batch to batch.
@@ -179,36 +176,14 @@ Trainer::~Trainer() = default;
 
 void Trainer::CollectRows(std::shared_ptr<const ExampleBlock> block, int64_t begin, int64_t end,
                           Batch& batch) const {
-  const int num_tables = model_.config().num_tables;
-  for (int t = 0; t < num_tables; ++t) {
-    auto& dedupe = batch.dedupe[t];
-    auto& ids = batch.rows[t].ids;
-    auto& index = batch.row_index[t];
-    auto& offsets = batch.offsets[t];
-    dedupe.clear();
-    ids.clear();
-    index.clear();
-    offsets.assign(1, 0);
-    for (int64_t e = begin; e < end; ++e) {
-      for (const uint64_t id : block->ids(e, t)) {
-        const uint64_t row = model::BucketOf(t, id, tables_[t].hash_buckets);
-        auto [it, inserted] = dedupe.try_emplace(row, static_cast<int32_t>(ids.size()));
-        if (inserted) ids.push_back(row);
-        index.push_back(it->second);
-      }
-      offsets.push_back(static_cast<int32_t>(index.size()));
-    }
-  }
+  batch.sparse.Collect(*block, begin, end, tables_);
   batch.block = std::move(block);
   batch.begin = begin;
   batch.end = end;
 }
 
 void Trainer::BindBatch(Batch& batch, ThreadState& ts) const {
-  const int num_tables = model_.config().num_tables;
-  for (int t = 0; t < num_tables; ++t) {
-    ts.sparse[t] = model::SparseInput{batch.rows[t].values, batch.row_index[t], batch.offsets[t]};
-  }
+  batch.sparse.Bind(ts.sparse);
   const ExampleBlock& block = *batch.block;
   ts.batch = model::BatchView{static_cast<int>(batch.end - batch.begin),
                               block.dense.data() + batch.begin * block.num_dense,
@@ -245,8 +220,8 @@ absl::Status Trainer::TrainStep(Batch& batch, ThreadState& ts) {
   model::Gradients grads;
   grads.dense = ts.dense_grad;
   for (int t = 0; t < num_tables; ++t) {
-    ts.row_grads[t].ids = batch.rows[t].ids;
-    ts.row_grads[t].values.resize(batch.rows[t].values.size());
+    ts.row_grads[t].ids = batch.sparse.rows()[t].ids;
+    ts.row_grads[t].values.resize(batch.sparse.rows()[t].values.size());
     grads.rows.push_back(ts.row_grads[t].values);
   }
   SyncStrategy* const sync = options_.sync;
@@ -373,20 +348,20 @@ absl::StatusOr<TrainReport> Trainer::Train(const std::vector<std::string>& paths
     BackgroundCall prefetch;  // Ends before ts, whose rows it may be filling.
     int current = 0;
     SS_ASSIGN_OR_RETURN(bool have, next(&ts.batches[current]));
-    if (have) SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[current].rows));
+    if (have) SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[current].sparse.rows()));
     while (have && !stop.load(std::memory_order_relaxed)) {
       Batch& batch = ts.batches[current];
       Batch& upcoming = ts.batches[1 - current];
       SS_ASSIGN_OR_RETURN(bool more, next(&upcoming));
       const bool prefetching = more && options_.prefetch;
       if (prefetching) {
-        prefetch.Start([this, &rows = upcoming.rows] { return store_->Lookup(rows); });
+        prefetch.Start([this, &rows = upcoming.sparse.rows()] { return store_->Lookup(rows); });
       }
       absl::Status step = TrainStep(batch, ts);
       gate_.Serve();
       absl::Status lookup = !more         ? absl::OkStatus()
                             : prefetching ? prefetch.Wait()
-                                          : store_->Lookup(upcoming.rows);
+                                          : store_->Lookup(upcoming.sparse.rows());
       SS_RETURN_IF_ERROR(step);
       SS_RETURN_IF_ERROR(lookup);
       RunningEntropy batch_entropy;
@@ -510,7 +485,7 @@ absl::StatusOr<QualityReport> Trainer::EvaluateParams(const float* params,
       SS_ASSIGN_OR_RETURN(bool more, source->Next(&block, &begin, &end, &position));
       if (!more) return absl::OkStatus();
       CollectRows(block, begin, end, ts.batches[0]);
-      SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[0].rows));
+      SS_RETURN_IF_ERROR(store_->Lookup(ts.batches[0].sparse.rows()));
       BindBatch(ts.batches[0], ts);
       ts.batch.labels = nullptr;
       model_.Step(params, ts.batch, ts.ws.get(), ts.probs.data(), nullptr);
