@@ -38,7 +38,7 @@ int RunCli(int argc, char** argv) {
       AddBenchCommand(app),    AddPsCommand(app),   AddSyncerCommand(app),
       AddWorkerCommand(app),   AddRunCommand(app),  AddScaleCommand(app),
       AddExportCommand(app),   AddCrdCommand(app),  AddValidateCommand(app),
-      AddOperatorCommand(app), AddPodCommand(app)};
+      AddOperatorCommand(app), AddPodCommand(app),  AddServeCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -26,6 +26,7 @@ Action AddCrdCommand(CLI::App& app);
 Action AddValidateCommand(CLI::App& app);
 Action AddOperatorCommand(CLI::App& app);
 Action AddPodCommand(CLI::App& app);
+Action AddServeCommand(CLI::App& app);
 
 }  // namespace shadowsync::cli
 

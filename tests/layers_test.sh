@@ -10,7 +10,7 @@ set -euo pipefail
 cd "${1:?usage: layers_test.sh SOURCE_DIR}"
 
 # The project's own include roots; anything else is a third-party header.
-project='^(common|model|data|jobspec|ps|syncer|worker|exporter|operator|cli|bench|tests|shadowsync)/'
+project='^(common|model|data|jobspec|ps|syncer|worker|exporter|serving|operator|cli|bench|tests|shadowsync)/'
 crossings=0
 
 # allow FOLDER ALLOWED [EXCLUDED_SUBFOLDER]: FOLDER's files include project
@@ -48,13 +48,15 @@ allow syncer 'common|shadowsync|syncer' syncer/client
 allow worker 'common|model|data|jobspec|shadowsync|worker|ps/client|syncer/client'
 allow exporter 'common|model|data|jobspec|shadowsync|exporter|worker|ps/client|syncer/client'
 allow operator 'common|jobspec|shadowsync|operator|ps/client'
+# Online serving reads the export format alone: no server, no client of one.
+allow serving 'common|model|data|serving'
 
 # RocksDB is the parameter server's alone.
 while IFS= read -r line; do
   echo "${line%%:*} includes RocksDB: only ps/ (not ps/client/) may"
   crossings=$((crossings + 1))
 done < <(grep -rHl '^#include "rocksdb/' --include='*.h' --include='*.cc' \
-  common model data jobspec syncer worker exporter operator cli ps/client || true)
+  common model data jobspec syncer worker exporter serving operator cli ps/client || true)
 
 # Library targets outside the servers link no server target and no RocksDB
 # (cli/ links them: it is the binary that runs every process).
@@ -64,7 +66,8 @@ while IFS= read -r line; do
 done < <(grep -HnE 'shadowsync::(ps|syncer)([^_[:alnum:]]|$)|RocksDB::' \
   common/CMakeLists.txt model/CMakeLists.txt data/CMakeLists.txt jobspec/CMakeLists.txt \
   ps/client/CMakeLists.txt syncer/client/CMakeLists.txt \
-  worker/CMakeLists.txt exporter/CMakeLists.txt operator/CMakeLists.txt operator/*.cmake || true)
+  worker/CMakeLists.txt exporter/CMakeLists.txt serving/CMakeLists.txt operator/CMakeLists.txt \
+  operator/*.cmake || true)
 
 if ((crossings > 0)); then
   echo "FAIL: $crossings layer crossings (docs/architecture.md)"

@@ -1,4 +1,5 @@
-// A minimal HTTP client for the tests of /metrics and /healthz endpoints.
+// A minimal HTTP client for the tests of the HTTP endpoints (/metrics,
+// /healthz, the inference server).
 #ifndef SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
 #define SHADOWSYNC_TESTS_UTIL_HTTP_GET_H_
 
@@ -45,19 +46,37 @@ inline std::string HttpExchange(const std::string& host, int port, const std::st
   return response;
 }
 
-// GET `path` from `host` (an IPv4 address):`port`; returns the status code
-// (-1 if there is no HTTP answer, or none within `timeout_seconds` of the
-// connect or of a read) and fills `body`.
-inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
-                   int timeout_seconds = 5) {
-  const std::string response = HttpExchange(
-      host, port, "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n", timeout_seconds);
+// The status code of an HTTP response (-1 if it is none), its body into `body`.
+inline int HttpStatus(const std::string& response, std::string* body) {
   if (response.compare(0, 9, "HTTP/1.1 ") != 0 && response.compare(0, 9, "HTTP/1.0 ") != 0) {
     return -1;
   }
   const size_t header_end = response.find("\r\n\r\n");
   *body = header_end == std::string::npos ? "" : response.substr(header_end + 4);
   return std::stoi(response.substr(9, 3));
+}
+
+// GET `path` from `host` (an IPv4 address):`port`; returns the status code
+// (-1 if there is no HTTP answer, or none within `timeout_seconds` of the
+// connect or of a read) and fills `body`.
+inline int HttpGet(const std::string& host, int port, const std::string& path, std::string* body,
+                   int timeout_seconds = 5) {
+  return HttpStatus(
+      HttpExchange(host, port, "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n",
+                   timeout_seconds),
+      body);
+}
+
+// POST `content` (JSON) to `path` on 127.0.0.1:`port`, as HttpGet.
+inline int HttpPost(int port, const std::string& path, const std::string& content,
+                    std::string* body, int timeout_seconds = 10) {
+  return HttpStatus(HttpExchange("127.0.0.1", port,
+                                 "POST " + path +
+                                     " HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                     "application/json\r\nContent-Length: " +
+                                     std::to_string(content.size()) + "\r\n\r\n" + content,
+                                 timeout_seconds),
+                    body);
 }
 
 // The same from 127.0.0.1.

@@ -1,0 +1,89 @@
+#include "serving/batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace shadowsync::serving {
+
+struct Batcher::Request {
+  ExampleBlock block;
+  absl::Time enqueued;
+  absl::StatusOr<std::vector<float>> result = absl::UnknownError("not scored");
+  bool done = false;
+};
+
+Batcher::Batcher(const Scorer& scorer, BatcherOptions options)
+    : scorer_(scorer), options_(std::move(options)) {
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Run(); });
+}
+
+Batcher::~Batcher() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+absl::StatusOr<std::vector<float>> Batcher::Score(ExampleBlock block) {
+  Request request{.block = std::move(block), .enqueued = absl::Now()};
+  {
+    MutexLock lock(&mu_);
+    queue_.push_back(&request);
+    queued_examples_ += request.block.size();
+  }  // The unlock wakes the scoring threads' Await.
+  MutexLock lock(&mu_);
+  mu_.Await([&] { return request.done; });
+  return std::move(request.result);
+}
+
+void Batcher::Run() {
+  while (true) {
+    std::vector<Request*> batch;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // Stopping, and nothing is left.
+      const absl::Duration waited = absl::Now() - queue_.front()->enqueued;
+      if (waited < options_.max_delay) {
+        mu_.AwaitWithTimeout(
+            [&] { return stopping_ || queued_examples_ >= options_.max_batch_examples; },
+            options_.max_delay - waited);
+      }
+      if (queue_.empty()) continue;  // Another thread took them meanwhile.
+      int64_t examples = 0;
+      while (!queue_.empty() && (batch.empty() || examples + queue_.front()->block.size() <=
+                                                      options_.max_batch_examples)) {
+        examples += queue_.front()->block.size();
+        batch.push_back(queue_.front());
+        queue_.pop_front();
+      }
+      queued_examples_ -= examples;
+    }
+    absl::StatusOr<std::vector<float>> probs;
+    if (batch.size() == 1) {
+      probs = scorer_.Score(batch[0]->block);
+    } else {
+      ExampleBlock merged = batch[0]->block;
+      for (size_t i = 1; i < batch.size(); ++i) merged.Append(batch[i]->block);
+      probs = scorer_.Score(merged);
+    }
+    if (options_.on_batch && probs.ok()) options_.on_batch(static_cast<int64_t>(probs->size()));
+    MutexLock lock(&mu_);
+    int64_t begin = 0;
+    for (Request* r : batch) {
+      if (!probs.ok()) {
+        r->result = probs.status();
+      } else if (batch.size() == 1) {
+        r->result = std::move(*probs);
+      } else {
+        r->result =
+            std::vector<float>(probs->begin() + begin, probs->begin() + begin + r->block.size());
+      }
+      begin += r->block.size();
+      r->done = true;
+    }
+  }
+}
+
+}  // namespace shadowsync::serving

@@ -1,0 +1,210 @@
+#include "serving/inference_http.h"
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "CivetServer.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "civetweb.h"
+#include "common/grpc_util.h"
+#include "common/metrics_http.h"
+#include "common/version.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace shadowsync::serving {
+namespace {
+
+using Json = nlohmann::json;
+
+const char* Reason(int code) {
+  switch (code) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Internal Server Error";
+  }
+}
+
+}  // namespace
+
+struct InferenceHttpServer::Handler : public CivetHandler {
+  Handler(ServedModel model, const Scorer& scorer, Batcher& batcher, InferenceHttpOptions options,
+          prometheus::Registry& registry)
+      : model(std::move(model)),
+        scorer(scorer),
+        batcher(batcher),
+        options(std::move(options)),
+        requests(prometheus::BuildCounter()
+                     .Name("shadowsync_serve_requests_total")
+                     .Help("Inference requests answered, by HTTP status code.")
+                     .Register(registry)),
+        examples(prometheus::BuildCounter()
+                     .Name("shadowsync_serve_examples_total")
+                     .Help("Examples scored.")
+                     .Register(registry)
+                     .Add({})),
+        latency(prometheus::BuildHistogram()
+                    .Name("shadowsync_serve_request_duration_seconds")
+                    .Help("Inference request latency, from the parsed request to the answer.")
+                    .Register(registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{
+                                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                 0.1, 0.25, 0.5, 1.0, 2.5})) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
+  bool handleHead(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
+  bool handlePost(CivetServer*, mg_connection* conn) override { return Handle(conn, true); }
+
+  bool Handle(mg_connection* conn, bool post) {
+    const mg_request_info* info = mg_get_request_info(conn);
+    const std::string uri = info->local_uri != nullptr ? info->local_uri : "";
+    const std::vector<std::string> path = absl::StrSplit(uri, '/', absl::SkipEmpty());
+    // path[0] == "v2" (the handler's prefix).
+    if (path.size() == 1) return Reply(conn, post, 200, ServerMetadata());
+    if (path.size() == 3 && path[1] == "health" && (path[2] == "live" || path[2] == "ready")) {
+      return Reply(conn, post, 200, {{path[2], true}});
+    }
+    if (path.size() < 3 || path[1] != "models") {
+      return Reply(conn, post, 404, ErrorBody(absl::StrCat("no such endpoint: ", uri)));
+    }
+    if (path[2] != model.name) {
+      return Reply(conn, post, 404,
+                   ErrorBody(absl::StrCat("model '", path[2], "' is not served here; '", model.name,
+                                          "' is")));
+    }
+    size_t next = 3;
+    if (path.size() >= 5 && path[3] == "versions") {
+      if (path[4] != model.version) {
+        return Reply(
+            conn, post, 404,
+            ErrorBody(absl::StrCat("version '", path[4], "' of model '", model.name,
+                                   "' is not served here; version '", model.version, "' is")));
+      }
+      next = 5;
+    }
+    const std::string action = next < path.size() ? path[next] : "";
+    if (next + 1 < path.size() || (action != "" && action != "ready" && action != "infer")) {
+      return Reply(conn, post, 404, ErrorBody(absl::StrCat("no such endpoint: ", uri)));
+    }
+    if (action == "infer") {
+      if (!post) return Reply(conn, post, 405, ErrorBody("infer takes POST"));
+      return Infer(conn);
+    }
+    if (action == "ready") return Reply(conn, post, 200, {{"name", model.name}, {"ready", true}});
+    return Reply(conn, post, 200, ModelMetadata(model, scorer));
+  }
+
+  bool Infer(mg_connection* conn) {
+    const mg_request_info* info = mg_get_request_info(conn);
+    if (info->content_length > options.max_body_bytes) {
+      return Reply(conn, true, 400,
+                   ErrorBody(absl::StrCat("the request body of ", info->content_length,
+                                          " bytes exceeds the limit of ", options.max_body_bytes)),
+                   /*close=*/true);
+    }
+    // Read straight into the string: civetweb's threads have small stacks.
+    std::string body;
+    constexpr size_t kChunk = 1 << 16;
+    size_t size = 0;
+    while (true) {
+      body.resize(size + kChunk);
+      const int n = mg_read(conn, body.data() + size, kChunk);
+      if (n <= 0) break;
+      size += static_cast<size_t>(n);
+      if (static_cast<int64_t>(size) > options.max_body_bytes) {
+        return Reply(conn, true, 400,
+                     ErrorBody(absl::StrCat("the request body exceeds the limit of ",
+                                            options.max_body_bytes, " bytes")),
+                     /*close=*/true);
+      }
+    }
+    body.resize(size);
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<InferRequest> request =
+        ParseInferRequest(body, scorer.config(), options.max_request_examples);
+    if (!request.ok())
+      return Reply(conn, true, 400, ErrorBody(std::string(request.status().message())));
+    const int64_t n_examples = request->examples.size();
+    absl::StatusOr<std::vector<float>> probs = batcher.Score(std::move(request->examples));
+    if (!probs.ok()) {
+      const int code = probs.status().code() == absl::StatusCode::kInvalidArgument ? 400 : 500;
+      return Reply(conn, true, code, ErrorBody(std::string(probs.status().message())));
+    }
+    examples.Increment(static_cast<double>(n_examples));
+    const bool ok = Reply(conn, true, 200, InferResponse(model, request->id, *probs));
+    latency.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return ok;
+  }
+
+  Json ServerMetadata() const {
+    return {{"name", "shadowsync"}, {"version", kReleaseVersion}, {"extensions", Json::array()}};
+  }
+
+  bool Reply(mg_connection* conn, bool counted, int code, const Json& body, bool close = false) {
+    if (counted) requests.Add({{"code", std::to_string(code)}}).Increment();
+    const std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    const mg_request_info* info = mg_get_request_info(conn);
+    mg_printf(conn,
+              "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+              "Cache-Control: no-store\r\n%s\r\n",
+              code, Reason(code), text.size(), close ? "Connection: close\r\n" : "");
+    if (std::string_view(info->request_method) != "HEAD") mg_write(conn, text.data(), text.size());
+    return true;
+  }
+
+  const ServedModel model;
+  const Scorer& scorer;
+  Batcher& batcher;
+  const InferenceHttpOptions options;
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Counter& examples;
+  prometheus::Histogram& latency;
+};
+
+absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
+    ServedModel model, const Scorer& scorer, Batcher& batcher, InferenceHttpOptions options,
+    prometheus::Registry& registry) {
+  std::unique_ptr<InferenceHttpServer> server(new InferenceHttpServer());
+  server->address_ = options.listen;
+  const std::vector<std::string> civet_options = {
+      "listening_ports",       options.listen,
+      "num_threads",           std::to_string(options.threads),
+      "enable_keep_alive",     "yes",
+      "keep_alive_timeout_ms", "30000",
+      "request_timeout_ms",    "30000"};
+  try {
+    StartCivetweb([&] { server->server_ = std::make_unique<CivetServer>(civet_options); });
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind the inference address ", options.listen, ": ", e.what()));
+  }
+  const std::vector<int> ports = server->server_->getListeningPorts();
+  server->port_ = ports.empty() ? 0 : ports.front();
+  server->handler_ =
+      std::make_unique<Handler>(std::move(model), scorer, batcher, std::move(options), registry);
+  server->server_->addHandler("/v2", server->handler_.get());
+  return server;
+}
+
+InferenceHttpServer::~InferenceHttpServer() {
+  if (server_ == nullptr) return;
+  StopCivetweb([this] { server_.reset(); }, DialableAddress(address_, port_));
+}
+
+}  // namespace shadowsync::serving

@@ -1,0 +1,61 @@
+// The KServe / Open Inference Protocol v2 HTTP endpoint of `shadowsync
+// serve`, on civetweb: /v2, /v2/health/{live,ready}, /v2/models/{name}
+// (optionally /versions/{version}), .../ready and POST .../infer. Bad
+// requests are answered 400 with {"error": ...} naming the field, and the
+// server goes on serving. Requests are parsed on civetweb's threads and
+// scored by the Batcher. Its Prometheus metrics go into the registry given.
+// Thread-safe.
+#ifndef SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
+#define SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "serving/batcher.h"
+#include "serving/scorer.h"
+#include "serving/v2_protocol.h"
+
+class CivetServer;
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
+
+namespace shadowsync::serving {
+
+struct InferenceHttpOptions {
+  std::string listen = "0.0.0.0:8000";  // host:port; port 0 picks a free one.
+  int threads = 64;                     // Connections served at once (keep-alive holds one each).
+  int64_t max_body_bytes = 64 << 20;
+  int64_t max_request_examples = 4096;
+};
+
+class InferenceHttpServer {
+ public:
+  // `scorer` and `batcher` must outlive the server. Unavailable if the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<InferenceHttpServer>> Start(ServedModel model,
+                                                                    const Scorer& scorer,
+                                                                    Batcher& batcher,
+                                                                    InferenceHttpOptions options,
+                                                                    prometheus::Registry& registry);
+  // Stops accepting, and returns once the requests in flight are answered.
+  ~InferenceHttpServer();
+
+  int port() const { return port_; }
+
+  struct Handler;  // civetweb's; public for inference_http.cc.
+
+ private:
+  InferenceHttpServer() = default;
+
+  std::string address_;
+  int port_ = 0;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<CivetServer> server_;
+};
+
+}  // namespace shadowsync::serving
+
+#endif  // SHADOWSYNC_SERVING_INFERENCE_HTTP_H_

@@ -1,0 +1,79 @@
+// A model export loaded for online scoring: the dense parameters and every
+// embedding row in RAM, read-only, shared by all serving threads. A score is
+// the probability the model gives an example, computed exactly as
+// `shadowsync eval` computes it (the same batch gathering, forward pass and
+// fp32 GEMM kernel), so the two agree.
+//
+//   SS_ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Scorer::Load("exports/model-000002"));
+//   SS_ASSIGN_OR_RETURN(std::vector<float> p, scorer->Score(block));
+//
+// Thread-safe: any number of threads may call Score at once.
+#ifndef SHADOWSYNC_SERVING_SCORER_H_
+#define SHADOWSYNC_SERVING_SCORER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/example.h"
+#include "common/mutex.h"
+#include "model/dlrm.h"
+#include "model/export.h"
+#include "model/gemm.h"
+
+namespace shadowsync::serving {
+
+struct ScorerOptions {
+  // Examples per forward pass; a larger request is scored in pieces.
+  int max_batch = 1024;
+  // nullopt: the kernel that scored the export (its manifest's eval.gemm),
+  // else the fastest here.
+  std::optional<model::GemmKernel> gemm;
+};
+
+class Scorer {
+ public:
+  // Errors as model::LoadExport gives them, naming the file.
+  static absl::StatusOr<std::unique_ptr<Scorer>> Load(const std::string& dir,
+                                                      ScorerOptions options = {});
+  ~Scorer();
+
+  // The probability of a click for each example of `block` (its labels are
+  // ignored). InvalidArgument if the block's layout is not the model's
+  // (dense or categorical field counts).
+  absl::StatusOr<std::vector<float>> Score(const ExampleBlock& block) const;
+
+  const std::string& dir() const { return dir_; }
+  const model::ExportInfo& info() const { return info_; }
+  const model::DlrmConfig& config() const { return model_.config(); }
+  model::GemmKernel gemm() const { return gemm_; }
+  int64_t num_rows() const;
+
+ private:
+  struct Context;  // One forward pass's buffers.
+
+  Scorer(std::string dir, model::ExportInfo info, model::SavedModel saved, ScorerOptions options,
+         model::GemmKernel gemm);
+  std::unique_ptr<Context> Acquire() const;
+  void Release(std::unique_ptr<Context> context) const;
+
+  const std::string dir_;
+  const model::ExportInfo info_;
+  const model::Dlrm model_;
+  const std::vector<float> params_;
+  // Only read (Lookup never stores a row).
+  const std::unique_ptr<model::LocalEmbeddingStore> store_;
+  const ScorerOptions options_;
+  const model::GemmKernel gemm_;
+  mutable Mutex mu_;
+  // Idle buffers, reused by the next Score.
+  mutable std::vector<std::unique_ptr<Context>> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shadowsync::serving
+
+#endif  // SHADOWSYNC_SERVING_SCORER_H_

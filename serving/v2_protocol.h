@@ -1,0 +1,58 @@
+// The KServe / Open Inference Protocol v2 over HTTP/JSON, as this server
+// speaks it: a request's input tensors into examples, the scores into a
+// response, and the model's metadata (docs/serving.md lists the tensors).
+// Inputs: either `dense` (the 13 integer features as in the TSV, before the
+// log transform; FP32, FP64, INT32 or INT64, shape [B, 13]) with `sparse`
+// (the categorical ids as the TSV's hex digits read, -1 for a missing one;
+// INT64 or INT32, shape [B, 26]), or `lines` (BYTES, shape [B]: Criteo TSV
+// lines, with or without the label). Output: `probability`, FP32 [B, 1].
+// Pure functions; thread-safe.
+#ifndef SHADOWSYNC_SERVING_V2_PROTOCOL_H_
+#define SHADOWSYNC_SERVING_V2_PROTOCOL_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/example.h"
+#include "nlohmann/json.hpp"
+#include "serving/scorer.h"
+
+namespace shadowsync::serving {
+
+// What the server calls the model, and its version: the examples it was
+// trained on, which grows from one export to the next.
+struct ServedModel {
+  std::string name;
+  std::string version;
+};
+
+struct InferRequest {
+  std::string id;  // Echoed in the response; may be empty.
+  ExampleBlock examples;
+};
+
+// InvalidArgument naming the offending part ("inputs[1].shape: ...",
+// "malformed JSON at byte 17: ...") for anything this model cannot score:
+// malformed or too deeply nested JSON, an unknown or missing tensor, a wrong
+// datatype or shape, a value that is not a finite integer in range, an
+// output other than `probability`, or more than `max_examples` examples.
+absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
+                                               const model::DlrmConfig& config,
+                                               int64_t max_examples);
+
+nlohmann::json InferResponse(const ServedModel& model, const std::string& id,
+                             std::span<const float> probabilities);
+
+// GET /v2/models/{name}: the tensors above, and in `parameters` the export
+// (directory, examples trained, rows, its manifest's eval).
+nlohmann::json ModelMetadata(const ServedModel& model, const Scorer& scorer);
+
+// The body of every error response: {"error": message}.
+nlohmann::json ErrorBody(std::string_view message);
+
+}  // namespace shadowsync::serving
+
+#endif  // SHADOWSYNC_SERVING_V2_PROTOCOL_H_

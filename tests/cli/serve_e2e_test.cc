@@ -1,0 +1,192 @@
+// `shadowsync serve` as a user runs it: a model trained and exported by the
+// real binary, served over the KServe v2 HTTP protocol, scores the held-out
+// examples as `shadowsync eval` does; bad requests are refused naming what is
+// wrong while the server goes on serving; SIGTERM stops it cleanly.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/eval_metrics.h"
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/http_get.h"
+#include "tests/util/test_util.h"
+
+namespace shadowsync {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+Json LinesRequest(const std::vector<std::string>& lines, size_t begin, size_t end) {
+  return {{"inputs",
+           {{{"name", "lines"},
+             {"datatype", "BYTES"},
+             {"shape", {end - begin}},
+             {"data", std::vector<std::string>(lines.begin() + begin, lines.begin() + end)}}}}};
+}
+
+TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
+  testing::ScratchDir dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  std::string out;
+  ASSERT_EQ(testing::RunShell(bin + " gen-data --out " + dir.File("t.tsv") +
+                                  " --examples 8000 --eval-examples 1000 --seed 4",
+                              &out),
+            0)
+      << out;
+  const std::string model = dir.File("model");
+  ASSERT_EQ(testing::RunShell(bin + " train --data " + dir.File("t.tsv") +
+                                  " --batch-size 256 --bottom-mlp 32,16 --top-mlp 32"
+                                  " --hash-buckets 5000 --save-model " +
+                                  model,
+                              &out),
+            0)
+      << out;
+  ASSERT_EQ(testing::RunShell(bin + " eval --model " + model + " --data " + dir.File("t.eval.tsv") +
+                                  " --report-json " + dir.File("e.json"),
+                              &out),
+            0)
+      << out;
+  const Json eval = Json::parse(testing::ReadFile(dir.File("e.json")));
+
+  absl::StatusOr<pid_t> pid = Spawn(
+      {bin, "serve", "--model", model, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+       "--ready-file", dir.File("ready"), "--threads", "2", "--max-body-bytes", "1000000"},
+      {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int port = 0, metrics_port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream ready(dir.File("ready"));
+    if (!(ready >> port >> metrics_port)) port = 0;
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(port, 0) << testing::ReadFile(dir.File("serve.log"));
+
+  std::string body;
+  EXPECT_EQ(testing::HttpGet(port, "/v2/health/ready", &body), 200);
+  ASSERT_EQ(testing::HttpGet(port, "/v2/models/ctr", &body), 200);
+  const Json metadata = Json::parse(body);
+  EXPECT_EQ(metadata["versions"], Json({"8000"}));
+  EXPECT_EQ(metadata["parameters"]["examples_trained"], 8000);
+  EXPECT_EQ(testing::HttpGet(port, "/v2/models/ctr/versions/8000/ready", &body), 200);
+
+  // The held-out lines, scored by 4 concurrent clients in requests of 50.
+  std::vector<std::string> lines;
+  std::vector<float> labels;
+  {
+    std::ifstream in(dir.File("t.eval.tsv"));
+    for (std::string line; std::getline(in, line);) {
+      lines.push_back(line);
+      labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
+    }
+  }
+  ASSERT_EQ(lines.size(), 1000u);
+  std::vector<float> probs(lines.size(), -1);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (size_t begin = 50 * c; begin < lines.size(); begin += 200) {
+        std::string answer;
+        const int code = testing::HttpPost(port, "/v2/models/ctr/infer",
+                                           LinesRequest(lines, begin, begin + 50).dump(), &answer);
+        if (code != 200) {
+          ++failures;
+          continue;
+        }
+        const Json data = Json::parse(answer)["outputs"][0]["data"];
+        for (size_t i = 0; i < 50; ++i) probs[begin + i] = data[i].get<float>();
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  ASSERT_EQ(failures, 0);
+  const QualityReport served = Evaluate(probs, labels);
+  EXPECT_NEAR(served.logloss, eval["eval_logloss"].get<double>(), 1e-6);
+  EXPECT_NEAR(served.auc, eval["eval_auc"].get<double>(), 1e-6);
+
+  // The same examples as dense and sparse tensors score the same.
+  {
+    Json dense = Json::array(), sparse = Json::array();
+    for (int e = 0; e < 3; ++e) {
+      std::vector<std::string> f;
+      std::stringstream fields(lines[e]);
+      for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
+      f.resize(40);
+      for (int i = 1; i <= 13; ++i) dense.push_back(f[i].empty() ? 0 : std::stoll(f[i]));
+      for (int i = 14; i < 40; ++i) {
+        sparse.push_back(f[i].empty() ? -1 : static_cast<int64_t>(std::stoull(f[i], nullptr, 16)));
+      }
+    }
+    const Json request = {
+        {"id", "tensors"},
+        {"inputs",
+         {{{"name", "dense"}, {"datatype", "FP32"}, {"shape", {3, 13}}, {"data", dense}},
+          {{"name", "sparse"}, {"datatype", "INT64"}, {"shape", {3, 26}}, {"data", sparse}}}}};
+    ASSERT_EQ(testing::HttpPost(port, "/v2/models/ctr/infer", request.dump(), &body), 200) << body;
+    const Json response = Json::parse(body);
+    EXPECT_EQ(response["id"], "tensors");
+    EXPECT_EQ(response["model_version"], "8000");
+    for (int e = 0; e < 3; ++e) {
+      EXPECT_NEAR(response["outputs"][0]["data"][e].get<float>(), probs[e], 1e-6) << e;
+    }
+  }
+
+  // Bad requests: each answered with what is wrong; the server keeps serving.
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> bad = {
+      {"/v2/models/ctr/infer", "{\"inputs\": [", 400, "malformed JSON"},
+      {"/v2/models/ctr/infer",
+       Json({{"inputs", {{{"name", "ids"}, {"datatype", "INT64"}, {"shape", {1}}, {"data", {1}}}}}})
+           .dump(),
+       400, "inputs[0].name: 'ids' is not an input"},
+      {"/v2/models/ctr/infer", std::string(1'200'000, ' '), 400, "exceeds the limit"},
+      {"/v2/models/other/infer", LinesRequest(lines, 0, 1).dump(), 404,
+       "model 'other' is not served here"},
+  };
+  for (const auto& [path, request, code, message] : bad) {
+    EXPECT_EQ(testing::HttpPost(port, path, request, &body), code) << message;
+    EXPECT_THAT(Json::parse(body)["error"].get<std::string>(), HasSubstr(message));
+    ASSERT_EQ(
+        testing::HttpPost(port, "/v2/models/ctr/infer", LinesRequest(lines, 0, 1).dump(), &body),
+        200)
+        << "after: " << message;
+  }
+
+  ASSERT_EQ(testing::HttpGet(metrics_port, "/metrics", &body), 200);
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 8000"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_requests_total{code=\"400\"} 3"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_batch_examples_count"));
+
+  ASSERT_EQ(kill(*pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::ReadFile(dir.File("serve.log"));
+}
+
+// A model that cannot be served stops serve at start, naming the file or flag.
+TEST(ServeE2eTest, AnExportThatCannotBeReadOrABadFlagStopsItAtStart) {
+  testing::ScratchDir dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  std::string out;
+  EXPECT_EQ(testing::RunShell(bin + " serve --model " + dir.File("none") +
+                                  " --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0",
+                              &out),
+            2);
+  EXPECT_THAT(out, HasSubstr(dir.File("none")));
+  out.clear();
+  EXPECT_EQ(testing::RunShell(bin + " serve --model " + dir.File("none") + " --gemm mkl", &out), 2);
+  EXPECT_THAT(out, HasSubstr("--gemm: 'mkl' is not one of auto, openblas, onednn"));
+}
+
+}  // namespace
+}  // namespace shadowsync
