@@ -49,9 +49,9 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
   tsan_targets=(mutex_test embedding_table_test criteo_reader_test trainer_test replica_gate_test
     background_call_test row_store_test syncer_test sync_strategy_test ssp_clock_test
     staleness_strategies_test ds_sync_test sync_switch_test job_export_test ps_service_test
-    informer_test leader_election_test work_queue_test)
+    informer_test leader_election_test work_queue_test serving_test)
   scripts/build.sh tsan --target "${tsan_targets[@]}"
-  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest|JobExportTest|PsService[A-Za-z]*|InformerTest|LeaderElectionTest|WorkQueueTest)\.'
+  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest|JobExportTest|PsService[A-Za-z]*|InformerTest|LeaderElectionTest|WorkQueueTest|ServingTest)\.'
 
   # ASan + UBSan (clang-14, the `asan` preset) over the suites that parse
   # untrusted input or own memory by hand: the job spec, the Criteo reader,
@@ -66,13 +66,13 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
     eval_metrics_test row_store_test ps_service_test rpc_extremes_test job_export_test syncer_test
     grpc_security_test
     reconcile_test crd_test kube_client_test informer_test work_queue_test leader_election_test
-    fake_kube_apiserver_test)
+    fake_kube_apiserver_test v2_protocol_test)
   scripts/build.sh asan --target "${asan_targets[@]}"
   # Clang's thread-safety analysis over the product's locking sources, as
   # errors, from the same clang build's compile commands (about 2 minutes).
   echo "== thread-safety analysis (clang -Wthread-safety)"
   scripts/thread-safety.sh build/asan
-  ctest --preset asan -R '^(JobSpecTest|CriteoReaderTest|ParseCriteoLineTest|HashTest|ShardMap[A-Za-z]*|SyntheticTest|EvalMetricsTest|RowStoreTest|PsService[A-Za-z]*|RpcExtremesTest|JobExportTest|SyncerTest|SyncerClientTest|SyncerLimitsTest|AllReduceRoundsTest|GrpcSecurity[A-Za-z]*|Reconcile[A-Za-z]*|CrdTest|Deploy[A-Za-z]*Test|JsonToYamlTest|KubeClientTest|ParseWatchLineTest|LineSplitterTest|ResourcePathTest|ObjectKeyTest|QueryEscapeTest|StatusFromHttpTest|RetryOnConflictTest|CancellationTest|InformerTest|WorkQueueTest|RateLimiterTest|LeaderElectionTest|MicroTimeTest|FakeKubeApiServer[A-Za-z]*)\.'
+  ctest --preset asan -R '^(JobSpecTest|CriteoReaderTest|ParseCriteoLineTest|HashTest|ShardMap[A-Za-z]*|SyntheticTest|EvalMetricsTest|RowStoreTest|PsService[A-Za-z]*|RpcExtremesTest|JobExportTest|SyncerTest|SyncerClientTest|SyncerLimitsTest|AllReduceRoundsTest|GrpcSecurity[A-Za-z]*|Reconcile[A-Za-z]*|CrdTest|Deploy[A-Za-z]*Test|JsonToYamlTest|KubeClientTest|ParseWatchLineTest|LineSplitterTest|ResourcePathTest|ObjectKeyTest|QueryEscapeTest|StatusFromHttpTest|RetryOnConflictTest|CancellationTest|InformerTest|WorkQueueTest|RateLimiterTest|LeaderElectionTest|MicroTimeTest|FakeKubeApiServer[A-Za-z]*|V2ProtocolTest)\.'
 fi
 if [[ "${SHADOWSYNC_SKIP_FUZZ:-0}" != "1" ]]; then
   # Every libFuzzer target for 20 s after replaying its kept crash inputs
