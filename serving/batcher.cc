@@ -42,12 +42,14 @@ void Batcher::Run() {
     std::vector<Request*> batch;
     {
       MutexLock lock(&mu_);
-      mu_.Await([&] { return stopping_ || !queue_.empty(); });
+      mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // Stopping, and nothing is left.
       const absl::Duration waited = absl::Now() - queue_.front()->enqueued;
       if (waited < options_.max_delay) {
         mu_.AwaitWithTimeout(
-            [&] { return stopping_ || queued_examples_ >= options_.max_batch_examples; },
+            [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+              return stopping_ || queued_examples_ >= options_.max_batch_examples;
+            },
             options_.max_delay - waited);
       }
       if (queue_.empty()) continue;  // Another thread took them meanwhile.
