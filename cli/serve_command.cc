@@ -2,8 +2,8 @@
 // Open Inference Protocol v2 (serving/), with Prometheus metrics and health
 // on a second port, until SIGTERM or SIGINT (docs/serving.md).
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/time/clock.h"
 #include "cli/cli_util.h"

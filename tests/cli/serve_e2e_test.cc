@@ -151,6 +151,8 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
       {"/v2/models/ctr/infer", std::string(1'200'000, ' '), 400, "exceeds the limit"},
       {"/v2/models/other/infer", LinesRequest(lines, 0, 1).dump(), 404,
        "model 'other' is not served here"},
+      {"/v2/models/ctr/versions/7/infer", LinesRequest(lines, 0, 1).dump(), 404,
+       "version '7' of model 'ctr' is not served here; version '8000' is"},
   };
   for (const auto& [path, request, code, message] : bad) {
     EXPECT_EQ(testing::HttpPost(port, path, request, &body), code) << message;
@@ -160,6 +162,9 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
         200)
         << "after: " << message;
   }
+
+  EXPECT_EQ(testing::HttpGet(port, "/v2/models/ctr/infer", &body), 405);
+  EXPECT_THAT(body, HasSubstr("infer takes POST"));
 
   ASSERT_EQ(testing::HttpGet(metrics_port, "/metrics", &body), 200);
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 8000"));
