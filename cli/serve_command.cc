@@ -11,12 +11,13 @@
 #include "common/metrics_http.h"
 #include "glog/logging.h"
 #include "model/gemm.h"
+#include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "serving/batcher.h"
 #include "serving/inference_http.h"
-#include "serving/scorer.h"
+#include "serving/model_source.h"
 
 namespace shadowsync::cli {
 namespace {
@@ -31,21 +32,55 @@ struct ServeFlags {
   serving::BatcherOptions batcher;
   double max_delay_ms = 1;
   int max_forward_examples = serving::ScorerOptions().max_batch;
+  double poll_seconds = 2;
 };
 
-// Gauges of the model served.
-void ExportModelGauges(const serving::Scorer& scorer, prometheus::Registry& registry) {
-  auto gauge = [&](const char* name, const char* help, double value) {
-    prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
-  };
-  gauge("shadowsync_serve_model_examples_trained",
-        "Examples the served model was trained on (also its version).",
-        static_cast<double>(scorer.info().examples_trained));
-  gauge("shadowsync_serve_model_rows", "Embedding rows the served model holds in memory.",
-        static_cast<double>(scorer.num_rows()));
-  gauge("shadowsync_serve_model_loaded_timestamp_seconds",
-        "When the served model was loaded (Unix seconds).", absl::ToUnixSeconds(absl::Now()));
-}
+// Gauges of the model served, set at each load.
+class ModelGauges {
+ public:
+  explicit ModelGauges(prometheus::Registry& registry)
+      : examples_(Gauge(registry, "shadowsync_serve_model_examples_trained",
+                        "Examples the served model was trained on (also its version).")),
+        rows_(Gauge(registry, "shadowsync_serve_model_rows",
+                    "Embedding rows the served model holds in memory.")),
+        loaded_(Gauge(registry, "shadowsync_serve_model_loaded_timestamp_seconds",
+                      "When the served model was loaded (Unix seconds).")),
+        exported_(Gauge(registry, "shadowsync_serve_model_exported_timestamp_seconds",
+                        "When the served model's export was committed (Unix seconds); "
+                        "time() minus this is the model's age.")),
+        loads_(prometheus::BuildCounter()
+                   .Name("shadowsync_serve_model_loads_total")
+                   .Help("Exports loaded and swapped in, the first included.")
+                   .Register(registry)
+                   .Add({})),
+        failures_(prometheus::BuildCounter()
+                      .Name("shadowsync_serve_model_load_failures_total")
+                      .Help("Newer exports that could not be loaded (the served model stayed).")
+                      .Register(registry)
+                      .Add({})) {}
+
+  void Loaded(const serving::Scorer& scorer, absl::Time exported) {
+    examples_.Set(static_cast<double>(scorer.info().examples_trained));
+    rows_.Set(static_cast<double>(scorer.num_rows()));
+    loaded_.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    exported_.Set(absl::ToDoubleSeconds(exported - absl::UnixEpoch()));
+    loads_.Increment();
+  }
+  void Failed() { failures_.Increment(); }
+
+ private:
+  static prometheus::Gauge& Gauge(prometheus::Registry& registry, const char* name,
+                                  const char* help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+  }
+
+  prometheus::Gauge& examples_;
+  prometheus::Gauge& rows_;
+  prometheus::Gauge& loaded_;
+  prometheus::Gauge& exported_;
+  prometheus::Counter& loads_;
+  prometheus::Counter& failures_;
+};
 
 int RunServe(ServeFlags f) {
   absl::StatusOr<std::optional<model::GemmKernel>> gemm = model::ParseGemmKernel(f.gemm, "--gemm");
@@ -53,26 +88,33 @@ int RunServe(ServeFlags f) {
     LOG(ERROR) << "serve: " << gemm.status().message();
     return 2;
   }
-  if (!(f.max_delay_ms >= 0) || f.batcher.threads < 1 || f.batcher.max_batch_examples < 1 ||
-      f.http.threads < 1 || f.http.max_request_examples < 1 || f.max_forward_examples < 1) {
-    LOG(ERROR) << "serve: --max-delay-ms must be >= 0, and the thread and example counts >= 1";
+  if (!(f.max_delay_ms >= 0) || !(f.poll_seconds >= 0) || f.batcher.threads < 1 ||
+      f.batcher.max_batch_examples < 1 || f.http.threads < 1 || f.http.max_request_examples < 1 ||
+      f.max_forward_examples < 1) {
+    LOG(ERROR) << "serve: --max-delay-ms and --poll-seconds must be >= 0, and the thread and "
+                  "example counts >= 1";
     return 2;
   }
   if (!InstallStopSignals()) {
     LOG(ERROR) << "serve: cannot create the signal pipe";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<serving::Scorer>> scorer =
-      serving::Scorer::Load(f.model_dir, {.max_batch = f.max_forward_examples, .gemm = *gemm});
-  if (!scorer.ok()) {
-    LOG(ERROR) << "serve: " << scorer.status();
-    return scorer.status().code() == absl::StatusCode::kInvalidArgument ||
-                   scorer.status().code() == absl::StatusCode::kNotFound
+  auto registry = std::make_shared<prometheus::Registry>();
+  ModelGauges gauges(*registry);
+  absl::StatusOr<std::unique_ptr<serving::ModelSource>> source = serving::ModelSource::Open(
+      f.model_dir,
+      {.scorer = {.max_batch = f.max_forward_examples, .gemm = *gemm},
+       .poll = absl::Seconds(f.poll_seconds),
+       .on_load = [&gauges](const serving::Scorer& s, absl::Time t) { gauges.Loaded(s, t); },
+       .on_load_failure = [&gauges](const absl::Status&) { gauges.Failed(); }});
+  if (!source.ok()) {
+    LOG(ERROR) << "serve: " << source.status();
+    return source.status().code() == absl::StatusCode::kInvalidArgument ||
+                   source.status().code() == absl::StatusCode::kNotFound ||
+                   source.status().code() == absl::StatusCode::kDataLoss
                ? 2
                : 1;
   }
-  auto registry = std::make_shared<prometheus::Registry>();
-  ExportModelGauges(**scorer, *registry);
   prometheus::Histogram& batches =
       prometheus::BuildHistogram()
           .Name("shadowsync_serve_batch_examples")
@@ -90,18 +132,18 @@ int RunServe(ServeFlags f) {
     return 1;
   }
   (*metrics)->RegisterCollectable(registry);
-  auto batcher = std::make_unique<serving::Batcher>(**scorer, f.batcher);
-  const serving::ServedModel served{f.name, std::to_string((*scorer)->info().examples_trained)};
+  auto batcher = std::make_unique<serving::Batcher>(f.batcher);
   absl::StatusOr<std::unique_ptr<serving::InferenceHttpServer>> http =
-      serving::InferenceHttpServer::Start(served, **scorer, *batcher, f.http, *registry);
+      serving::InferenceHttpServer::Start(f.name, **source, *batcher, f.http, *registry);
   if (!http.ok()) {
     LOG(ERROR) << "serve: " << http.status().message();
     return 1;
   }
   (*metrics)->set_serving(true);
+  const serving::ServedModel served = serving::Served(f.name, *(*source)->Current());
   LOG(INFO) << "serving model '" << served.name << "' version " << served.version << " from "
-            << f.model_dir << " on port " << (*http)->port() << " (KServe v2 HTTP); metrics on "
-            << (*metrics)->port();
+            << f.model_dir << (f.poll_seconds > 0 ? " (watched)" : "") << " on port "
+            << (*http)->port() << " (KServe v2 HTTP); metrics on " << (*metrics)->port();
   if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, (*http)->port(), (*metrics)->port())) {
     LOG(ERROR) << "serve: cannot write --ready-file " << f.ready_file;
     return 1;
@@ -112,6 +154,7 @@ int RunServe(ServeFlags f) {
   (*metrics)->set_serving(false);
   http->reset();  // Answers what is in flight.
   batcher.reset();
+  source->reset();
   return 0;
 }
 
@@ -122,7 +165,12 @@ Action AddServeCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "serve",
       "Score a model export online over the KServe v2 HTTP protocol until SIGTERM/SIGINT.");
-  cmd->add_option("--model", f->model_dir, "the export directory to serve")->required();
+  cmd->add_option("--model", f->model_dir,
+                  "an export, or a directory of exports whose LATEST names the one to serve")
+      ->required();
+  cmd->add_option("--poll-seconds", f->poll_seconds,
+                  "how often --model is checked for a newer export to swap in (0: never)")
+      ->capture_default_str();
   cmd->add_option("--name", f->name, "the model's name in /v2/models/{name}")
       ->capture_default_str();
   cmd->add_option("--listen", f->http.listen, "HTTP host:port of the v2 endpoints")

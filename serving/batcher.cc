@@ -6,14 +6,14 @@
 namespace shadowsync::serving {
 
 struct Batcher::Request {
+  std::shared_ptr<const Scorer> scorer;
   ExampleBlock block;
   absl::Time enqueued;
   absl::StatusOr<std::vector<float>> result = absl::UnknownError("not scored");
   bool done = false;
 };
 
-Batcher::Batcher(const Scorer& scorer, BatcherOptions options)
-    : scorer_(scorer), options_(std::move(options)) {
+Batcher::Batcher(BatcherOptions options) : options_(std::move(options)) {
   for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -25,8 +25,9 @@ Batcher::~Batcher() {
   for (std::thread& t : threads_) t.join();
 }
 
-absl::StatusOr<std::vector<float>> Batcher::Score(ExampleBlock block) {
-  Request request{.block = std::move(block), .enqueued = absl::Now()};
+absl::StatusOr<std::vector<float>> Batcher::Score(std::shared_ptr<const Scorer> scorer,
+                                                  ExampleBlock block) {
+  Request request{.scorer = std::move(scorer), .block = std::move(block), .enqueued = absl::Now()};
   {
     MutexLock lock(&mu_);
     queue_.push_back(&request);
@@ -54,8 +55,9 @@ void Batcher::Run() {
       }
       if (queue_.empty()) continue;  // Another thread took them meanwhile.
       int64_t examples = 0;
-      while (!queue_.empty() && (batch.empty() || examples + queue_.front()->block.size() <=
-                                                      options_.max_batch_examples)) {
+      while (!queue_.empty() && (batch.empty() || (queue_.front()->scorer == batch[0]->scorer &&
+                                                   examples + queue_.front()->block.size() <=
+                                                       options_.max_batch_examples))) {
         examples += queue_.front()->block.size();
         batch.push_back(queue_.front());
         queue_.pop_front();
@@ -64,11 +66,11 @@ void Batcher::Run() {
     }
     absl::StatusOr<std::vector<float>> probs;
     if (batch.size() == 1) {
-      probs = scorer_.Score(batch[0]->block);
+      probs = batch[0]->scorer->Score(batch[0]->block);
     } else {
       ExampleBlock merged = batch[0]->block;
       for (size_t i = 1; i < batch.size(); ++i) merged.Append(batch[i]->block);
-      probs = scorer_.Score(merged);
+      probs = batch[0]->scorer->Score(merged);
     }
     if (options_.on_batch && probs.ok()) options_.on_batch(static_cast<int64_t>(probs->size()));
     MutexLock lock(&mu_);

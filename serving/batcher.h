@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -36,22 +37,21 @@ struct BatcherOptions {
 
 class Batcher {
  public:
-  // `scorer` must outlive the batcher.
-  Batcher(const Scorer& scorer, BatcherOptions options);
+  explicit Batcher(BatcherOptions options);
   // Scores what is queued, then stops.
   ~Batcher();
 
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // The probabilities of `block`'s examples, as Scorer::Score gives them.
-  absl::StatusOr<std::vector<float>> Score(ExampleBlock block);
+  // The probabilities of `block`'s examples, as scorer->Score gives them.
+  absl::StatusOr<std::vector<float>> Score(std::shared_ptr<const Scorer> scorer,
+                                           ExampleBlock block);
 
  private:
   struct Request;
   void Run();
 
-  const Scorer& scorer_;
   const BatcherOptions options_;
   Mutex mu_;
   std::deque<Request*> queue_ ABSL_GUARDED_BY(mu_);

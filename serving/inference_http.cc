@@ -43,10 +43,10 @@ const char* Reason(int code) {
 }  // namespace
 
 struct InferenceHttpServer::Handler : public CivetHandler {
-  Handler(ServedModel model, const Scorer& scorer, Batcher& batcher, InferenceHttpOptions options,
-          prometheus::Registry& registry)
-      : model(std::move(model)),
-        scorer(scorer),
+  Handler(std::string name, const ModelSource& source, Batcher& batcher,
+          InferenceHttpOptions options, prometheus::Registry& registry)
+      : name(std::move(name)),
+        source(source),
         batcher(batcher),
         options(std::move(options)),
         requests(prometheus::BuildCounter()
@@ -82,6 +82,10 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     if (path.size() < 3 || path[1] != "models") {
       return Reply(conn, post, 404, ErrorBody(absl::StrCat("no such endpoint: ", uri)));
     }
+    // The model this request is answered with, even if a newer one is
+    // swapped in meanwhile.
+    const std::shared_ptr<const Scorer> scorer = source.Current();
+    const ServedModel model = Served(name, *scorer);
     if (path[2] != model.name) {
       return Reply(conn, post, 404,
                    ErrorBody(absl::StrCat("model '", path[2], "' is not served here; '", model.name,
@@ -103,13 +107,14 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     }
     if (action == "infer") {
       if (!post) return Reply(conn, post, 405, ErrorBody("infer takes POST"));
-      return Infer(conn);
+      return Infer(conn, model, scorer);
     }
     if (action == "ready") return Reply(conn, post, 200, {{"name", model.name}, {"ready", true}});
-    return Reply(conn, post, 200, ModelMetadata(model, scorer));
+    return Reply(conn, post, 200, ModelMetadata(model, *scorer));
   }
 
-  bool Infer(mg_connection* conn) {
+  bool Infer(mg_connection* conn, const ServedModel& model,
+             const std::shared_ptr<const Scorer>& scorer) {
     const mg_request_info* info = mg_get_request_info(conn);
     if (info->content_length > options.max_body_bytes) {
       return Reply(conn, true, 400,
@@ -136,11 +141,11 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     body.resize(size);
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<InferRequest> request =
-        ParseInferRequest(body, scorer.config(), options.max_request_examples);
+        ParseInferRequest(body, scorer->config(), options.max_request_examples);
     if (!request.ok())
       return Reply(conn, true, 400, ErrorBody(std::string(request.status().message())));
     const int64_t n_examples = request->examples.size();
-    absl::StatusOr<std::vector<float>> probs = batcher.Score(std::move(request->examples));
+    absl::StatusOr<std::vector<float>> probs = batcher.Score(scorer, std::move(request->examples));
     if (!probs.ok()) {
       const int code = probs.status().code() == absl::StatusCode::kInvalidArgument ? 400 : 500;
       return Reply(conn, true, code, ErrorBody(std::string(probs.status().message())));
@@ -168,8 +173,8 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     return true;
   }
 
-  const ServedModel model;
-  const Scorer& scorer;
+  const std::string name;
+  const ModelSource& source;
   Batcher& batcher;
   const InferenceHttpOptions options;
   prometheus::Family<prometheus::Counter>& requests;
@@ -178,7 +183,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
 };
 
 absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
-    ServedModel model, const Scorer& scorer, Batcher& batcher, InferenceHttpOptions options,
+    std::string name, const ModelSource& source, Batcher& batcher, InferenceHttpOptions options,
     prometheus::Registry& registry) {
   std::unique_ptr<InferenceHttpServer> server(new InferenceHttpServer());
   server->address_ = options.listen;
@@ -197,7 +202,7 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
   const std::vector<int> ports = server->server_->getListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
   server->handler_ =
-      std::make_unique<Handler>(std::move(model), scorer, batcher, std::move(options), registry);
+      std::make_unique<Handler>(std::move(name), source, batcher, std::move(options), registry);
   server->server_->addHandler("/v2", server->handler_.get());
   return server;
 }

@@ -2,8 +2,9 @@
 // serve`, on civetweb: /v2, /v2/health/{live,ready}, /v2/models/{name}
 // (optionally /versions/{version}), .../ready and POST .../infer. Bad
 // requests are answered 400 with {"error": ...} naming the field, and the
-// server goes on serving. Requests are parsed on civetweb's threads and
-// scored by the Batcher. Its Prometheus metrics go into the registry given.
+// server goes on serving. Requests are parsed on civetweb's threads, each
+// against the model the source serves when it arrives, and scored by the
+// Batcher with that model. Its Prometheus metrics go into the registry given.
 // Thread-safe.
 #ifndef SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
 #define SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
@@ -14,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "serving/batcher.h"
-#include "serving/scorer.h"
+#include "serving/model_source.h"
 #include "serving/v2_protocol.h"
 
 class CivetServer;
@@ -33,10 +34,10 @@ struct InferenceHttpOptions {
 
 class InferenceHttpServer {
  public:
-  // `scorer` and `batcher` must outlive the server. Unavailable if the
-  // address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<InferenceHttpServer>> Start(ServedModel model,
-                                                                    const Scorer& scorer,
+  // Serves `source`'s model as `name`. `source` and `batcher` must outlive
+  // the server. Unavailable if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<InferenceHttpServer>> Start(std::string name,
+                                                                    const ModelSource& source,
                                                                     Batcher& batcher,
                                                                     InferenceHttpOptions options,
                                                                     prometheus::Registry& registry);

@@ -265,6 +265,10 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
   return request;
 }
 
+ServedModel Served(std::string name, const Scorer& scorer) {
+  return {std::move(name), std::to_string(scorer.info().examples_trained)};
+}
+
 nlohmann::json InferResponse(const ServedModel& model, const std::string& id,
                              std::span<const float> probabilities) {
   Json response = {{"model_name", model.name},

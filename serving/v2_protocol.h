@@ -28,6 +28,8 @@ struct ServedModel {
   std::string name;
   std::string version;
 };
+// `scorer`'s model served as `name`.
+ServedModel Served(std::string name, const Scorer& scorer);
 
 struct InferRequest {
   std::string id;  // Echoed in the response; may be empty.

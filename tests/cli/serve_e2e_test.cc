@@ -1,11 +1,14 @@
 // `shadowsync serve` as a user runs it: a model trained and exported by the
 // real binary, served over the KServe v2 HTTP protocol, scores the held-out
 // examples as `shadowsync eval` does; bad requests are refused naming what is
-// wrong while the server goes on serving; SIGTERM stops it cleanly.
+// wrong while the server goes on serving; a newer export named by LATEST is
+// swapped in; SIGTERM stops it cleanly.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -43,12 +46,13 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
                               &out),
             0)
       << out;
-  const std::string model = dir.File("model");
-  ASSERT_EQ(testing::RunShell(bin + " train --data " + dir.File("t.tsv") +
-                                  " --batch-size 256 --bottom-mlp 32,16 --top-mlp 32"
-                                  " --hash-buckets 5000 --save-model " +
-                                  model,
-                              &out),
+  // A directory of exports, as a job writes them: LATEST names the newest.
+  const std::string model = dir.File("exports/model-000001");
+  const std::string model_flags =
+      " --batch-size 256 --bottom-mlp 32,16 --top-mlp 32 --hash-buckets 5000";
+  ASSERT_EQ(testing::RunShell(
+                bin + " train --data " + dir.File("t.tsv") + model_flags + " --save-model " + model,
+                &out),
             0)
       << out;
   ASSERT_EQ(testing::RunShell(bin + " eval --model " + model + " --data " + dir.File("t.eval.tsv") +
@@ -57,11 +61,13 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
             0)
       << out;
   const Json eval = Json::parse(testing::ReadFile(dir.File("e.json")));
+  testing::WriteFile(dir.File("exports/LATEST"), "model-000001\n");
 
-  absl::StatusOr<pid_t> pid = Spawn(
-      {bin, "serve", "--model", model, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-       "--ready-file", dir.File("ready"), "--threads", "2", "--max-body-bytes", "1000000"},
-      {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
+  absl::StatusOr<pid_t> pid =
+      Spawn({bin, "serve", "--model", dir.File("exports"), "--listen", "127.0.0.1:0",
+             "--metrics-listen", "127.0.0.1:0", "--ready-file", dir.File("ready"), "--threads", "2",
+             "--max-body-bytes", "1000000", "--poll-seconds", "0.2"},
+            {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
   ASSERT_TRUE(pid.ok()) << pid.status();
   int port = 0, metrics_port = 0;
   for (int i = 0; i < 600 && port == 0; ++i) {
@@ -80,6 +86,7 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   EXPECT_EQ(testing::HttpGet(port, "/v2/models/ctr/versions/8000/ready", &body), 200);
 
   // The held-out lines, scored by 4 concurrent clients in requests of 50.
+  // (A function: scored again after the swap below.)
   std::vector<std::string> lines;
   std::vector<float> labels;
   {
@@ -90,25 +97,29 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
     }
   }
   ASSERT_EQ(lines.size(), 1000u);
-  std::vector<float> probs(lines.size(), -1);
-  std::atomic<int> failures{0};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 4; ++c) {
-    clients.emplace_back([&, c] {
-      for (size_t begin = 50 * c; begin < lines.size(); begin += 200) {
-        std::string answer;
-        const int code = testing::HttpPost(port, "/v2/models/ctr/infer",
-                                           LinesRequest(lines, begin, begin + 50).dump(), &answer);
-        if (code != 200) {
-          ++failures;
-          continue;
+  const auto score_lines = [&](std::atomic<int>& failures) {
+    std::vector<float> probs(lines.size(), -1);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c) {
+      clients.emplace_back([&, c] {
+        for (size_t begin = 50 * c; begin < lines.size(); begin += 200) {
+          std::string answer;
+          const int code = testing::HttpPost(
+              port, "/v2/models/ctr/infer", LinesRequest(lines, begin, begin + 50).dump(), &answer);
+          if (code != 200) {
+            ++failures;
+            continue;
+          }
+          const Json data = Json::parse(answer)["outputs"][0]["data"];
+          for (size_t i = 0; i < 50; ++i) probs[begin + i] = data[i].get<float>();
         }
-        const Json data = Json::parse(answer)["outputs"][0]["data"];
-        for (size_t i = 0; i < 50; ++i) probs[begin + i] = data[i].get<float>();
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    return probs;
+  };
+  std::atomic<int> failures{0};
+  const std::vector<float> probs = score_lines(failures);
   ASSERT_EQ(failures, 0);
   const QualityReport served = Evaluate(probs, labels);
   EXPECT_NEAR(served.logloss, eval["eval_logloss"].get<double>(), 1e-6);
@@ -170,6 +181,43 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 8000"));
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_requests_total{code=\"400\"} 3"));
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_batch_examples_count"));
+
+  // A newer export (trained further from this one), named by LATEST while
+  // clients score: swapped in within the poll, with no request failing.
+  const std::string newer = dir.File("exports/model-000002");
+  ASSERT_EQ(testing::RunShell(bin + " train --data " + dir.File("t.tsv") + model_flags +
+                                  " --init-model " + model + " --max-examples 3000 --save-model " +
+                                  newer + " && " + bin + " eval --model " + newer + " --data " +
+                                  dir.File("t.eval.tsv") + " --report-json " + dir.File("e2.json"),
+                              &out),
+            0)
+      << out;
+  const Json eval2 = Json::parse(testing::ReadFile(dir.File("e2.json")));
+  std::atomic<bool> swapped{false};
+  std::atomic<int> during_swap_failures{0};
+  std::thread during_swap([&] {
+    while (!swapped) score_lines(during_swap_failures);
+  });
+  testing::WriteFile(dir.File("exports/LATEST.tmp"), "model-000002\n");
+  std::filesystem::rename(dir.File("exports/LATEST.tmp"), dir.File("exports/LATEST"));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(testing::HttpGet(port, "/v2/models/ctr", &body), 200);
+    if (Json::parse(body)["versions"] == Json({"3000"})) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  swapped = true;
+  during_swap.join();
+  EXPECT_EQ(Json::parse(body)["versions"], Json({"3000"})) << body;
+  EXPECT_EQ(during_swap_failures, 0);
+  const QualityReport served2 = Evaluate(score_lines(failures), labels);
+  ASSERT_EQ(failures, 0);
+  EXPECT_NEAR(served2.logloss, eval2["eval_logloss"].get<double>(), 1e-6);
+  EXPECT_NEAR(served2.auc, eval2["eval_auc"].get<double>(), 1e-6);
+  EXPECT_GT(std::abs(served2.logloss - served.logloss), 1e-6);  // Another model scored them.
+  EXPECT_EQ(testing::HttpGet(port, "/v2/models/ctr/versions/8000/ready", &body), 404);
+  ASSERT_EQ(testing::HttpGet(metrics_port, "/metrics", &body), 200);
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 3000"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_loads_total 2"));
 
   ASSERT_EQ(kill(*pid, SIGTERM), 0);
   int status = 0;

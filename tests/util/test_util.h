@@ -34,6 +34,15 @@ MATCHER_P2(StatusIs, code, substr, "") {
   return s.code() == code && s.message().find(substr) != std::string::npos;
 }
 
+// Matches an ok StatusOr whose value equals `value`.
+MATCHER_P(IsOkAndHolds, value, "") {
+  if (!arg.ok()) {
+    *result_listener << "status is " << arg.status();
+    return false;
+  }
+  return *arg == value;
+}
+
 // A fresh directory under the test's temp dir, removed at destruction.
 class ScratchDir {
  public:
