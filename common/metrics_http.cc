@@ -181,15 +181,22 @@ int HandleRequest(mg_connection* conn) {
   auto [code, body] = metrics ? std::pair<int, std::string>{200, state ? state->Metrics() : ""}
                               : Probe(uri, state.get());
   const char* type = metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain";
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            code, code == 200 ? "OK" : "Service Unavailable", type, body.size());
-  if (std::string_view(info->request_method) != "HEAD") mg_write(conn, body.data(), body.size());
+  WriteHttpResponse(conn, code, code == 200 ? "OK" : "Service Unavailable", type, body,
+                    /*close=*/true);
   return code;
 }
 
 }  // namespace
+
+void WriteHttpResponse(mg_connection* conn, int code, std::string_view reason,
+                       std::string_view content_type, std::string_view body, bool close) {
+  std::string response = absl::StrCat("HTTP/1.1 ", code, " ");
+  response.append(reason).append("\r\nContent-Type: ").append(content_type);
+  absl::StrAppend(&response, "\r\nContent-Length: ", body.size(), "\r\nCache-Control: no-store\r\n",
+                  close ? "Connection: close\r\n" : "", "\r\n");
+  if (std::string_view(mg_get_request_info(conn)->request_method) != "HEAD") response += body;
+  mg_write(conn, response.data(), response.size());
+}
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address) {

@@ -164,12 +164,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
   bool Reply(mg_connection* conn, bool counted, int code, const Json& body, bool close = false) {
     if (counted) requests.Add({{"code", std::to_string(code)}}).Increment();
     const std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-    const mg_request_info* info = mg_get_request_info(conn);
-    mg_printf(conn,
-              "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-              "Cache-Control: no-store\r\n%s\r\n",
-              code, Reason(code), text.size(), close ? "Connection: close\r\n" : "");
-    if (std::string_view(info->request_method) != "HEAD") mg_write(conn, text.data(), text.size());
+    WriteHttpResponse(conn, code, Reason(code), "application/json", text, close);
     return true;
   }
 
@@ -192,7 +187,8 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
       "num_threads",           std::to_string(options.threads),
       "enable_keep_alive",     "yes",
       "keep_alive_timeout_ms", "30000",
-      "request_timeout_ms",    "30000"};
+      "request_timeout_ms",    "30000",
+      "tcp_nodelay",           "1"};
   try {
     StartCivetweb([&] { server->server_ = std::make_unique<CivetServer>(civet_options); });
   } catch (const std::exception& e) {
