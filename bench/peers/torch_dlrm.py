@@ -72,6 +72,10 @@ def parse_args(argv):
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="after training, profile STEPS extra steps and print the op table (stderr)")
     p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("--inference-seconds", type=float, default=0, metavar="S",
+                   help="instead of training, score --data's batches in turn for S seconds "
+                        "under torch.inference_mode (the in-process floor of a server built on "
+                        "this model; bench/serve.sh)")
     args = p.parse_args(argv)
     if args.threads < 1 or args.batch_size < 1 or args.hash_buckets < 1:
         p.error("--threads, --batch-size and --hash-buckets must be positive")
@@ -561,6 +565,8 @@ def main(args):
     top = [int(v) for v in args.top_mlp.split(",") if v]
     model = DLRM(bottom, top, args.embedding_dim, args.hash_buckets, args.emb_impl,
                  args.interaction, args.dcn_layers, args.dcn_low_rank)
+    if args.inference_seconds > 0:
+        return score_throughput(model, batches, args)
     opts, manual, warmup = make_optimizers(model, args)
     n = len(labels)
     train_logits = torch.empty(n)
@@ -611,6 +617,45 @@ def main(args):
           f"train_ne={report['train_ne']:.5f} eval_ne={report['eval_ne']:.5f} "
           f"eval_auc={report['eval_auc']:.5f} eval_logloss={report['eval_logloss']:.5f} "
           f"threads={args.threads} batch_size={args.batch_size}", flush=True)
+
+
+def score_throughput(model, batches, args):
+    """Probabilities of --data's batches, one forward pass each, in turn for
+    --inference-seconds after a warm-up pass: examples/s and per-batch p50/p99."""
+    model.eval()
+    latencies = []
+    with torch.inference_mode():
+        for x, i, _ in batches[:20]:
+            torch.sigmoid(model(x, i))
+        n, k = 0, 0
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        while True:
+            x, i, y = batches[k % len(batches)]
+            t = time.perf_counter()
+            torch.sigmoid(model(x, i))
+            latencies.append(time.perf_counter() - t)
+            n += y.shape[0]
+            k += 1
+            if time.perf_counter() - start >= args.inference_seconds:
+                break
+        seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
+    latencies.sort()
+    report = {"peer": "torch", "mode": "inference", "torch_version": torch.__version__,
+              "examples": n, "batches": k, "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "examples_per_second": n / seconds, "batch_size": args.batch_size,
+              "threads": args.threads, "emb_impl": args.emb_impl,
+              "p50_ms": 1e3 * latencies[len(latencies) // 2],
+              "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
+    if args.report_json:
+        with open(args.report_json, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    print(f"torch_dlrm: inference examples={n} seconds={seconds:.3f} "
+          f"examples_per_second={report['examples_per_second']:.1f} p50_ms={report['p50_ms']:.3f} "
+          f"p99_ms={report['p99_ms']:.3f} threads={args.threads} batch_size={args.batch_size}",
+          flush=True)
 
 
 def profile(model, opts, manual, batches, steps):
