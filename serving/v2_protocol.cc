@@ -30,17 +30,37 @@ bool OneOf(const std::string& value, std::initializer_list<const char*> allowed)
   return false;
 }
 
-// One input tensor, checked for form: its datatype, shape and data, the
-// data flattened in row-major order.
-struct Tensor {
-  std::string where;  // "inputs[i]"
-  std::string datatype;
-  std::vector<int64_t> shape;
-  std::vector<const Json*> data;
-};
+// The integer count a float value holds, if it holds one.
+absl::StatusOr<int64_t> IntegerCount(const std::string& where, double d) {
+  if (!std::isfinite(d)) return Invalid(where, "not a finite number");
+  if (d != std::floor(d) || std::fabs(d) > 9.0e18) {
+    return Invalid(where, absl::StrCat(d,
+                                       " is not an integer count (the dense features are the "
+                                       "TSV's integer columns)"));
+  }
+  return static_cast<int64_t>(d);
+}
 
-absl::StatusOr<Tensor> ReadTensor(const Json& input, const std::string& where) {
-  Tensor t;
+// The number of values `t`'s shape holds, if each dimension and the total
+// are sane.
+absl::StatusOr<int64_t> CheckedSize(const InputTensor& t) {
+  int64_t values = 1;
+  for (const int64_t d : t.shape) {
+    if (d < 0 || d > (1 << 30)) {
+      return Invalid(t.where + ".shape", absl::StrCat(d, " is not a dimension"));
+    }
+    values *= d;
+    if (values > (int64_t{1} << 30)) return Invalid(t.where + ".shape", "too many values");
+  }
+  return values;
+}
+
+// A JSON input's datatype, shape and data (row-major, flat or nested),
+// checked for form; its values read by index.
+absl::StatusOr<InputTensor> ReadJsonTensor(const Json& input, std::string name,
+                                           const std::string& where) {
+  InputTensor t;
+  t.name = std::move(name);
   t.where = where;
   if (!input.contains("datatype") || !input["datatype"].is_string()) {
     return Invalid(where + ".datatype", "missing, or not a string");
@@ -49,19 +69,18 @@ absl::StatusOr<Tensor> ReadTensor(const Json& input, const std::string& where) {
   if (!input.contains("shape") || !input["shape"].is_array()) {
     return Invalid(where + ".shape", "missing, or not an array");
   }
-  int64_t values = 1;
   for (const Json& d : input["shape"]) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (1 << 30)) {
+    if (!d.is_number_integer()) {
       return Invalid(where + ".shape", absl::StrCat(d.dump(), " is not a dimension"));
     }
     t.shape.push_back(d.get<int64_t>());
-    values *= t.shape.back();
-    if (values > (int64_t{1} << 30)) return Invalid(where + ".shape", "too many values");
   }
+  SS_ASSIGN_OR_RETURN(const int64_t values, CheckedSize(t));
   if (!input.contains("data") || !input["data"].is_array()) {
     return Invalid(where + ".data", "missing, or not an array");
   }
   // Row-major, nested arrays allowed (the protocol permits both forms).
+  auto data = std::make_shared<std::vector<const Json*>>();
   std::vector<std::pair<const Json*, size_t>> stack = {{&input["data"], 0}};
   while (!stack.empty()) {
     auto& [array, next] = stack.back();
@@ -73,19 +92,33 @@ absl::StatusOr<Tensor> ReadTensor(const Json& input, const std::string& where) {
     if (item.is_array()) {
       stack.emplace_back(&item, 0);
     } else {
-      if (static_cast<int64_t>(t.data.size()) == values) break;
-      t.data.push_back(&item);
+      if (static_cast<int64_t>(data->size()) == values) break;
+      data->push_back(&item);
     }
   }
-  if (static_cast<int64_t>(t.data.size()) != values || !stack.empty()) {
+  if (static_cast<int64_t>(data->size()) != values || !stack.empty()) {
     return Invalid(where + ".data",
                    absl::StrCat("shape [", absl::StrJoin(t.shape, ","), "] holds ", values,
                                 " values; data has ", stack.empty() ? "fewer" : "more"));
   }
+  t.integer = [data, where](size_t i, bool int_type) -> absl::StatusOr<int64_t> {
+    const Json& v = *(*data)[i];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (!v.is_number_float() || int_type) {
+      return Invalid(absl::StrCat(where, ".data[", i, "]"),
+                     absl::StrCat(v.dump(), " is not an integer"));
+    }
+    return IntegerCount(absl::StrCat(where, ".data[", i, "]"), v.get<double>());
+  };
+  t.bytes = [data, where](size_t i) -> absl::StatusOr<std::string> {
+    if (!(*data)[i]->is_string())
+      return Invalid(absl::StrCat(where, ".data[", i, "]"), "not a string");
+    return (*data)[i]->get<std::string>();
+  };
   return t;
 }
 
-absl::Status CheckShape(const Tensor& t, std::vector<int64_t> want) {
+absl::Status CheckShape(const InputTensor& t, std::vector<int64_t> want) {
   if (t.shape != want) {
     return Invalid(t.where + ".shape",
                    absl::StrCat("[", absl::StrJoin(t.shape, ","), "]; the model takes [",
@@ -94,48 +127,38 @@ absl::Status CheckShape(const Tensor& t, std::vector<int64_t> want) {
   return absl::OkStatus();
 }
 
-// An integer JSON number (a float one only if integral), for value i.
-absl::StatusOr<int64_t> IntegerAt(const Tensor& t, size_t i, bool int_type) {
-  const Json& v = *t.data[i];
-  const std::string where = absl::StrCat(t.where, ".data[", i, "]");
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (!v.is_number_float() || int_type) {
-    return Invalid(where, absl::StrCat(v.dump(), " is not an integer"));
+absl::Status CheckBatch(int64_t examples, const std::string& where, int64_t max_examples) {
+  if (examples > max_examples) {
+    return Invalid(where + ".shape",
+                   absl::StrCat(examples, " examples; a request may hold at most ", max_examples));
   }
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) return Invalid(where, "not a finite number");
-  if (d != std::floor(d) || std::fabs(d) > 9.0e18) {
-    return Invalid(where, absl::StrCat(v.dump(),
-                                       " is not an integer count (the dense features are the "
-                                       "TSV's integer columns)"));
-  }
-  return static_cast<int64_t>(d);
+  return absl::OkStatus();
 }
 
-absl::Status ReadDense(const Tensor& t, int64_t batch, ExampleBlock* out) {
+absl::Status ReadDense(const InputTensor& t, int64_t batch, ExampleBlock* out) {
   if (!OneOf(t.datatype, {"FP32", "FP64", "INT32", "INT64"})) {
     return Invalid(t.where + ".datatype",
                    absl::StrCat("'", t.datatype, "' is not one of FP32, FP64, INT32, INT64"));
   }
   SS_RETURN_IF_ERROR(CheckShape(t, {batch, out->num_dense}));
   const bool int_type = t.datatype[0] == 'I';
-  out->dense.resize(t.data.size());
-  for (size_t i = 0; i < t.data.size(); ++i) {
-    SS_ASSIGN_OR_RETURN(const int64_t x, IntegerAt(t, i, int_type));
+  out->dense.resize(static_cast<size_t>(batch * out->num_dense));
+  for (size_t i = 0; i < out->dense.size(); ++i) {
+    SS_ASSIGN_OR_RETURN(const int64_t x, t.integer(i, int_type));
     out->dense[i] = CriteoDenseValue(x);
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadSparse(const Tensor& t, int64_t batch, ExampleBlock* out) {
+absl::Status ReadSparse(const InputTensor& t, int64_t batch, ExampleBlock* out) {
   if (!OneOf(t.datatype, {"INT64", "INT32"})) {
     return Invalid(t.where + ".datatype",
                    absl::StrCat("'", t.datatype, "' is not one of INT64, INT32"));
   }
   SS_RETURN_IF_ERROR(CheckShape(t, {batch, out->num_sparse}));
-  out->sparse.resize(t.data.size());
-  for (size_t i = 0; i < t.data.size(); ++i) {
-    SS_ASSIGN_OR_RETURN(const int64_t id, IntegerAt(t, i, /*int_type=*/true));
+  out->sparse.resize(static_cast<size_t>(batch * out->num_sparse));
+  for (size_t i = 0; i < out->sparse.size(); ++i) {
+    SS_ASSIGN_OR_RETURN(const int64_t id, t.integer(i, /*int_type=*/true));
     if (id == -1) {
       out->sparse[i] = kMissingId;
     } else if (id < 0 || id >= (int64_t{1} << 32)) {
@@ -150,7 +173,7 @@ absl::Status ReadSparse(const Tensor& t, int64_t batch, ExampleBlock* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadLines(const Tensor& t, int64_t batch, ExampleBlock* out) {
+absl::Status ReadLines(const InputTensor& t, int64_t batch, ExampleBlock* out) {
   if (out->num_dense != kCriteoDense || out->num_sparse != kCriteoSparse) {
     return Invalid(t.where,
                    absl::StrCat("'lines' needs a model of the Criteo layout (", kCriteoDense,
@@ -162,10 +185,9 @@ absl::Status ReadLines(const Tensor& t, int64_t batch, ExampleBlock* out) {
   }
   SS_RETURN_IF_ERROR(CheckShape(t, {batch}));
   out->clear();
-  for (size_t i = 0; i < t.data.size(); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(batch); ++i) {
     const std::string where = absl::StrCat(t.where, ".data[", i, "]");
-    if (!t.data[i]->is_string()) return Invalid(where, "not a string");
-    std::string line = t.data[i]->get<std::string>();
+    SS_ASSIGN_OR_RETURN(std::string line, t.bytes(i));
     // Without the label, the line has one field fewer.
     if (std::count(line.begin(), line.end(), '\t') == kCriteoFields - 2) line = "0\t" + line;
     if (absl::Status s = ParseCriteoLine(line, out); !s.ok())
@@ -214,7 +236,7 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
   if (!root.contains("inputs") || !root["inputs"].is_array()) {
     return Invalid("inputs", "missing, or not an array");
   }
-  absl::flat_hash_map<std::string, Tensor> inputs;
+  std::vector<InputTensor> inputs;
   for (size_t i = 0; i < root["inputs"].size(); ++i) {
     const Json& input = root["inputs"][i];
     const std::string where = absl::StrCat("inputs[", i, "]");
@@ -222,47 +244,62 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
       return Invalid(where + ".name", "missing, or not a string");
     }
     const std::string name = input["name"].get<std::string>();
-    if (!OneOf(name, {"dense", "sparse", "lines"})) {
-      return Invalid(where + ".name",
-                     absl::StrCat("'", name,
-                                  "' is not an input of this model (dense, sparse, "
-                                  "lines)"));
-    }
-    if (inputs.contains(name)) return Invalid(where + ".name", absl::StrCat("'", name, "' again"));
+    SS_RETURN_IF_ERROR(CheckInputName(name, where, inputs));
     // The batch size first, before the data is walked.
     if (input.contains("shape") && input["shape"].is_array() && !input["shape"].empty() &&
-        input["shape"][0].is_number_integer() && input["shape"][0].get<int64_t>() > max_examples) {
-      return Invalid(where + ".shape", absl::StrCat(input["shape"][0].dump(),
-                                                    " examples; a request may hold at "
-                                                    "most ",
-                                                    max_examples));
+        input["shape"][0].is_number_integer()) {
+      SS_RETURN_IF_ERROR(CheckBatch(input["shape"][0].get<int64_t>(), where, max_examples));
     }
-    SS_ASSIGN_OR_RETURN(Tensor tensor, ReadTensor(input, where));
-    inputs.emplace(name, std::move(tensor));
+    SS_ASSIGN_OR_RETURN(InputTensor tensor, ReadJsonTensor(input, name, where));
+    inputs.push_back(std::move(tensor));
   }
-  ExampleBlock& out = request.examples;
+  SS_ASSIGN_OR_RETURN(request.examples, ExamplesFromInputs(inputs, config, max_examples));
+  return request;
+}
+
+absl::Status CheckInputName(const std::string& name, const std::string& where,
+                            std::span<const InputTensor> seen) {
+  if (!OneOf(name, {"dense", "sparse", "lines"})) {
+    return Invalid(
+        where + ".name",
+        absl::StrCat("'", name, "' is not an input of this model (dense, sparse, lines)"));
+  }
+  for (const InputTensor& t : seen) {
+    if (t.name == name) return Invalid(where + ".name", absl::StrCat("'", name, "' again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExampleBlock> ExamplesFromInputs(std::span<const InputTensor> inputs,
+                                                const model::DlrmConfig& config,
+                                                int64_t max_examples) {
+  const InputTensor* by_name[3] = {nullptr, nullptr, nullptr};  // dense, sparse, lines
+  for (const InputTensor& t : inputs) {
+    SS_RETURN_IF_ERROR(CheckedSize(t).status());
+    if (!t.shape.empty()) SS_RETURN_IF_ERROR(CheckBatch(t.shape[0], t.where, max_examples));
+    by_name[t.name == "dense" ? 0 : t.name == "sparse" ? 1 : 2] = &t;
+  }
+  ExampleBlock out;
   out.num_dense = config.num_dense;
   out.num_sparse = config.num_tables;
-  if (auto lines = inputs.find("lines"); lines != inputs.end()) {
+  if (const InputTensor* lines = by_name[2]; lines != nullptr) {
     if (inputs.size() > 1) {
       return Invalid("inputs", "give either lines, or dense and sparse, not both");
     }
-    const Tensor& t = lines->second;
-    SS_RETURN_IF_ERROR(ReadLines(t, t.shape.empty() ? 0 : t.shape[0], &out));
-    return request;
+    SS_RETURN_IF_ERROR(ReadLines(*lines, lines->shape.empty() ? 0 : lines->shape[0], &out));
+    return out;
   }
-  for (const char* name : {"dense", "sparse"}) {
-    if (!inputs.contains(name)) {
-      return Invalid("inputs",
-                     absl::StrCat("no tensor '", name, "' (give dense and sparse, or lines)"));
+  for (int k = 0; k < 2; ++k) {
+    if (by_name[k] == nullptr) {
+      return Invalid("inputs", absl::StrCat("no tensor '", k == 0 ? "dense" : "sparse",
+                                            "' (give dense and sparse, or lines)"));
     }
   }
-  const Tensor& dense = inputs.at("dense");
-  const int64_t batch = dense.shape.empty() ? 0 : dense.shape[0];
-  SS_RETURN_IF_ERROR(ReadDense(dense, batch, &out));
-  SS_RETURN_IF_ERROR(ReadSparse(inputs.at("sparse"), batch, &out));
+  const int64_t batch = by_name[0]->shape.empty() ? 0 : by_name[0]->shape[0];
+  SS_RETURN_IF_ERROR(ReadDense(*by_name[0], batch, &out));
+  SS_RETURN_IF_ERROR(ReadSparse(*by_name[1], batch, &out));
   out.labels.assign(batch, 0.0f);
-  return request;
+  return out;
 }
 
 ServedModel Served(std::string name, const Scorer& scorer) {

@@ -11,9 +11,11 @@
 #define SHADOWSYNC_SERVING_V2_PROTOCOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/example.h"
@@ -30,6 +32,30 @@ struct ServedModel {
 };
 // `scorer`'s model served as `name`.
 ServedModel Served(std::string name, const Scorer& scorer);
+
+// One input tensor of a request, in either protocol: its datatype and shape
+// as given, and its values (row-major) read by index, as an integer (a float
+// value only if integral and `int_type` is false) or as bytes. The readers
+// return InvalidArgument naming the value ("inputs[0].data[3]: ...").
+struct InputTensor {
+  std::string name;
+  std::string where;  // "inputs[i]": how errors name it.
+  std::string datatype;
+  std::vector<int64_t> shape;
+  std::function<absl::StatusOr<int64_t>(size_t i, bool int_type)> integer;
+  std::function<absl::StatusOr<std::string>(size_t i)> bytes;
+};
+
+// InvalidArgument unless `name` is an input of the model not among `seen`.
+absl::Status CheckInputName(const std::string& name, const std::string& where,
+                            std::span<const InputTensor> seen);
+// The examples of a request's inputs (names checked by CheckInputName):
+// InvalidArgument naming the tensor or value for a wrong datatype or shape,
+// values that do not fill the shape, a value out of range, more than
+// `max_examples` examples, or a missing or extra tensor.
+absl::StatusOr<ExampleBlock> ExamplesFromInputs(std::span<const InputTensor> inputs,
+                                                const model::DlrmConfig& config,
+                                                int64_t max_examples);
 
 struct InferRequest {
   std::string id;  // Echoed in the response; may be empty.
