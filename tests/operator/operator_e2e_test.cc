@@ -805,10 +805,16 @@ TEST_F(OperatorE2eTest, TwoReplicasContendForTheLease) {
   ASSERT_TRUE(holder == "op-a" || holder == "op-b") << holder;
   ASSERT_TRUE(api_->Create(kJobs, testing::JobJson("big", 5000000, 2, 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return StsReplicas("big-trainer") == 2; }, std::chrono::seconds(60)));
-  // Only the holder acted: every Event is its own.
-  absl::StatusOr<std::vector<json>> events = api_->List("/api/v1/namespaces/default/events");
-  ASSERT_TRUE(events.ok());
-  ASSERT_FALSE(events->empty());
+  // Only the holder acted: every Event is its own. (The controller records
+  // the reconcile's Events after applying its children, so they may trail
+  // the StatefulSets.)
+  absl::StatusOr<std::vector<json>> events;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        events = api_->List("/api/v1/namespaces/default/events");
+        return events.ok() && !events->empty();
+      },
+      std::chrono::seconds(30)));
   for (const json& e : *events) EXPECT_EQ(e["reportingInstance"], holder) << e.dump();
   const pid_t leader = holder == "op-a" ? a : b;
   const std::string standby = holder == "op-a" ? "op-b" : "op-a";
