@@ -379,10 +379,16 @@ int Run(const Flags& f) {
   const std::string ready = f.work_dir + "/serve.ready";
   fs::remove(ready);
   absl::StatusOr<std::unique_ptr<ChildProcess>> serve =
-      ChildProcess::Spawn({f.shadowsync, "serve", "--model", f.exports, "--listen", "127.0.0.1:0",
-                           "--metrics-listen", "127.0.0.1:0", "--ready-file", ready, "--threads",
-                           std::to_string(f.threads), "--http-threads", "160", "--poll-seconds",
-                           "0.2", "--max-body-bytes", std::to_string(kMaxBodyBytes)},
+      ChildProcess::Spawn({f.shadowsync,       "serve",
+                           "--model",          f.exports,
+                           "--listen",         "127.0.0.1:0",
+                           "--metrics-listen", "127.0.0.1:0",
+                           "--grpc-listen",    "127.0.0.1:0",
+                           "--ready-file",     ready,
+                           "--threads",        std::to_string(f.threads),
+                           "--http-threads",   "160",
+                           "--poll-seconds",   "0.2",
+                           "--max-body-bytes", std::to_string(kMaxBodyBytes)},
                           f.work_dir + "/serve.log");
   if (!serve.ok()) {
     LOG(ERROR) << serve.status();

@@ -5,9 +5,12 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
+#include "common/grpc_security.h"
 #include "common/metrics_http.h"
 #include "glog/logging.h"
 #include "model/gemm.h"
@@ -16,6 +19,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "serving/batcher.h"
+#include "serving/inference_grpc.h"
 #include "serving/inference_http.h"
 #include "serving/model_source.h"
 
@@ -29,6 +33,8 @@ struct ServeFlags {
   std::string ready_file;
   std::string gemm = "auto";
   serving::InferenceHttpOptions http;
+  serving::InferenceGrpcOptions grpc;
+  GrpcSecurityFiles security;
   serving::BatcherOptions batcher;
   double max_delay_ms = 1;
   int max_forward_examples = serving::ScorerOptions().max_batch;
@@ -95,6 +101,12 @@ int RunServe(ServeFlags f) {
                   "example counts >= 1";
     return 2;
   }
+  absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
+  if (!security.ok()) {
+    LOG(ERROR) << "serve: " << security.status().message();
+    return 2;
+  }
+  f.grpc.security = *security;
   if (!InstallStopSignals()) {
     LOG(ERROR) << "serve: cannot create the signal pipe";
     return 1;
@@ -139,20 +151,35 @@ int RunServe(ServeFlags f) {
     LOG(ERROR) << "serve: " << http.status().message();
     return 1;
   }
+  f.grpc.max_request_examples = f.http.max_request_examples;
+  absl::StatusOr<std::unique_ptr<serving::InferenceGrpcServer>> grpc =
+      serving::InferenceGrpcServer::Start(f.name, **source, *batcher, f.grpc, *registry);
+  if (!grpc.ok()) {
+    LOG(ERROR) << "serve: " << grpc.status().message();
+    return 1;
+  }
   (*metrics)->set_serving(true);
   const serving::ServedModel served = serving::Served(f.name, *(*source)->Current());
   LOG(INFO) << "serving model '" << served.name << "' version " << served.version << " from "
             << f.model_dir << (f.poll_seconds > 0 ? " (watched)" : "") << " on port "
-            << (*http)->port() << " (KServe v2 HTTP); metrics on " << (*metrics)->port();
-  if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, (*http)->port(), (*metrics)->port())) {
-    LOG(ERROR) << "serve: cannot write --ready-file " << f.ready_file;
-    return 1;
+            << (*http)->port() << " (KServe v2 HTTP) and " << (*grpc)->port() << " (gRPC"
+            << (security->tls() ? ", TLS" : "") << (security->has_token() ? ", token" : "")
+            << "); metrics on " << (*metrics)->port();
+  if (!f.ready_file.empty()) {
+    if (absl::Status s = WriteFileAtomically(
+            f.ready_file,
+            absl::StrCat((*http)->port(), " ", (*metrics)->port(), " ", (*grpc)->port(), "\n"));
+        !s.ok()) {
+      LOG(ERROR) << "serve: --ready-file: " << s.message();
+      return 1;
+    }
   }
   if (const int sig = AwaitStopSignal(); sig != 0) {
     LOG(INFO) << "serve received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
   }
   (*metrics)->set_serving(false);
   http->reset();  // Answers what is in flight.
+  grpc->reset();
   batcher.reset();
   source->reset();
   return 0;
@@ -175,6 +202,9 @@ Action AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--listen", f->http.listen, "HTTP host:port of the v2 endpoints")
       ->capture_default_str();
+  cmd->add_option("--grpc-listen", f->grpc.listen,
+                  "gRPC host:port of inference.GRPCInferenceService")
+      ->capture_default_str();
   cmd->add_option("--metrics-listen", f->metrics_listen, "HTTP host:port for /metrics, /healthz")
       ->capture_default_str();
   cmd->add_option("--http-threads", f->http.threads,
@@ -196,7 +226,8 @@ Action AddServeCommand(CLI::App& app) {
                   "fp32 GEMM kernel: auto (the one that scored the export), openblas or onednn")
       ->capture_default_str();
   cmd->add_option("--ready-file", f->ready_file,
-                  "write \"HTTP_PORT METRICS_PORT\" here once serving");
+                  "write \"HTTP_PORT METRICS_PORT GRPC_PORT\" here once serving");
+  AddSecurityFlags(*cmd, f->security);
   return [f] { return RunServe(*f); };
 }
 

@@ -14,9 +14,7 @@
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "common/version.h"
-#include "prometheus/counter.h"
-#include "prometheus/histogram.h"
-#include "prometheus/registry.h"
+#include "serving/inference_metrics.h"
 
 namespace shadowsync::serving {
 namespace {
@@ -49,22 +47,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
         source(source),
         batcher(batcher),
         options(std::move(options)),
-        requests(prometheus::BuildCounter()
-                     .Name("shadowsync_serve_requests_total")
-                     .Help("Inference requests answered, by HTTP status code.")
-                     .Register(registry)),
-        examples(prometheus::BuildCounter()
-                     .Name("shadowsync_serve_examples_total")
-                     .Help("Examples scored.")
-                     .Register(registry)
-                     .Add({})),
-        latency(prometheus::BuildHistogram()
-                    .Name("shadowsync_serve_request_duration_seconds")
-                    .Help("Inference request latency, from the parsed request to the answer.")
-                    .Register(registry)
-                    .Add({}, prometheus::Histogram::BucketBoundaries{
-                                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                 0.1, 0.25, 0.5, 1.0, 2.5})) {}
+        metrics(registry) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
   bool handleHead(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
@@ -86,20 +69,14 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     // swapped in meanwhile.
     const std::shared_ptr<const Scorer> scorer = source.Current();
     const ServedModel model = Served(name, *scorer);
-    if (path[2] != model.name) {
-      return Reply(conn, post, 404,
-                   ErrorBody(absl::StrCat("model '", path[2], "' is not served here; '", model.name,
-                                          "' is")));
-    }
     size_t next = 3;
+    std::string version;
     if (path.size() >= 5 && path[3] == "versions") {
-      if (path[4] != model.version) {
-        return Reply(
-            conn, post, 404,
-            ErrorBody(absl::StrCat("version '", path[4], "' of model '", model.name,
-                                   "' is not served here; version '", model.version, "' is")));
-      }
+      version = path[4];
       next = 5;
+    }
+    if (absl::Status s = CheckModel(model, path[2], version); !s.ok()) {
+      return Reply(conn, post, 404, ErrorBody(std::string(s.message())));
     }
     const std::string action = next < path.size() ? path[next] : "";
     if (next + 1 < path.size() || (action != "" && action != "ready" && action != "infer")) {
@@ -150,10 +127,9 @@ struct InferenceHttpServer::Handler : public CivetHandler {
       const int code = probs.status().code() == absl::StatusCode::kInvalidArgument ? 400 : 500;
       return Reply(conn, true, code, ErrorBody(std::string(probs.status().message())));
     }
-    examples.Increment(static_cast<double>(n_examples));
     const bool ok = Reply(conn, true, 200, InferResponse(model, request->id, *probs));
-    latency.Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    metrics.Scored(n_examples,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return ok;
   }
 
@@ -162,7 +138,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
   }
 
   bool Reply(mg_connection* conn, bool counted, int code, const Json& body, bool close = false) {
-    if (counted) requests.Add({{"code", std::to_string(code)}}).Increment();
+    if (counted) metrics.Answered("http", std::to_string(code));
     const std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
     WriteHttpResponse(conn, code, Reason(code), "application/json", text, close);
     return true;
@@ -172,9 +148,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
   const ModelSource& source;
   Batcher& batcher;
   const InferenceHttpOptions options;
-  prometheus::Family<prometheus::Counter>& requests;
-  prometheus::Counter& examples;
-  prometheus::Histogram& latency;
+  InferenceMetrics metrics;
 };
 
 absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(

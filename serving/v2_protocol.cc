@@ -30,17 +30,6 @@ bool OneOf(const std::string& value, std::initializer_list<const char*> allowed)
   return false;
 }
 
-// The integer count a float value holds, if it holds one.
-absl::StatusOr<int64_t> IntegerCount(const std::string& where, double d) {
-  if (!std::isfinite(d)) return Invalid(where, "not a finite number");
-  if (d != std::floor(d) || std::fabs(d) > 9.0e18) {
-    return Invalid(where, absl::StrCat(d,
-                                       " is not an integer count (the dense features are the "
-                                       "TSV's integer columns)"));
-  }
-  return static_cast<int64_t>(d);
-}
-
 // The number of values `t`'s shape holds, if each dimension and the total
 // are sane.
 absl::StatusOr<int64_t> CheckedSize(const InputTensor& t) {
@@ -118,11 +107,19 @@ absl::StatusOr<InputTensor> ReadJsonTensor(const Json& input, std::string name,
   return t;
 }
 
+// The shape the model takes, filled by the values given.
 absl::Status CheckShape(const InputTensor& t, std::vector<int64_t> want) {
   if (t.shape != want) {
     return Invalid(t.where + ".shape",
                    absl::StrCat("[", absl::StrJoin(t.shape, ","), "]; the model takes [",
                                 absl::StrJoin(want, ","), "]"));
+  }
+  int64_t size = 1;
+  for (const int64_t d : want) size *= d;
+  if (t.values >= 0 && t.values != size) {
+    return Invalid(t.where + "." + t.values_field,
+                   absl::StrCat("shape [", absl::StrJoin(t.shape, ","), "] holds ", size,
+                                " values; ", t.values_field, " has ", t.values));
   }
   return absl::OkStatus();
 }
@@ -197,6 +194,17 @@ absl::Status ReadLines(const InputTensor& t, int64_t batch, ExampleBlock* out) {
 }
 
 }  // namespace
+
+// The integer count a float value holds, if it holds one.
+absl::StatusOr<int64_t> IntegerCount(const std::string& where, double d) {
+  if (!std::isfinite(d)) return Invalid(where, "not a finite number");
+  if (d != std::floor(d) || std::fabs(d) > 9.0e18) {
+    return Invalid(where, absl::StrCat(d,
+                                       " is not an integer count (the dense features are the "
+                                       "TSV's integer columns)"));
+  }
+  return static_cast<int64_t>(d);
+}
 
 absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                const model::DlrmConfig& config,
@@ -304,6 +312,20 @@ absl::StatusOr<ExampleBlock> ExamplesFromInputs(std::span<const InputTensor> inp
 
 ServedModel Served(std::string name, const Scorer& scorer) {
   return {std::move(name), std::to_string(scorer.info().examples_trained)};
+}
+
+absl::Status CheckModel(const ServedModel& served, const std::string& name,
+                        const std::string& version) {
+  if (name != served.name) {
+    return absl::NotFoundError(
+        absl::StrCat("model '", name, "' is not served here; '", served.name, "' is"));
+  }
+  if (!version.empty() && version != served.version) {
+    return absl::NotFoundError(absl::StrCat("version '", version, "' of model '", served.name,
+                                            "' is not served here; version '", served.version,
+                                            "' is"));
+  }
+  return absl::OkStatus();
 }
 
 nlohmann::json InferResponse(const ServedModel& model, const std::string& id,

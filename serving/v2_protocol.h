@@ -32,6 +32,10 @@ struct ServedModel {
 };
 // `scorer`'s model served as `name`.
 ServedModel Served(std::string name, const Scorer& scorer);
+// NotFound naming the model or version served unless a request for model
+// `name`, version `version` (empty: any) is for `served`.
+absl::Status CheckModel(const ServedModel& served, const std::string& name,
+                        const std::string& version);
 
 // One input tensor of a request, in either protocol: its datatype and shape
 // as given, and its values (row-major) read by index, as an integer (a float
@@ -42,9 +46,17 @@ struct InputTensor {
   std::string where;  // "inputs[i]": how errors name it.
   std::string datatype;
   std::vector<int64_t> shape;
+  // How many values the request holds (-1: not known), and where ("data",
+  // "contents"): checked against the shape after the datatype and shape.
+  int64_t values = -1;
+  std::string values_field = "data";
   std::function<absl::StatusOr<int64_t>(size_t i, bool int_type)> integer;
   std::function<absl::StatusOr<std::string>(size_t i)> bytes;
 };
+
+// The integer count a float value holds; InvalidArgument naming `where` if
+// it is not finite or not integral.
+absl::StatusOr<int64_t> IntegerCount(const std::string& where, double value);
 
 // InvalidArgument unless `name` is an input of the model not among `seen`.
 absl::Status CheckInputName(const std::string& name, const std::string& where,

@@ -1,24 +1,28 @@
 // `shadowsync serve` as a user runs it: a model trained and exported by the
 // real binary, served over the KServe v2 HTTP protocol, scores the held-out
 // examples as `shadowsync eval` does; bad requests are refused naming what is
-// wrong while the server goes on serving; a newer export named by LATEST is
-// swapped in; SIGTERM stops it cleanly.
+// wrong while the server goes on serving; gRPC scores as HTTP does; a newer
+// export named by LATEST is swapped in; SIGTERM stops it cleanly.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/eval_metrics.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/http_get.h"
 #include "tests/util/test_util.h"
@@ -63,16 +67,16 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   const Json eval = Json::parse(testing::ReadFile(dir.File("e.json")));
   testing::WriteFile(dir.File("exports/LATEST"), "model-000001\n");
 
-  absl::StatusOr<pid_t> pid =
-      Spawn({bin, "serve", "--model", dir.File("exports"), "--listen", "127.0.0.1:0",
-             "--metrics-listen", "127.0.0.1:0", "--ready-file", dir.File("ready"), "--threads", "2",
-             "--max-body-bytes", "1000000", "--poll-seconds", "0.2"},
-            {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
+  absl::StatusOr<pid_t> pid = Spawn(
+      {bin, "serve", "--model", dir.File("exports"), "--listen", "127.0.0.1:0", "--metrics-listen",
+       "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ready-file", dir.File("ready"),
+       "--threads", "2", "--max-body-bytes", "1000000", "--poll-seconds", "0.2"},
+      {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
   ASSERT_TRUE(pid.ok()) << pid.status();
-  int port = 0, metrics_port = 0;
+  int port = 0, metrics_port = 0, grpc_port = 0;
   for (int i = 0; i < 600 && port == 0; ++i) {
     std::ifstream ready(dir.File("ready"));
-    if (!(ready >> port >> metrics_port)) port = 0;
+    if (!(ready >> port >> metrics_port >> grpc_port)) port = 0;
     if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_NE(port, 0) << testing::ReadFile(dir.File("serve.log"));
@@ -150,6 +154,38 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
     for (int e = 0; e < 3; ++e) {
       EXPECT_NEAR(response["outputs"][0]["data"][e].get<float>(), probs[e], 1e-6) << e;
     }
+
+    // And over gRPC (inference.GRPCInferenceService), as raw tensors.
+    inference::ModelInferRequest grpc_request;
+    grpc_request.set_model_name("ctr");
+    std::vector<float> dense_values;
+    std::vector<int64_t> sparse_values;
+    for (const Json& v : dense) dense_values.push_back(v.get<float>());
+    for (const Json& v : sparse) sparse_values.push_back(v.get<int64_t>());
+    for (const auto& [name, datatype, width] :
+         {std::tuple{"dense", "FP32", 13}, std::tuple{"sparse", "INT64", 26}}) {
+      auto* input = grpc_request.add_inputs();
+      input->set_name(name);
+      input->set_datatype(datatype);
+      input->add_shape(3);
+      input->add_shape(width);
+    }
+    grpc_request.add_raw_input_contents(reinterpret_cast<const char*>(dense_values.data()),
+                                        dense_values.size() * sizeof(float));
+    grpc_request.add_raw_input_contents(reinterpret_cast<const char*>(sparse_values.data()),
+                                        sparse_values.size() * sizeof(int64_t));
+    auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", grpc_port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    inference::ModelInferResponse grpc_response;
+    const grpc::Status status = stub->ModelInfer(&context, grpc_request, &grpc_response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(grpc_response.model_version(), "8000");
+    ASSERT_EQ(grpc_response.raw_output_contents_size(), 1);
+    ASSERT_EQ(grpc_response.raw_output_contents(0).size(), 3 * sizeof(float));
+    float grpc_probs[3];
+    std::memcpy(grpc_probs, grpc_response.raw_output_contents(0).data(), sizeof(grpc_probs));
+    for (int e = 0; e < 3; ++e) EXPECT_NEAR(grpc_probs[e], probs[e], 1e-6) << e;
   }
 
   // Bad requests: each answered with what is wrong; the server keeps serving.
@@ -179,7 +215,7 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
 
   ASSERT_EQ(testing::HttpGet(metrics_port, "/metrics", &body), 200);
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 8000"));
-  EXPECT_THAT(body, HasSubstr("shadowsync_serve_requests_total{code=\"400\"} 3"));
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_requests_total{code=\"400\",protocol=\"http\"} 3"));
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_batch_examples_count"));
 
   // A newer export (trained further from this one), named by LATEST while

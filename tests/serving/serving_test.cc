@@ -1,26 +1,38 @@
 // The online scorer and the dynamic batcher against `shadowsync eval`'s
 // code path: a model trained here and exported scores each example as the
-// evaluator does, alone or batched with concurrent requests.
+// evaluator does, alone or batched with concurrent requests; newer exports
+// swapped in under load; the gRPC inference service.
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/eval_metrics.h"
 #include "common/file_util.h"
+#include "common/grpc_security.h"
 #include "data/criteo_reader.h"
 #include "data/synthetic.h"
 #include "exporter/evaluate_export.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "model/export.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 #include "serving/batcher.h"
+#include "serving/inference_grpc.h"
 #include "serving/model_source.h"
 #include "serving/scorer.h"
 #include "tests/util/test_util.h"
@@ -338,6 +350,217 @@ TEST_F(ServingTest, NoRequestFailsWhileModelsAreSwappedUnderLoad) {
   EXPECT_GT(requests, 100);
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(mismatches, 0);
+}
+
+// inference.GRPCInferenceService on a real gRPC server over loopback.
+class GrpcInferenceTest : public ServingTest {
+ protected:
+  void Start(GrpcSecurity security = {}) {
+    absl::StatusOr<std::unique_ptr<ModelSource>> source =
+        ModelSource::Open(dir_->File("export"), {.poll = absl::ZeroDuration()});
+    SS_ASSERT_OK(source);
+    source_ = *std::move(source);
+    batcher_ = std::make_unique<Batcher>(BatcherOptions{.threads = 2});
+    absl::StatusOr<std::unique_ptr<InferenceGrpcServer>> server = InferenceGrpcServer::Start(
+        "ctr", *source_, *batcher_,
+        {.listen = "127.0.0.1:0", .max_request_examples = 100, .security = security}, registry_);
+    SS_ASSERT_OK(server);
+    server_ = *std::move(server);
+    stub_ = inference::GRPCInferenceService::NewStub(
+        CreateChannel(absl::StrCat("127.0.0.1:", server_->port()), security));
+  }
+
+  // Examples [0, n) of the eval file as dense FP32 and sparse INT64 tensors
+  // (the raw integer counts and ids a client holds), and their scores.
+  static inference::ModelInferRequest Request(int n) {
+    inference::ModelInferRequest request;
+    request.set_model_name("ctr");
+    request.set_id("r7");
+    auto* dense = request.add_inputs();
+    dense->set_name("dense");
+    dense->set_datatype("FP32");
+    dense->add_shape(n);
+    dense->add_shape(13);
+    auto* sparse = request.add_inputs();
+    sparse->set_name("sparse");
+    sparse->set_datatype("INT64");
+    sparse->add_shape(n);
+    sparse->add_shape(26);
+    std::ifstream in(dir_->File("e.tsv"));
+    std::string line;
+    for (int e = 0; e < n && std::getline(in, line); ++e) {
+      std::vector<std::string> f = absl::StrSplit(line, '\t');
+      for (int i = 1; i <= 13; ++i) {
+        dense->mutable_contents()->add_fp32_contents(f[i].empty() ? 0 : std::stof(f[i]));
+      }
+      for (int i = 14; i < 40; ++i) {
+        sparse->mutable_contents()->add_int64_contents(
+            f[i].empty() ? -1 : static_cast<int64_t>(std::stoull(f[i], nullptr, 16)));
+      }
+    }
+    return request;
+  }
+
+  grpc::Status Infer(const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response) {
+    grpc::ClientContext context;
+    return stub_->ModelInfer(&context, request, response);
+  }
+
+  prometheus::Registry registry_;
+  std::unique_ptr<ModelSource> source_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<InferenceGrpcServer> server_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(GrpcInferenceTest, ScoresAsTheScorerWithContentsOrRawTensors) {
+  Start();
+  ExampleBlock examples = EvalExamples();
+  examples.Truncate(20);
+  const std::vector<float> expected = ScoresOf(dir_->File("export"), examples);
+
+  inference::ModelInferResponse response;
+  const inference::ModelInferRequest request = Request(20);
+  ASSERT_TRUE(Infer(request, &response).ok());
+  EXPECT_EQ(response.model_name(), "ctr");
+  EXPECT_EQ(response.model_version(), "6000");
+  EXPECT_EQ(response.id(), "r7");
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "probability");
+  EXPECT_EQ(response.outputs(0).datatype(), "FP32");
+  EXPECT_THAT(response.outputs(0).shape(), ::testing::ElementsAre(20, 1));
+  const auto& probs = response.outputs(0).contents().fp32_contents();
+  ASSERT_EQ(probs.size(), 20);
+  for (int i = 0; i < 20; ++i) EXPECT_NEAR(probs[i], expected[i], 1e-6) << i;
+
+  // The same tensors as raw little-endian bytes: a raw answer.
+  inference::ModelInferRequest raw = request;
+  for (int t = 0; t < 2; ++t) {
+    const auto& c = request.inputs(t).contents();
+    raw.add_raw_input_contents(
+        t == 0 ? std::string(reinterpret_cast<const char*>(c.fp32_contents().data()),
+                             c.fp32_contents().size() * sizeof(float))
+               : std::string(reinterpret_cast<const char*>(c.int64_contents().data()),
+                             c.int64_contents().size() * sizeof(int64_t)));
+    raw.mutable_inputs(t)->clear_contents();
+  }
+  inference::ModelInferResponse raw_response;
+  ASSERT_TRUE(Infer(raw, &raw_response).ok());
+  ASSERT_EQ(raw_response.raw_output_contents_size(), 1);
+  ASSERT_EQ(raw_response.raw_output_contents(0).size(), 20 * sizeof(float));
+  std::vector<float> raw_probs(20);
+  std::memcpy(raw_probs.data(), raw_response.raw_output_contents(0).data(), 20 * sizeof(float));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(raw_probs[i], probs[i]) << i;
+
+  // Criteo lines as BYTES.
+  inference::ModelInferRequest lines;
+  lines.set_model_name("ctr");
+  auto* input = lines.add_inputs();
+  input->set_name("lines");
+  input->set_datatype("BYTES");
+  input->add_shape(3);
+  std::ifstream in(dir_->File("e.tsv"));
+  for (std::string line; input->contents().bytes_contents_size() < 3 && std::getline(in, line);) {
+    input->mutable_contents()->add_bytes_contents(line);
+  }
+  inference::ModelInferResponse lines_response;
+  ASSERT_TRUE(Infer(lines, &lines_response).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(lines_response.outputs(0).contents().fp32_contents(i), expected[i], 1e-6);
+  }
+}
+
+TEST_F(GrpcInferenceTest, BadRequestsAreRefusedNamingWhatIsWrongAndServingGoesOn) {
+  Start();
+  const inference::ModelInferRequest good = Request(2);
+  std::vector<std::tuple<std::string, inference::ModelInferRequest, grpc::StatusCode, std::string>>
+      bad;
+  auto add = [&](std::string what, grpc::StatusCode code, std::string message, auto edit) {
+    inference::ModelInferRequest r = good;
+    edit(r);
+    bad.emplace_back(std::move(what), std::move(r), code, std::move(message));
+  };
+  add("unknown tensor", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[1].name: 'ids' is not an input of this model",
+      [](auto& r) { r.mutable_inputs(1)->set_name("ids"); });
+  add("wrong shape", grpc::StatusCode::INVALID_ARGUMENT, "inputs[0].shape: [2,12]",
+      [](auto& r) { r.mutable_inputs(0)->set_shape(1, 12); });
+  add("wrong datatype", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[1].datatype: 'FP32' is not one of INT64, INT32",
+      [](auto& r) { r.mutable_inputs(1)->set_datatype("FP32"); });
+  add("non-finite dense value", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[0].data[3]: not a finite number",
+      [](auto& r) { r.mutable_inputs(0)->mutable_contents()->set_fp32_contents(3, NAN); });
+  add("contents short of the shape", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[1].contents: shape [2,26] holds 52 values; contents has 51", [](auto& r) {
+        r.mutable_inputs(1)->mutable_contents()->mutable_int64_contents()->RemoveLast();
+      });
+  add("too many examples", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[0].shape: 101 examples; a request may hold at most 100",
+      [](auto& r) { r.mutable_inputs(0)->set_shape(0, 101); });
+  add("unknown model", grpc::StatusCode::NOT_FOUND, "model 'cvr' is not served here; 'ctr' is",
+      [](auto& r) { r.set_model_name("cvr"); });
+  add("unknown version", grpc::StatusCode::NOT_FOUND, "version '5' of model 'ctr'",
+      [](auto& r) { r.set_model_version("5"); });
+  add("unknown output", grpc::StatusCode::INVALID_ARGUMENT, "outputs[0].name: 'logit'",
+      [](auto& r) { r.add_outputs()->set_name("logit"); });
+  for (const auto& [what, request, code, message] : bad) {
+    inference::ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    EXPECT_EQ(status.error_code(), code) << what << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr(message)) << what;
+    ASSERT_TRUE(Infer(good, &response).ok()) << "after " << what;
+  }
+  const std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
+  EXPECT_THAT(
+      text, ::testing::HasSubstr(
+                "shadowsync_serve_requests_total{code=\"INVALID_ARGUMENT\",protocol=\"grpc\"} 7"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "shadowsync_serve_requests_total{code=\"OK\",protocol=\"grpc\"} 9"));
+}
+
+TEST_F(GrpcInferenceTest, HealthAndMetadataDescribeTheServedModel) {
+  Start();
+  grpc::ClientContext c1, c2, c3, c4, c5;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub_->ServerLive(&c1, {}, &live).ok());
+  EXPECT_TRUE(live.live());
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub_->ServerReady(&c2, {}, &ready).ok());
+  EXPECT_TRUE(ready.ready());
+  inference::ModelReadyRequest model_ready;
+  model_ready.set_name("ctr");
+  model_ready.set_version("6000");
+  inference::ModelReadyResponse model_ready_response;
+  ASSERT_TRUE(stub_->ModelReady(&c3, model_ready, &model_ready_response).ok());
+  EXPECT_TRUE(model_ready_response.ready());
+  model_ready.set_version("1");
+  EXPECT_EQ(stub_->ModelReady(&c4, model_ready, &model_ready_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("ctr");
+  inference::ModelMetadataResponse metadata;
+  ASSERT_TRUE(stub_->ModelMetadata(&c5, metadata_request, &metadata).ok());
+  EXPECT_THAT(metadata.versions(), ::testing::ElementsAre("6000"));
+  ASSERT_EQ(metadata.inputs_size(), 3);
+  EXPECT_EQ(metadata.inputs(1).name(), "sparse");
+  EXPECT_EQ(metadata.inputs(1).datatype(), "INT64");
+  EXPECT_THAT(metadata.inputs(1).shape(), ::testing::ElementsAre(-1, 26));
+  ASSERT_EQ(metadata.outputs_size(), 1);
+  EXPECT_EQ(metadata.outputs(0).name(), "probability");
+}
+
+// The port takes the bearer token every ShadowSync gRPC server takes.
+TEST_F(GrpcInferenceTest, WithATokenACallWithoutItIsRefused) {
+  Start({.auth_token = "serve-token"});
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(Infer(Request(1), &response).ok());
+  auto anonymous = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  EXPECT_EQ(anonymous->ModelInfer(&context, Request(1), &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace
