@@ -205,6 +205,42 @@ const cases = {
       assert.notEqual(againKey.data.key, secrets['shadowsync-credentials-key'].data.key);
     });
 
+    check('serving.enabled: serve as a Deployment and a Service over the exports claim', () => {
+      const on = render(null, releaseNs.default, ['--set', 'serving.enabled=true',
+        '--set', 'serving.exportsClaim=ctr-exports', '--set', 'serving.modelPath=team/exports']);
+      console.log(`  ${validate(on.text, 'the serving render')}`);
+      const dep = ofKind(on.objects, 'Deployment').find((d) => d.metadata.name === 'shadowsync-serve');
+      assert.ok(dep, 'a Deployment shadowsync-serve');
+      const pod = dep.spec.template.spec;
+      const c = pod.containers[0];
+      assert.equal(c.args[0], 'serve');
+      for (const flag of ['--model=/models/team/exports', '--name=ctr', '--listen=0.0.0.0:8000',
+        '--grpc-listen=0.0.0.0:8001', '--metrics-listen=0.0.0.0:8002',
+        '--tls-ca-file=/etc/shadowsync/tls/ca.crt']) {
+        assert.ok(c.args.includes(flag), `${flag} in ${c.args.join(' ')}`);
+      }
+      const vols = Object.fromEntries(pod.volumes.map((v) => [v.name, v]));
+      assert.deepEqual(vols.exports.persistentVolumeClaim, { claimName: 'ctr-exports', readOnly: true });
+      const mounts = Object.fromEntries(c.volumeMounts.map((m) => [m.name, m]));
+      assert.deepEqual(mounts.exports, { name: 'exports', mountPath: '/models', readOnly: true });
+      assert.equal(c.securityContext.readOnlyRootFilesystem, true);
+      assert.equal(c.readinessProbe.httpGet.path, '/v2/health/ready');
+      assert.equal(c.livenessProbe.httpGet.path, '/healthz');
+      assert.equal(pod.automountServiceAccountToken, false, 'serve talks to no API server');
+      // The Service reaches the serve pods and only them.
+      const svc = ofKind(on.objects, 'Service').find((o) => o.metadata.name === 'shadowsync-serve');
+      assert.deepEqual(svc.spec.ports.map((p) => [p.name, p.port]), [['http', 8000], ['grpc', 8001], ['metrics', 8002]]);
+      assert.ok(subset(svc.spec.selector, dep.spec.template.metadata.labels));
+      const operator = ofKind(on.objects, 'Deployment').find((d) => d.metadata.name === 'shadowsync-operator');
+      assert.ok(!subset(svc.spec.selector, operator.spec.template.metadata.labels), 'the Service selects the operator too');
+      assert.ok(!subset(dep.spec.selector.matchLabels, operator.spec.template.metadata.labels));
+      // Off by default.
+      assert.equal(ofKind(def.objects, 'Deployment').length, 1);
+      const missing = helm('template', 'shadowsync', chart, '--set', 'serving.enabled=true');
+      assert.notEqual(missing.code, 0);
+      assert.match(missing.out, /serving.enabled needs serving.exportsClaim/);
+    });
+
     check('security off renders no Secret and no security flag', () => {
       const off = render(null, releaseNs.default, ['--set', 'tls.enabled=false', '--set', 'credentials.enabled=false']);
       assert.equal(ofKind(off.objects, 'Secret').length, 0);
@@ -695,6 +731,18 @@ const cases = {
         assert.deepEqual(unknown, [], `not in \`shadowsync operator --help\`: ${unknown.join(' ')}`);
       });
     }
+    const serveHelp = run(bin, ['serve', '--help'], { env: process.env });
+    assert.equal(serveHelp.code, 0, serveHelp.out);
+    const serveFlags = new Set(serveHelp.out.match(/--[a-z0-9-]+/g));
+    check('every flag the chart passes to serve is a flag of shadowsync serve', () => {
+      const on = render(allOn, 'x', ['--set', 'serving.enabled=true', '--set', 'serving.exportsClaim=m',
+        '--set', 'authToken.secretName=t']);
+      const c = ofKind(on.objects, 'Deployment').find((d) => d.metadata.name.endsWith('-serve'))
+        .spec.template.spec.containers[0];
+      assert.equal(c.args[0], 'serve');
+      const unknown = c.args.slice(1).map((a) => a.split('=')[0]).filter((f) => !serveFlags.has(f));
+      assert.deepEqual(unknown, [], `not in \`shadowsync serve --help\`: ${unknown.join(' ')}`);
+    });
   },
 };
 

@@ -70,6 +70,21 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{- /* `shadowsync serve` (serving.enabled): its name and labels. */}}
+{{- define "shadowsync.servingName" -}}
+{{- printf "%s-serve" (include "shadowsync.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shadowsync.servingSelectorLabels" -}}
+{{ include "shadowsync.selectorLabels" . }}
+app.kubernetes.io/component: serve
+{{- end }}
+
+{{- define "shadowsync.servingLabels" -}}
+{{ include "shadowsync.labels" . }}
+app.kubernetes.io/component: serve
+{{- end }}
+
 {{- define "shadowsync.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "shadowsync.operatorName" .) .Values.serviceAccount.name }}
