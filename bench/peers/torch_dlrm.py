@@ -607,16 +607,22 @@ def main(args):
     if args.profile > 0:
         profile(model, opts, manual, batches, args.profile)
 
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in report.items()}
-    if args.report_json:
-        with open(args.report_json, "w") as f:
-            json.dump(clean, f, indent=1)
-            f.write("\n")
+    write_report(args.report_json, report)
     print(f"torch_dlrm: examples={n} seconds={seconds:.3f} "
           f"examples_per_second={report['examples_per_second']:.1f} "
           f"train_ne={report['train_ne']:.5f} eval_ne={report['eval_ne']:.5f} "
           f"eval_auc={report['eval_auc']:.5f} eval_logloss={report['eval_logloss']:.5f} "
           f"threads={args.threads} batch_size={args.batch_size}", flush=True)
+
+
+def write_report(path, report):
+    """The report as JSON at `path` (if given), non-finite numbers as null."""
+    if not path:
+        return
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in report.items()}
+    with open(path, "w") as f:
+        json.dump(clean, f, indent=1)
+        f.write("\n")
 
 
 def score_throughput(model, batches, args):
@@ -648,10 +654,7 @@ def score_throughput(model, batches, args):
               "threads": args.threads, "emb_impl": args.emb_impl,
               "p50_ms": 1e3 * latencies[len(latencies) // 2],
               "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
-    if args.report_json:
-        with open(args.report_json, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
+    write_report(args.report_json, report)
     print(f"torch_dlrm: inference examples={n} seconds={seconds:.3f} "
           f"examples_per_second={report['examples_per_second']:.1f} p50_ms={report['p50_ms']:.3f} "
           f"p99_ms={report['p99_ms']:.3f} threads={args.threads} batch_size={args.batch_size}",
