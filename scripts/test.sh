@@ -51,7 +51,7 @@ if [[ "${SHADOWSYNC_SKIP_SANITIZERS:-0}" != "1" ]]; then
     staleness_strategies_test ds_sync_test sync_switch_test job_export_test ps_service_test
     informer_test leader_election_test work_queue_test serving_test)
   scripts/build.sh tsan --target "${tsan_targets[@]}"
-  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest|JobExportTest|PsService[A-Za-z]*|InformerTest|LeaderElectionTest|WorkQueueTest|ServingTest)\.'
+  ctest --preset tsan -R '^(MutexTest|EmbeddingStoreTest|OptimizerTest|CriteoReader|ParseCriteoLine|TrainerTest|ReplicaGateTest|BackgroundCallTest|RowStoreTest|SyncerTest|SyncerClientTest|AllReduceRoundsTest|SyncMathTest|SyncStrategyTest|MakeSyncStrategyTest|SspClocksTest|ClockRpcTest|StalenessStrategiesTest|DsSyncStrategyTest|SyncSwitchTest|JobExportTest|PsService[A-Za-z]*|InformerTest|LeaderElectionTest|WorkQueueTest|ServingTest|GrpcInferenceTest)\.'
 
   # ASan + UBSan (clang-14, the `asan` preset) over the suites that parse
   # untrusted input or own memory by hand: the job spec, the Criteo reader,
