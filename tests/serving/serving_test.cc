@@ -202,9 +202,14 @@ TEST_F(ServingTest, ConcurrentRequestsBatchedTogetherGetTheirOwnScores) {
   EXPECT_LE(largest.load(), 48);
 }
 
+// One GEMM kernel for every scorer the tests compare: left to choose, each
+// would time both and pick the faster, which on a loaded machine can differ
+// between two loads (and the scores in the 7th digit).
+constexpr ScorerOptions kPinned = {.gemm = model::GemmKernel::kOpenBlas};
+
 // `examples` scored by the export `dir` alone.
 std::vector<float> ScoresOf(const std::string& dir, const ExampleBlock& examples) {
-  absl::StatusOr<std::unique_ptr<Scorer>> scorer = Scorer::Load(dir);
+  absl::StatusOr<std::unique_ptr<Scorer>> scorer = Scorer::Load(dir, kPinned);
   EXPECT_TRUE(scorer.ok()) << scorer.status();
   if (!scorer.ok()) return {};
   absl::StatusOr<std::vector<float>> p = (*scorer)->Score(examples);
@@ -216,7 +221,7 @@ TEST_F(ServingTest, ModelSourceSwapsInTheExportLatestNames) {
   const std::string root = dir_->File("exports");
   SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", "model-000001\n"));
   absl::StatusOr<std::unique_ptr<ModelSource>> source =
-      ModelSource::Open(root, {.poll = absl::ZeroDuration()});
+      ModelSource::Open(root, {.scorer = kPinned, .poll = absl::ZeroDuration()});
   SS_ASSERT_OK(source);
   const std::shared_ptr<const Scorer> first = (*source)->Current();
   EXPECT_EQ(first->info().examples_trained, 6000);
@@ -245,7 +250,7 @@ TEST_F(ServingTest, ModelSourceKeepsServingWhenTheNewerExportCannotBeLoaded) {
   std::filesystem::copy(dir_->File("exports"), root, std::filesystem::copy_options::recursive);
   SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", "model-000001\n"));
   absl::StatusOr<std::unique_ptr<ModelSource>> source =
-      ModelSource::Open(root, {.poll = absl::ZeroDuration()});
+      ModelSource::Open(root, {.scorer = kPinned, .poll = absl::ZeroDuration()});
   SS_ASSERT_OK(source);
 
   // LATEST names an export that is not there.
@@ -276,7 +281,7 @@ TEST_F(ServingTest, ModelSourceReloadsAnExportReplacedInPlace) {
   std::filesystem::copy(dir_->File("exports/model-000001"), dir,
                         std::filesystem::copy_options::recursive);
   absl::StatusOr<std::unique_ptr<ModelSource>> source =
-      ModelSource::Open(dir, {.poll = absl::ZeroDuration()});
+      ModelSource::Open(dir, {.scorer = kPinned, .poll = absl::ZeroDuration()});
   SS_ASSERT_OK(source);
   EXPECT_EQ((*source)->Current()->info().examples_trained, 6000);
   absl::StatusOr<model::ExportReader> newer =
@@ -297,9 +302,10 @@ TEST_F(ServingTest, NoRequestFailsWhileModelsAreSwappedUnderLoad) {
   std::filesystem::copy(dir_->File("exports"), root, std::filesystem::copy_options::recursive);
   SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", "model-000001\n"));
   std::atomic<int> loads{0};
-  absl::StatusOr<std::unique_ptr<ModelSource>> source = ModelSource::Open(
-      root,
-      {.poll = absl::Milliseconds(10), .on_load = [&](const Scorer&, absl::Time) { ++loads; }});
+  absl::StatusOr<std::unique_ptr<ModelSource>> source =
+      ModelSource::Open(root, {.scorer = kPinned,
+                               .poll = absl::Milliseconds(10),
+                               .on_load = [&](const Scorer&, absl::Time) { ++loads; }});
   SS_ASSERT_OK(source);
   ExampleBlock examples = EvalExamples();
   examples.Truncate(64);
@@ -357,7 +363,7 @@ class GrpcInferenceTest : public ServingTest {
  protected:
   void Start(GrpcSecurity security = {}) {
     absl::StatusOr<std::unique_ptr<ModelSource>> source =
-        ModelSource::Open(dir_->File("export"), {.poll = absl::ZeroDuration()});
+        ModelSource::Open(dir_->File("export"), {.scorer = kPinned, .poll = absl::ZeroDuration()});
     SS_ASSERT_OK(source);
     source_ = *std::move(source);
     batcher_ = std::make_unique<Batcher>(BatcherOptions{.threads = 2});
