@@ -143,13 +143,17 @@ TEST_F(TrainerTest, PreloadAndStreamingSeeTheSameExamples) {
 // Straggler injection: a fixed delay costs at least steps x delay, and a
 // slowdown factor of 4 makes the same run several times as slow as without.
 TEST_F(TrainerTest, StragglerSettingsSlowEveryStep) {
-  auto run = [&](absl::Duration delay, double slowdown) {
+  // Enough steps that the slowed part (each step's wall time) outweighs what
+  // a slowdown does not stretch: starting and joining the worker, which on a
+  // loaded machine waits for the scheduler. With 30 steps, two busy loops on
+  // the 2-core VM left a ratio of 1.14.
+  auto run = [&](absl::Duration delay, double slowdown, int64_t examples) {
     model::LocalEmbeddingStore store(StoreOptions());
     TrainerOptions options;
     options.threads = 1;
     options.batch_size = 100;
     options.preload = true;
-    options.max_examples = 3000;  // 30 steps
+    options.max_examples = examples;
     options.step_delay = delay;
     options.slowdown = slowdown;
     Trainer trainer(SmallModel(), store.options().tables, options, &store);
@@ -157,13 +161,13 @@ TEST_F(TrainerTest, StragglerSettingsSlowEveryStep) {
     EXPECT_TRUE(report.ok()) << report.status();
     return report.ok() ? report->seconds : 0.0;
   };
-  EXPECT_GE(run(absl::Milliseconds(10), 1), 30 * 0.010);
+  EXPECT_GE(run(absl::Milliseconds(10), 1, 3000), 30 * 0.010);  // 30 steps
   // Pairs run back to back see the same load; the machine is shared, so the
   // best pair's ratio counts.
   double best = 0;
   for (int i = 0; i < 3 && best <= 2.5; ++i) {
-    const double plain = run(absl::ZeroDuration(), 1);
-    const double slowed = run(absl::ZeroDuration(), 4);
+    const double plain = run(absl::ZeroDuration(), 1, 24000);  // 240 steps
+    const double slowed = run(absl::ZeroDuration(), 4, 24000);
     best = std::max(best, slowed / plain);
   }
   EXPECT_GT(best, 2.5) << "slowdown 4 made the run only " << best << " times as long";
