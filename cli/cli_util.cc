@@ -59,8 +59,8 @@ void WakeStopWatcher() {
   }
 }
 
-bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
-  return WriteFileAtomically(path, absl::StrCat(grpc_port, " ", metrics_port, "\n")).ok();
+bool WriteReadyFile(const std::string& path, std::initializer_list<int> ports) {
+  return WriteFileAtomically(path, absl::StrCat(absl::StrJoin(ports, " "), "\n")).ok();
 }
 
 std::vector<std::string> SplitList(const std::vector<std::string>& flags) {

@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,9 +31,10 @@ class Registry;
 
 namespace shadowsync::cli {
 
-// Writes "grpc_port metrics_port\n" atomically (common/file_util.h), so a
-// reader (a launcher, a test, a benchmark) never sees a partial file.
-bool WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
+// Writes the ports, space-separated on one line ("GRPC_PORT METRICS_PORT" for
+// the servers), atomically (common/file_util.h), so a reader (a launcher, a
+// test, a benchmark) never sees a partial file.
+bool WriteReadyFile(const std::string& path, std::initializer_list<int> ports);
 
 // SIGTERM/SIGINT handling for server processes. The signal may land on any
 // thread (OpenBLAS starts threads before main), so the handler only writes
@@ -89,7 +91,7 @@ int ServeUntilSignal(const std::string& name, const ServerFlags& flags, Options 
   }
   auto* s = server->get();
   const std::string& ready_file = flags.ready_file;
-  if (!ready_file.empty() && !WriteReadyFile(ready_file, s->grpc_port(), s->metrics_port())) {
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, {s->grpc_port(), s->metrics_port()})) {
     LOG(ERROR) << name << ": cannot write --ready-file " << ready_file;
     s->Shutdown();
     return 1;

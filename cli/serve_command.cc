@@ -5,11 +5,9 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "common/file_util.h"
 #include "common/grpc_security.h"
 #include "common/metrics_http.h"
 #include "glog/logging.h"
@@ -165,14 +163,10 @@ int RunServe(ServeFlags f) {
             << (*http)->port() << " (KServe v2 HTTP) and " << (*grpc)->port() << " (gRPC"
             << (security->tls() ? ", TLS" : "") << (security->has_token() ? ", token" : "")
             << "); metrics on " << (*metrics)->port();
-  if (!f.ready_file.empty()) {
-    if (absl::Status s = WriteFileAtomically(
-            f.ready_file,
-            absl::StrCat((*http)->port(), " ", (*metrics)->port(), " ", (*grpc)->port(), "\n"));
-        !s.ok()) {
-      LOG(ERROR) << "serve: --ready-file: " << s.message();
-      return 1;
-    }
+  if (!f.ready_file.empty() &&
+      !WriteReadyFile(f.ready_file, {(*http)->port(), (*metrics)->port(), (*grpc)->port()})) {
+    LOG(ERROR) << "serve: cannot write --ready-file " << f.ready_file;
+    return 1;
   }
   if (const int sig = AwaitStopSignal(); sig != 0) {
     LOG(INFO) << "serve received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");

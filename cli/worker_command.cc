@@ -123,7 +123,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
     }
   };
   o.on_ready = [&f](int metrics_port) {
-    if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, 0, metrics_port)) {
+    if (!f.ready_file.empty() && !WriteReadyFile(f.ready_file, {0, metrics_port})) {
       LOG(ERROR) << "worker: cannot write --ready-file " << f.ready_file;
     }
   };

@@ -182,7 +182,9 @@ class InferenceGrpcServer::Service final : public ::inference::GRPCInferenceServ
   grpc::Status ModelInfer(grpc::ServerContext*, const ModelInferRequest* request,
                           ModelInferResponse* response) override {
     const grpc::Status status = Infer(*request, response);
-    metrics_.Answered("grpc", GrpcCodeName(status.error_code()));
+    // gRPC's codes are absl's, number for number.
+    metrics_.Answered("grpc",
+                      absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
     return status;
   }
 
@@ -250,19 +252,6 @@ class InferenceGrpcServer::Service final : public ::inference::GRPCInferenceServ
       inputs.push_back(std::move(t));
     }
     return ExamplesFromInputs(inputs, config, options_.max_request_examples);
-  }
-
-  static std::string GrpcCodeName(grpc::StatusCode code) {
-    switch (code) {
-      case grpc::StatusCode::OK:
-        return "OK";
-      case grpc::StatusCode::INVALID_ARGUMENT:
-        return "INVALID_ARGUMENT";
-      case grpc::StatusCode::NOT_FOUND:
-        return "NOT_FOUND";
-      default:
-        return std::to_string(static_cast<int>(code));
-    }
   }
 
   const std::string name_;

@@ -258,6 +258,12 @@ TEST_F(ServingTest, ModelSourceKeepsServingWhenTheNewerExportCannotBeLoaded) {
   EXPECT_THAT((*source)->Refresh(), StatusIs(absl::StatusCode::kNotFound, "model-000009"));
   EXPECT_EQ((*source)->Current()->info().examples_trained, 6000);
 
+  // LATEST naming something outside the directory.
+  SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", "../model-000002\n"));
+  EXPECT_THAT((*source)->Refresh(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is not the name of an export"));
+  EXPECT_EQ((*source)->Current()->info().examples_trained, 6000);
+
   // A corrupt one: a part cut short fails its checksum, and is not retried
   // until it changes.
   const std::string part = root + "/model-000002/embeddings/part-00000.bin";
@@ -511,6 +517,30 @@ TEST_F(GrpcInferenceTest, BadRequestsAreRefusedNamingWhatIsWrongAndServingGoesOn
       [](auto& r) { r.set_model_version("5"); });
   add("unknown output", grpc::StatusCode::INVALID_ARGUMENT, "outputs[0].name: 'logit'",
       [](auto& r) { r.add_outputs()->set_name("logit"); });
+  // Raw tensors: one entry per input, whole values, and no contents beside them.
+  auto raw = [](auto& r, size_t cut) {
+    for (int t = 0; t < 2; ++t) {
+      const auto& c = r.inputs(t).contents();
+      std::string bytes =
+          t == 0 ? std::string(reinterpret_cast<const char*>(c.fp32_contents().data()),
+                               c.fp32_contents().size() * sizeof(float))
+                 : std::string(reinterpret_cast<const char*>(c.int64_contents().data()),
+                               c.int64_contents().size() * sizeof(int64_t));
+      r.add_raw_input_contents(bytes.substr(0, bytes.size() - (t == 0 ? cut : 0)));
+      r.mutable_inputs(t)->clear_contents();
+    }
+  };
+  add("raw entries short of the inputs", grpc::StatusCode::INVALID_ARGUMENT,
+      "raw_input_contents: 1 entries for 2 inputs",
+      [](auto& r) { r.add_raw_input_contents("abcd"); });
+  add("raw bytes that are not whole values", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[0]: raw contents of 103 bytes are not whole FP32 values",
+      [&](auto& r) { raw(r, 1); });
+  add("contents beside raw bytes", grpc::StatusCode::INVALID_ARGUMENT,
+      "inputs[0].contents: given with raw_input_contents", [&](auto& r) {
+        raw(r, 0);
+        r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+      });
   for (const auto& [what, request, code, message] : bad) {
     inference::ModelInferResponse response;
     const grpc::Status status = Infer(request, &response);
@@ -521,9 +551,9 @@ TEST_F(GrpcInferenceTest, BadRequestsAreRefusedNamingWhatIsWrongAndServingGoesOn
   const std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
   EXPECT_THAT(
       text, ::testing::HasSubstr(
-                "shadowsync_serve_requests_total{code=\"INVALID_ARGUMENT\",protocol=\"grpc\"} 7"));
+                "shadowsync_serve_requests_total{code=\"INVALID_ARGUMENT\",protocol=\"grpc\"} 10"));
   EXPECT_THAT(text, ::testing::HasSubstr(
-                        "shadowsync_serve_requests_total{code=\"OK\",protocol=\"grpc\"} 9"));
+                        "shadowsync_serve_requests_total{code=\"OK\",protocol=\"grpc\"} 12"));
 }
 
 TEST_F(GrpcInferenceTest, HealthAndMetadataDescribeTheServedModel) {
