@@ -168,6 +168,8 @@ struct Shard {
   // The push's victim search: the next row neither pinned nor being
   // flushed whose CLOCK bit is clear, pinned for the caller; -1 if none.
   int64_t ChooseVictim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // A cache of fewer rows than shards leaves some shards without any.
+    if (capacity == 0) return -1;
     for (uint64_t step = 0; step <= 2 * uint64_t{capacity}; ++step) {
       const uint32_t pos = hand;
       Advance();

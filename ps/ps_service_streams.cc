@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +22,7 @@
 #include "common/hash.h"
 #include "common/mutex.h"
 #include "common/shard_map.h"
+#include "common/status_macros.h"
 #include "ps/client/wrong_owner.h"
 #include "ps/ps_service.h"
 #include "ps/row_store.h"
@@ -73,8 +76,16 @@ void PsService::ReturnImportBlock(RowBlock block) {
 // touch of itself: OnDone may delete it on another thread right after.
 class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotChunk> {
  public:
-  ExportReactor(PsService* service, std::vector<uint32_t> slots, bool weights_only, bool packed)
-      : service_(service), slots_(std::move(slots)), weights_only_(weights_only), packed_(packed) {}
+  // `track`: the stream records changes from its snapshot on and ends with
+  // the cursor; `since`, set only with `track`, makes it a delta.
+  ExportReactor(PsService* service, std::vector<uint32_t> slots, bool weights_only, bool packed,
+                bool track, std::optional<ChangeCursor> since)
+      : service_(service),
+        slots_(std::move(slots)),
+        weights_only_(weights_only),
+        packed_(packed),
+        track_(track),
+        since_(since) {}
 
   void Start() {
     service_->export_executor_.Schedule([this] {
@@ -84,7 +95,9 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       }
       service_->executor_.Schedule([this] {
         absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> snapshot =
-            service_->store_->TakeSnapshot();
+            track_ ? service_->store_->TakeChangeSnapshot(since_ ? &*since_ : nullptr, &cursor_,
+                                                          &changed_)
+                   : service_->store_->TakeSnapshot();
         if (!snapshot.ok()) {
           Done(snapshot.status());
           return;
@@ -149,18 +162,23 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       uint64_t checksum = 0;
       v1::SlotChunk* chunk = nullptr;
       int in_chunk = 0;
-      const absl::Status status = snapshot_->ExportSlotBytes(
-          slot, [&](uint32_t table, uint64_t id, std::string_view values) -> absl::Status {
-            if (chunk == nullptr || in_chunk >= chunk_rows) {
-              if (loaded == chunks_.size()) chunks_.push_back(std::make_unique<v1::SlotChunk>());
-              chunk = chunks_[loaded++].get();
-              chunk->Clear();
-              chunk->set_slot(slot);
-              if (packed_) chunk->mutable_packed_rows()->reserve(chunk_rows * packed_row_bytes);
-              in_chunk = 0;
-            }
-            ++in_chunk;
-            ++rows;
+      // The chunk the next row or tombstone goes to.
+      auto next_record = [&] {
+        if (chunk == nullptr || in_chunk >= chunk_rows) {
+          if (loaded == chunks_.size()) chunks_.push_back(std::make_unique<v1::SlotChunk>());
+          chunk = chunks_[loaded++].get();
+          chunk->Clear();
+          chunk->set_slot(slot);
+          if (packed_) chunk->mutable_packed_rows()->reserve(chunk_rows * packed_row_bytes);
+          in_chunk = 0;
+        }
+        ++in_chunk;
+        ++rows;
+      };
+      const absl::Status status = ExportSlot(
+          slot,
+          [&](uint32_t table, uint64_t id, std::string_view values) -> absl::Status {
+            next_record();
             if (packed_) {  // checked by a CRC per chunk, below
               v1::AppendPackedRow(chunk->mutable_packed_rows(), table, id,
                                   values.substr(0, row_bytes));
@@ -174,6 +192,10 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
             std::memcpy(floats->AddNAlreadyReserved(row_floats), values.data(), row_bytes);
             checksum += RowValueHash(table, id, std::span<const float>(floats->data(), row_floats));
             return absl::OkStatus();
+          },
+          [&](uint32_t table, uint64_t id) {
+            next_record();
+            v1::AppendPackedRow(chunk->mutable_packed_tombstones(), table, id, {});
           });
       if (!status.ok()) {
         Done(status);
@@ -182,7 +204,8 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       if (loaded == 0) continue;
       if (packed_) {
         for (size_t c = 0; c < loaded; ++c) {
-          chunks_[c]->set_packed_crc32(v1::PackedRowsCrc(chunks_[c]->packed_rows()));
+          chunks_[c]->set_packed_crc32(
+              v1::PackedChunkCrc(chunks_[c]->packed_rows(), chunks_[c]->packed_tombstones()));
           checksum += chunks_[c]->packed_crc32();
         }
       }
@@ -203,6 +226,10 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
       done_chunk_.set_done(true);
       done_chunk_.set_total_rows(static_cast<uint64_t>(total_rows_));
       done_chunk_.set_checksum(checksum_);
+      if (track_) {
+        done_chunk_.mutable_cursor()->set_incarnation(cursor_.incarnation);
+        done_chunk_.mutable_cursor()->set_generation(cursor_.generation);
+      }
     }
     if (cancelled) {
       Done(absl::CancelledError("ExportSlots: cancelled by the client"));
@@ -217,6 +244,20 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
     service_->metrics_->RecordRpc(Rpc::kExportSlots, Clock::now() - start_, absl::StatusCode::kOk,
                                   0, bytes_out);
     StartWriteAndFinish(&done_chunk_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  // Every stored row of `slot` or, in a delta, its changed rows: those
+  // stored to `row`, the others to `tombstone`.
+  absl::Status ExportSlot(uint32_t slot, const RowStore::Snapshot::RowBytesVisitor& row,
+                          const std::function<void(uint32_t table, uint64_t id)>& tombstone) {
+    if (!since_.has_value()) return snapshot_->ExportSlotBytes(slot, row);
+    auto it = std::lower_bound(changed_.begin(), changed_.end(), slot,
+                               [](const ChangedRow& c, uint32_t s) { return c.slot < s; });
+    for (; it != changed_.end() && it->slot == slot; ++it) {
+      SS_ASSIGN_OR_RETURN(const bool stored, snapshot_->ReadRowBytes(it->table, it->id, row));
+      if (!stored) tombstone(it->table, it->id);
+    }
+    return absl::OkStatus();
   }
 
   // StartWrite under handoff_. gRPC serialises the chunk inside StartWrite,
@@ -243,10 +284,14 @@ class PsService::ExportReactor final : public grpc::ServerWriteReactor<v1::SlotC
   const std::vector<uint32_t> slots_;
   const bool weights_only_;
   const bool packed_;
+  const bool track_;
+  const std::optional<ChangeCursor> since_;
   const Clock::time_point start_ = Clock::now();
   // Set by Start's executor task before any LoadNext; then only the export
-  // executor touches it, one LoadNext at a time.
+  // executor touches them, one LoadNext at a time.
   std::unique_ptr<RowStore::Snapshot> snapshot_;
+  ChangeCursor cursor_;
+  std::vector<ChangedRow> changed_;  // A delta's rows, in key order.
   // The loaded slot's chunks are chunks_[0, loaded_); written one at a time
   // while LoadNext is not running, refilled by LoadNext while no write is.
   std::vector<std::unique_ptr<v1::SlotChunk>> chunks_;
@@ -281,8 +326,17 @@ grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
       slots.push_back(slot);
     }
   }
-  auto* reactor =
-      new ExportReactor(this, std::move(slots), request->weights_only(), request->packed_rows());
+  std::optional<ChangeCursor> since;
+  if (request->has_changes_since()) {
+    since = ChangeCursor{request->changes_since().incarnation(),
+                         request->changes_since().generation()};
+    if (status.ok() && !request->packed_rows()) {
+      status = absl::InvalidArgumentError("changes_since: a delta needs packed_rows");
+    }
+  }
+  auto* reactor = new ExportReactor(this, std::move(slots), request->weights_only(),
+                                    request->packed_rows(),
+                                    request->track_changes() || since.has_value(), since);
   if (status.ok()) {
     reactor->Start();
   } else {

@@ -26,6 +26,7 @@
 #include "common/hash.h"
 #include "model/embedding_table.h"
 #include "model/optimizer.h"
+#include "ps/change_log.h"
 #include "ps/client/wrong_owner.h"
 
 namespace shadowsync::ps {
@@ -67,6 +68,10 @@ struct RowStoreOptions {
   // 228 MiB replayed in 1.7 s).
   int64_t checkpoint_log_bytes = 256 << 20;
   absl::Duration checkpoint_interval = absl::Minutes(1);
+  // Delta exports: at most this many distinct changed keys are remembered
+  // between two exports (ps/change_log.h, ~40 bytes each); past it the next
+  // export is a full one.
+  int64_t change_log_max_keys = 1 << 23;
   // Time source for TTL; tests inject a fake. Null = the real clock.
   std::function<absl::Time()> now;
   // Tests only: called by a flush of dirty rows running alongside pushes,
@@ -200,8 +205,19 @@ class RowStore {
     using RowBytesVisitor =
         std::function<absl::Status(uint32_t table, uint64_t id, std::string_view values)>;
     virtual absl::Status ExportSlotBytes(uint32_t slot, const RowBytesVisitor& visit) = 0;
+    // One row, visited as ExportSlotBytes would; false (and no visit) if
+    // the snapshot does not hold it.
+    virtual absl::StatusOr<bool> ReadRowBytes(uint32_t table, uint64_t id,
+                                              const RowBytesVisitor& visit) = 0;
   };
   virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() = 0;
+  // TakeSnapshot for a delta export: also closes the change log's generation
+  // at the snapshot (ChangeLog::Close, starting to record changes if it was
+  // not), so `*cursor` names exactly the rows the snapshot holds; with
+  // `since`, `*changed` lists the rows pushed, imported or evicted after it.
+  // ChangeLog::Close's errors.
+  virtual absl::StatusOr<std::unique_ptr<Snapshot>> TakeChangeSnapshot(
+      const ChangeCursor* since, ChangeCursor* cursor, std::vector<ChangedRow>* changed) = 0;
   // Writes the dirty cached rows to RocksDB while pushes go on, holding no
   // lock a push needs for longer than a copy of one cache shard's rows: the
   // bulk of a snapshot's (or checkpoint's) write-back, which a caller may

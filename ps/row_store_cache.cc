@@ -459,6 +459,9 @@ absl::Status RowStoreImpl::Push(std::span<const model::TableRows> grads) {
       }
     }
   }
+  for (uint32_t u = 0; u < nu; ++u) {
+    if (sc.pos[u] != kMissRejected) changes_.Record(unique[u].table, unique[u].id);
+  }
   rows_stored_ += new_rows;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
   push_rows_.fetch_add(static_cast<int64_t>(nu), std::memory_order_relaxed);
@@ -641,7 +644,10 @@ absl::StatusOr<int64_t> RowStoreImpl::EvictNow() {
   SS_RETURN_IF_ERROR(WriteBatchLocked("evict rows"));
   rows_stored_ -= n;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
-  for (const RowKey& victim : victims) Uncache(victim, /*forget=*/true);
+  for (const RowKey& victim : victims) {
+    Uncache(victim, /*forget=*/true);
+    changes_.Record(victim.table, victim.id);  // a tombstone in the next delta
+  }
   evictions_.fetch_add(n, std::memory_order_relaxed);
   return n;
 }

@@ -197,6 +197,7 @@ class RowStoreImpl final : public RowStore {
         ingest_dir_(fs::path(options_.db_path) / "ingest"),
         db_(std::move(db)),
         shards_(new Shard[kNumShards]),
+        changes_(ChangeLog::NewIncarnation(), options_.num_slots, options_.change_log_max_keys),
         sketch_(filter_min_count_ ? std::make_unique<CountMinSketch>() : nullptr) {
     for (int s = 0; s < kNumShards; ++s) {
       shards_[s].Init(
@@ -224,6 +225,8 @@ class RowStoreImpl final : public RowStore {
       const std::vector<uint32_t>& slots,
       const std::function<absl::Status(uint32_t slot, const StoredRow&)>& visit) override;
   absl::StatusOr<std::unique_ptr<Snapshot>> TakeSnapshot() override;
+  absl::StatusOr<std::unique_ptr<Snapshot>> TakeChangeSnapshot(
+      const ChangeCursor* since, ChangeCursor* cursor, std::vector<ChangedRow>* changed) override;
   absl::Status WriteBackDirtyRows() override ABSL_LOCKS_EXCLUDED(write_mu_);
   absl::Status ImportRows(std::span<const StoredRow> rows) override;
   absl::Status ImportRowBlock(const RowBlock& rows) override;
@@ -359,7 +362,10 @@ class RowStoreImpl final : public RowStore {
   absl::Status FlushAllConcurrently(uint64_t limit, uint64_t carried_limit = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_) ABSL_LOCKS_EXCLUDED(write_mu_);
   // A RocksDB snapshot holding every row: dirty rows are flushed first.
-  absl::Status ConsistentSnapshot(SnapshotHolder* holder) ABSL_LOCKS_EXCLUDED(write_mu_);
+  // `at_snapshot` runs with writes stopped, right after it is taken.
+  absl::Status ConsistentSnapshot(SnapshotHolder* holder,
+                                  const std::function<absl::Status()>& at_snapshot = nullptr)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
   // Rotates the redo log, flushes everything older, syncs RocksDB's WAL and
   // deletes the old logs.
   absl::Status RunCheckpoint() ABSL_LOCKS_EXCLUDED(write_mu_);
@@ -410,6 +416,9 @@ class RowStoreImpl final : public RowStore {
   // Has its own synchronisation.
   Mutex db_write_mu_;  // only with kSerializeDbWrites
   const std::unique_ptr<Shard[]> shards_;
+  // Every writer records the keys it changes here, under write_mu_, so a
+  // snapshot's cursor (closed under write_mu_) splits writes exactly.
+  ChangeLog changes_;
   std::atomic<uint64_t> write_seq_{0};  // odd while a writer changes rows; see WriterSection
 
   // Lock order: turnstile_ (held alone, or by SetOwnership around owner_mu_),

@@ -96,6 +96,27 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<bool> ReadRowBytes(uint32_t table, uint64_t id,
+                                    const RowBytesVisitor& visit) override {
+    char key[kKeySize];
+    EncodeRowKey(SlotOf(table, id, num_slots_), table, id, key);
+    rocksdb::ReadOptions read;
+    read.snapshot = holder_.snapshot;
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status got =
+        holder_.db->Get(read, holder_.db->DefaultColumnFamily(), rocksdb::Slice(key, kKeySize),
+                        &value);
+    if (got.IsNotFound()) return false;
+    SS_RETURN_IF_ERROR(
+        FromRocks(got, absl::StrCat("read (table ", table, ", id ", id, ") of ", db_path_)));
+    if (value.size() != row_bytes_) {
+      return absl::DataLossError(absl::StrCat(db_path_, ": (table ", table, ", id ", id,
+                                              ") holds a ", value.size(), "-byte value"));
+    }
+    SS_RETURN_IF_ERROR(visit(table, id, std::string_view(value.data(), value.size())));
+    return true;
+  }
+
  private:
   SnapshotHolder holder_;
   const std::string db_path_;
@@ -125,7 +146,8 @@ absl::Status RowStoreImpl::WriteBackDirtyRows() {
   return FlushAllConcurrently(UINT64_MAX);
 }
 
-absl::Status RowStoreImpl::ConsistentSnapshot(SnapshotHolder* holder) {
+absl::Status RowStoreImpl::ConsistentSnapshot(SnapshotHolder* holder,
+                                              const std::function<absl::Status()>& at_snapshot) {
   // Most dirty rows go while pushes continue; the rest under one hold, so
   // the snapshot is the state between two writes.
   MutexLock f(&flush_mu_);
@@ -134,7 +156,7 @@ absl::Status RowStoreImpl::ConsistentSnapshot(SnapshotHolder* holder) {
   SS_RETURN_IF_ERROR(FlushAllLocked(UINT64_MAX));
   holder->db = db_.get();
   holder->snapshot = db_->GetSnapshot();
-  return absl::OkStatus();
+  return at_snapshot == nullptr ? absl::OkStatus() : at_snapshot();
 }
 
 absl::Status RowStoreImpl::ValidateSlots(const std::vector<uint32_t>& slots,
@@ -156,6 +178,17 @@ absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> RowStoreImpl::TakeSnapshot()
   auto snapshot = std::make_unique<RowSnapshotImpl>(db_.get(), options_.db_path, options_.num_slots,
                                                     row_bytes_, row_floats_);
   SS_RETURN_IF_ERROR(ConsistentSnapshot(&snapshot->holder()));
+  return snapshot;
+}
+
+absl::StatusOr<std::unique_ptr<RowStore::Snapshot>> RowStoreImpl::TakeChangeSnapshot(
+    const ChangeCursor* since, ChangeCursor* cursor, std::vector<ChangedRow>* changed) {
+  auto snapshot = std::make_unique<RowSnapshotImpl>(db_.get(), options_.db_path, options_.num_slots,
+                                                    row_bytes_, row_floats_);
+  SS_RETURN_IF_ERROR(ConsistentSnapshot(&snapshot->holder(), [&]() -> absl::Status {
+    SS_ASSIGN_OR_RETURN(*cursor, changes_.Close(since, changed));
+    return absl::OkStatus();
+  }));
   return snapshot;
 }
 
@@ -342,6 +375,7 @@ absl::Status RowStoreImpl::ImportRowBlock(const RowBlock& rows) {
   }
   rows_stored_ += new_rows;
   rows_stored_published_.store(rows_stored_, std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) changes_.Record(rows.tables[i], rows.ids[i]);
 
   // Cached copies are stale now: drop them (the next read refills). A bulk
   // import into a server that has cached nothing skips the per-row probes.

@@ -397,6 +397,132 @@ TEST(ExecutorTest, RunsItsThreadsAtTheGivenNiceValue) {
   EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), base);  // the caller's is kept
 }
 
+// An ExportSlots stream's packed records, checked against each chunk's CRC
+// and the end marker: rows and tombstones by key.
+struct PackedStream {
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> rows;
+  std::set<std::pair<uint32_t, uint64_t>> tombstones;
+  v1::SlotChunk done;
+};
+PackedStream ReadPacked(const Exported& exported, int row_floats) {
+  PackedStream out;
+  uint64_t records = 0, checksum = 0;
+  for (const v1::SlotChunk& chunk : exported.chunks) {
+    if (chunk.done()) {
+      out.done = chunk;
+      continue;
+    }
+    const uint32_t crc = v1::PackedChunkCrc(chunk.packed_rows(), chunk.packed_tombstones());
+    EXPECT_EQ(crc, chunk.packed_crc32());
+    checksum += crc;
+    const size_t n = chunk.packed_rows().size() / v1::PackedRowBytes(row_floats);
+    for (size_t i = 0; i < n; ++i) {
+      const v1::PackedRow row = v1::PackedRowAt(chunk.packed_rows(), row_floats, i);
+      EXPECT_EQ(SlotOf(row.table, row.id, kSlots), chunk.slot());
+      out.rows[{row.table, row.id}].assign(row.values.begin(), row.values.end());
+    }
+    const size_t t = chunk.packed_tombstones().size() / v1::PackedRowBytes(0);
+    for (size_t i = 0; i < t; ++i) {
+      const v1::PackedRow key = v1::PackedRowAt(chunk.packed_tombstones(), 0, i);
+      EXPECT_EQ(SlotOf(key.table, key.id, kSlots), chunk.slot());
+      out.tombstones.insert({key.table, key.id});
+    }
+    records += n + t;
+  }
+  EXPECT_TRUE(out.done.done());
+  EXPECT_EQ(out.done.total_rows(), records);
+  EXPECT_EQ(out.done.checksum(), checksum);
+  return out;
+}
+
+Exported ExportChanges(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots,
+                       const v1::ChangeCursor* since) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
+  v1::ExportSlotsRequest request;
+  request.mutable_slots()->Add(slots.begin(), slots.end());
+  request.set_packed_rows(true);
+  request.set_weights_only(true);
+  request.set_track_changes(true);
+  if (since != nullptr) *request.mutable_changes_since() = *since;
+  auto reader = stub.ExportSlots(&context, request);
+  Exported out;
+  v1::SlotChunk chunk;
+  while (reader->Read(&chunk)) out.chunks.push_back(chunk);
+  out.status = reader->Finish();
+  return out;
+}
+
+// A delta stream: after a full export that tracks changes, exactly the rows
+// pushed since (with the values a full export then has) and tombstones for
+// the rows evicted since, which a full export no longer has.
+TEST_F(PsServiceTest, DeltaExportStreamsTheRowsChangedSinceTheCursorAndTombstones) {
+  ps::PsServerOptions o = Options("ps0");
+  o.store.max_rows = 40;
+  o.eviction_interval = absl::Milliseconds(20);
+  nodes_.push_back(Start(std::move(o)));
+  map_ = ShardMap::Balanced(kSlots, Addresses(1), /*epoch=*/2);
+  ASSERT_TRUE(SetMap(0, *map_, 0).ok());
+  std::vector<uint32_t> all(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) all[s] = s;
+  const int row_floats = kDim;  // weights only
+
+  Load(1, 10);  // 30 rows
+  Exported base = ExportChanges(*nodes_[0].stub, all, nullptr);
+  ASSERT_TRUE(base.status.ok()) << base.status.error_message();
+  const PackedStream full = ReadPacked(base, row_floats);
+  ASSERT_TRUE(full.done.has_cursor());
+  const v1::ChangeCursor cursor = full.done.cursor();
+
+  // 60 more rows: the eviction loop keeps 40, so old rows and new go.
+  std::vector<model::TableRows> grads = RandomGrads(RandomIds(20, kBuckets));
+  std::unique_ptr<ps::PsClient> client = Client();
+  Push(*client, grads);
+  for (int wait = 0; wait < 500 && Stats(0)->rows_stored() > 40; ++wait) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_LE(Stats(0)->rows_stored(), 40u);
+
+  Exported delta = ExportChanges(*nodes_[0].stub, all, &cursor);
+  ASSERT_TRUE(delta.status.ok()) << delta.status.error_message();
+  const PackedStream changes = ReadPacked(delta, row_floats);
+  const PackedStream now = ReadPacked(ExportChanges(*nodes_[0].stub, all, nullptr), row_floats);
+  for (uint32_t t = 0; t < kTables; ++t) {
+    for (uint64_t id : grads[t].ids) {
+      EXPECT_TRUE(changes.rows.contains({t, id}) || changes.tombstones.contains({t, id}))
+          << "pushed row (" << t << ", " << id << ") is in neither";
+    }
+  }
+  EXPECT_FALSE(changes.tombstones.empty());
+  for (const auto& key : changes.tombstones) EXPECT_FALSE(now.rows.contains(key));
+  for (const auto& [key, values] : changes.rows) EXPECT_EQ(now.rows.at(key), values);
+  // Every stored row not in the delta is as the base had it.
+  for (const auto& [key, values] : now.rows) {
+    if (!changes.rows.contains(key)) EXPECT_EQ(full.rows.at(key), values);
+  }
+  ASSERT_TRUE(changes.done.has_cursor());
+  EXPECT_EQ(changes.done.cursor().incarnation(), cursor.incarnation());
+  EXPECT_GT(changes.done.cursor().generation(), cursor.generation());
+
+  // A cursor the server does not know, and a delta without packed rows.
+  v1::ChangeCursor unknown = cursor;
+  unknown.set_incarnation(cursor.incarnation() + 1);
+  Exported refused = ExportChanges(*nodes_[0].stub, all, &unknown);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("restarted"));
+  grpc::ClientContext context;
+  v1::ExportSlotsRequest request;
+  request.add_slots(0);
+  *request.mutable_changes_since() = cursor;
+  v1::SlotChunk chunk;
+  auto reader = nodes_[0].stub->ExportSlots(&context, request);
+  while (reader->Read(&chunk)) {
+  }
+  const grpc::Status unpacked = reader->Finish();
+  EXPECT_EQ(unpacked.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unpacked.error_message(), HasSubstr("changes_since"));
+}
+
 TEST_F(PsServiceTest, ExportStreamsEveryRowOnceWithItsChecksum) {
   StartCluster(1);
   Load(5, 80);

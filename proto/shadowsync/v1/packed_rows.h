@@ -45,6 +45,14 @@ inline uint32_t PackedRowsCrc(std::string_view packed) {
       crc32_z(0, reinterpret_cast<const Bytef*>(packed.data()), packed.size()));
 }
 
+// The packed_crc32 of a chunk with tombstones: over the rows, then the
+// tombstones.
+inline uint32_t PackedChunkCrc(std::string_view rows, std::string_view tombstones) {
+  return static_cast<uint32_t>(crc32_z(PackedRowsCrc(rows),
+                                       reinterpret_cast<const Bytef*>(tombstones.data()),
+                                       tombstones.size()));
+}
+
 struct PackedRow {
   uint32_t table;
   uint64_t id;
