@@ -136,7 +136,7 @@ void ClusterExporter::SetHandledRequest(const std::string& request) {
   }
 }
 
-absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final) {
+absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final, bool delta) {
   const std::vector<std::string> checkpoints = Checkpoints(Trainers());
   if (checkpoints.empty()) {
     return absl::UnavailableError("no trainer has written a checkpoint yet");
@@ -148,6 +148,7 @@ absl::StatusOr<nlohmann::json> ClusterExporter::Export(bool final) {
                                      .trainer_checkpoints = checkpoints,
                                      .security = options_.security};
   if (final) request.eval_data = options_.eval_data;
+  request.delta = delta && !final;
   absl::StatusOr<nlohmann::json> summary = exporter::ExportJob(request);
   if (!summary.ok()) {
     metrics_.CountFailure();
@@ -162,17 +163,22 @@ void ClusterExporter::Loop() {
   // Below training: an export takes spare CPU, not the trainer's.
   setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
   const int64_t interval = job_.spec.export_.interval_seconds;
-  Clock::time_point last = Clock::now();
+  const int64_t delta_interval = job_.spec.export_.delta_interval_seconds;
+  Clock::time_point last = Clock::now(), last_delta = last;
   while (!stop_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const std::string request = ReadRequest();
     const bool asked = !request.empty() && request != handled_request_;
     const bool due = interval > 0 && Clock::now() - last >= std::chrono::seconds(interval);
-    if (!asked && !due) continue;
+    const bool delta_due = delta_interval > 0 &&
+                           Clock::now() - last_delta >= std::chrono::seconds(delta_interval);
+    if (!asked && !due && !delta_due) continue;
     // Nothing to export before the first checkpoint: the request waits.
     if (Checkpoints(Trainers()).empty()) continue;
-    last = Clock::now();
-    absl::StatusOr<nlohmann::json> summary = Export(/*final=*/false);
+    const bool delta = !asked && !due;
+    last_delta = Clock::now();
+    if (!delta) last = last_delta;
+    absl::StatusOr<nlohmann::json> summary = Export(/*final=*/false, delta);
     if (summary.ok()) {
       metrics_.Publish(*summary, asked ? request : "", /*final=*/false);
     } else {

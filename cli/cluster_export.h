@@ -94,7 +94,8 @@ class ClusterExporter {
   // The checkpoints of the trainers that have written one.
   std::vector<std::string> Checkpoints(int trainers) const;
   int Trainers() const;
-  absl::StatusOr<nlohmann::json> Export(bool final);
+  // `delta`: a delta export over the newest (ExportJob falls back to full).
+  absl::StatusOr<nlohmann::json> Export(bool final, bool delta = false);
   std::string ReadRequest() const;
   void SetHandledRequest(const std::string& request);
 

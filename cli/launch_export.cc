@@ -29,10 +29,14 @@ exporter::JobExportRequest Launch::ExportRequest() const {
           .security = security_};
 }
 
-void Launch::StartExport(const std::string& request_id) {
-  last_export_ = Clock::now();
+void Launch::StartExport(const std::string& request_id, bool delta) {
+  last_delta_ = Clock::now();
+  if (delta && export_.has_value()) return;
+  if (!delta) last_export_ = last_delta_;
   if (!request_id.empty()) queued_export_requests_.push_back(request_id);
   if (export_.has_value()) return;
+  exporter::JobExportRequest request = ExportRequest();
+  request.delta = delta;
   // Fresh dense parameters: every running trainer writes its checkpoint at
   // its next progress report. Only trainers that are ready (whose SIGUSR1
   // handler is installed) are asked; the others' last checkpoints stand.
@@ -46,7 +50,7 @@ void Launch::StartExport(const std::string& request_id) {
   // Off the launcher's thread: training, progress and restarts go on.
   export_ = RunningExport{
       .result = std::async(std::launch::async,
-                           [asked = std::move(asked), request = ExportRequest()] {
+                           [asked = std::move(asked), request = std::move(request)] {
                              // Below the trainers: an export while training
                              // takes spare CPU, not training's.
                              setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);

@@ -108,8 +108,10 @@ class Launch {
   // checkpoints (SIGUSR1); one at a time. `request_id` (a `shadowsync
   // export`, "" for an interval) is answered when it ends; a request that
   // finds an export running is queued for the next one, which starts as
-  // soon as it ends (or is answered by the final export).
-  void StartExport(const std::string& request_id);
+  // soon as it ends (or is answered by the final export). `delta`: a delta
+  // export over the newest (spec.export.deltaIntervalSeconds), started only
+  // when no export runs.
+  void StartExport(const std::string& request_id, bool delta = false);
   // Collects a finished background export; `wait`: waits for a running one.
   void PollExport(bool wait);
   // Once training has ended: the export scored on the eval data.
@@ -148,6 +150,7 @@ class Launch {
   nlohmann::json init_;                     // The warm start's import, if any.
   nlohmann::json latest_export_ = nullptr;  // Summary of the newest export.
   Clock::time_point last_export_;
+  Clock::time_point last_delta_;  // Or full export: either makes the model fresh.
   struct RunningExport {
     std::future<absl::StatusOr<nlohmann::json>> result;
     std::vector<std::string> request_ids;

@@ -224,6 +224,7 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
   WriteLaunchState();
   start_ = Clock::now();
   last_export_ = start_;
+  last_delta_ = start_;
   for (Child& c : children_) {
     if (c.role == Role::kTrainer) SS_RETURN_IF_ERROR(Spawn(c));
   }
@@ -250,6 +251,9 @@ absl::StatusOr<nlohmann::json> Launch::Run() {
         Since(last_export_) >= static_cast<double>(spec.export_.interval_seconds)) {
       // A failed periodic export does not stop training; the next one retries.
       StartExport("");
+    } else if (spec.export_.delta_interval_seconds > 0 &&
+               Since(last_delta_) >= static_cast<double>(spec.export_.delta_interval_seconds)) {
+      StartExport("", /*delta=*/true);
     }
     if (Since(last_progress) >= options_.progress_interval_seconds) {
       last_progress = Clock::now();

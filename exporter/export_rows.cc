@@ -29,14 +29,18 @@ namespace {
 // stalling on its flow-control window until the merge comes back to it.
 class ServerStream {
  public:
+  // `since`: a delta's, of this server.
   ServerStream(std::string address, const RowStreamOptions& options,
-               const std::vector<uint32_t>& slots, bool weights_only)
+               const std::vector<uint32_t>& slots, bool weights_only,
+               const v1::ChangeCursor* since)
       : address_(std::move(address)), stub_(internal::Connect(address_, options.security)) {
     context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
     v1::ExportSlotsRequest request;
     request.mutable_slots()->Add(slots.begin(), slots.end());
     request.set_weights_only(weights_only);
     request.set_packed_rows(true);
+    request.set_track_changes(options.track_changes);
+    if (since != nullptr) *request.mutable_changes_since() = *since;
     reader_ = stub_->ExportSlots(&context_, request);
     thread_ = std::thread([this] { ReadAhead(); });
   }
@@ -59,6 +63,8 @@ class ServerStream {
     free_.push_back(std::move(head_));
   }
   const std::string& address() const { return address_; }
+  // Where the server's change log stood at its snapshot (after Finish).
+  const v1::ChangeCursor& cursor() const { return done_.cursor(); }
 
   // What the end marker must match: rows, and the sum of chunk CRCs.
   void Count(int64_t rows, uint32_t crc) {
@@ -145,6 +151,49 @@ class ServerStream {
   uint64_t checksum_ = 0;
 };
 
+// The servers' cursors as an export's manifest keeps them.
+nlohmann::json ChangesJson(uint64_t epoch,
+                           const std::vector<std::unique_ptr<ServerStream>>& streams) {
+  nlohmann::json servers = nlohmann::json::array();
+  for (const auto& stream : streams) {
+    servers.push_back({{"address", stream->address()},
+                       {"incarnation", stream->cursor().incarnation()},
+                       {"generation", stream->cursor().generation()}});
+  }
+  return {{"epoch", epoch}, {"servers", servers}};
+}
+
+// Each streaming server's cursor in `since`, in the order of `addresses`;
+// FailedPrecondition unless `since` names exactly this cluster.
+absl::StatusOr<std::vector<v1::ChangeCursor>> CursorsFor(
+    const nlohmann::json& since, uint64_t epoch, const std::vector<std::string>& addresses) {
+  std::vector<v1::ChangeCursor> out;
+  try {
+    const uint64_t since_epoch = since.at("epoch").get<uint64_t>();
+    const nlohmann::json& servers = since.at("servers");
+    if (since_epoch != epoch || servers.size() != addresses.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the shard map changed since the base export (epoch ", since_epoch, ", ", servers.size(),
+          " servers; now epoch ", epoch, ", ", addresses.size(), ")"));
+    }
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      if (servers[i].at("address").get<std::string>() != addresses[i]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("server ", i, " is ", addresses[i], ", at the base export it was ",
+                         servers[i].at("address").get<std::string>()));
+      }
+      v1::ChangeCursor cursor;
+      cursor.set_incarnation(servers[i].at("incarnation").get<uint64_t>());
+      cursor.set_generation(servers[i].at("generation").get<uint64_t>());
+      out.push_back(cursor);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the base export's changes are malformed: ", e.what()));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
@@ -163,13 +212,24 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
       info.with_optimizer_state
           ? static_cast<size_t>(dim * model::StateFloatsPerParam(info.embeddings.optimizer.kind))
           : 0;
-  std::vector<std::unique_ptr<ServerStream>> streams;
+  std::vector<std::vector<uint32_t>> owned;
+  std::vector<std::string> addresses;
   for (int s = 0; s < map.num_servers(); ++s) {
     std::vector<uint32_t> slots = map.SlotsOwnedBy(static_cast<uint32_t>(s));
     if (slots.empty()) continue;
     std::sort(slots.begin(), slots.end());
-    streams.push_back(std::make_unique<ServerStream>(map.addresses()[s], options, slots,
-                                                     !info.with_optimizer_state));
+    owned.push_back(std::move(slots));
+    addresses.push_back(map.addresses()[s]);
+  }
+  std::vector<v1::ChangeCursor> since;
+  if (options.changes_since != nullptr) {
+    SS_ASSIGN_OR_RETURN(since, CursorsFor(*options.changes_since, map.epoch(), addresses));
+  }
+  std::vector<std::unique_ptr<ServerStream>> streams;
+  for (size_t s = 0; s < owned.size(); ++s) {
+    streams.push_back(std::make_unique<ServerStream>(addresses[s], options, owned[s],
+                                                     !info.with_optimizer_state,
+                                                     since.empty() ? nullptr : &since[s]));
   }
   RowStreamStats stats;
   stats.servers = map.num_servers();
@@ -183,25 +243,34 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
       for (const v1::SlotChunk* chunk = stream->head();
            status.ok() && chunk != nullptr && chunk->slot() < end; chunk = stream->head()) {
         const std::string& packed = chunk->packed_rows();
-        if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0) {
+        const std::string& tombstones = chunk->packed_tombstones();
+        if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0 ||
+            tombstones.size() % v1::PackedRowBytes(0) != 0) {
           status = absl::DataLossError(
               absl::StrCat("export: ExportSlots on ", stream->address(), " sent slot ",
                            chunk->slot(), " as ", chunk->rows_size(), " unpacked rows and ",
-                           packed.size(), " bytes of packed rows; want records of ", record_bytes,
-                           " bytes (", dim, " + ", state_floats, " optimizer state floats)"));
+                           packed.size(), " bytes of packed rows and ", tombstones.size(),
+                           " of tombstones; want records of ", record_bytes, " bytes (", dim,
+                           " + ", state_floats, " optimizer state floats) and of ",
+                           v1::PackedRowBytes(0)));
           break;
         }
         const uint32_t crc = v1::PackedRowsCrc(packed);
-        if (crc != chunk->packed_crc32()) {
+        const uint32_t chunk_crc =
+            tombstones.empty() ? crc : v1::PackedChunkCrc(packed, tombstones);
+        if (chunk_crc != chunk->packed_crc32()) {
           status = absl::DataLossError(absl::StrFormat(
               "export: ExportSlots on %s sent slot %d with CRC %#x over rows whose CRC is %#x",
-              stream->address(), chunk->slot(), chunk->packed_crc32(), crc));
+              stream->address(), chunk->slot(), chunk->packed_crc32(), chunk_crc));
           break;
         }
         const int64_t rows = static_cast<int64_t>(packed.size() / record_bytes);
-        stream->Count(rows, crc);
+        const int64_t removed = static_cast<int64_t>(tombstones.size() / v1::PackedRowBytes(0));
+        stream->Count(rows + removed, chunk_crc);
         status = writer->AddRecords(packed, crc);
+        if (status.ok() && removed > 0) status = writer->AddTombstones(tombstones);
         stats.rows += rows;
+        stats.tombstones += removed;
         stats.bytes += static_cast<int64_t>(packed.size());
         stream->Pop();
       }
@@ -216,6 +285,9 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
     SS_RETURN_IF_ERROR(finished);
   }
   SS_RETURN_IF_ERROR(status);
+  if (options.track_changes || options.changes_since != nullptr) {
+    stats.changes = ChangesJson(map.epoch(), streams);
+  }
   stats.seconds = internal::Since(start);
   return stats;
 }

@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/shard_map.h"
@@ -129,6 +131,34 @@ absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
   return dense;
 }
 
+namespace {
+
+// The export `name` in `dir` is a delta: its manifest says so. An
+// unreadable manifest counts as a full export (pruning then keeps it).
+bool IsDelta(const fs::path& dir) {
+  std::ifstream in(dir / "manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return manifest.is_object() && manifest.contains("delta");
+}
+
+// The newest export's name and its change cursors, for a delta over it; an
+// error says why there is none to go over.
+absl::StatusOr<std::pair<std::string, nlohmann::json>> DeltaBase(const std::string& exports_dir) {
+  std::ifstream latest(exports_dir + "/LATEST");
+  std::string name;
+  if (!std::getline(latest, name)) return absl::FailedPreconditionError("no export yet to go over");
+  name = std::string(absl::StripAsciiWhitespace(name));
+  SS_ASSIGN_OR_RETURN(model::ExportReader base,
+                      model::ExportReader::Open(exports_dir + "/" + name));
+  if (base.info().changes.is_null()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " was taken without change tracking"));
+  }
+  return std::pair(std::move(name), base.info().changes);
+}
+
+}  // namespace
+
 absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
   const Clock::time_point start = Clock::now();
   std::error_code ec;
@@ -154,58 +184,108 @@ absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request) {
 
   SS_ASSIGN_OR_RETURN(DenseParams dense, CollectDense(request.job, request.trainer_checkpoints,
                                                       request.syncer_addresses, request.security));
-  model::ExportInfo info = ExportInfoForJob(request.job);
-  info.dense_source = dense.source;
-  info.examples_trained = dense.examples;
-  nlohmann::json eval = nlohmann::json::object();
-  model::ExportWriter::Scorer score;
-  model::RowFilter eval_rows;
-  if (!request.eval_data.empty()) {
-    // The export as written, not the live servers: anything that changed
-    // their rows between a score of them and the stream made the manifest
-    // describe another model. The writer keeps the rows the eval looks up
-    // as it writes them; scored with `shadowsync eval --model`'s code and
-    // defaults, so that it repeats this score exactly.
-    SS_ASSIGN_OR_RETURN(eval_rows,
-                        RowsLookedUpBy(info.config, info.embeddings.tables, request.eval_data));
-    score = [&](model::SavedModel& written) -> absl::StatusOr<nlohmann::json> {
-      SS_ASSIGN_OR_RETURN(ModelScore score, EvaluateModel(written, request.eval_data));
-      eval = EvalJson(score);
-      return eval;
-    };
+  const bool track = request.job.spec.export_.delta_interval_seconds > 0;
+  std::optional<std::pair<std::string, nlohmann::json>> base;
+  std::string full_because;
+  if (request.delta) {
+    absl::StatusOr<std::pair<std::string, nlohmann::json>> found = DeltaBase(request.exports_dir);
+    if (found.ok()) {
+      base = *std::move(found);
+    } else {
+      full_because = std::string(found.status().message());
+    }
   }
-  const std::string source = info.dense_source;
-  SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, std::move(info)));
-  if (eval_rows != nullptr) SS_RETURN_IF_ERROR(writer->KeepRows(std::move(eval_rows)));
-  SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
-  SS_ASSIGN_OR_RETURN(
-      RowStreamStats rows,
-      ExportServerRows(request.ps_address, {.security = request.security}, writer.get()));
-  SS_RETURN_IF_ERROR(writer->Commit(score));
+  nlohmann::json eval = nlohmann::json::object();
+  RowStreamStats rows;
+  std::string source;
+  // One attempt: a delta over `base`, or a full export. A delta the servers
+  // cannot give (FailedPrecondition) leaves nothing behind but the reason.
+  auto write = [&](bool delta) -> absl::Status {
+    model::ExportInfo info = ExportInfoForJob(request.job);
+    info.dense_source = dense.source;
+    info.examples_trained = dense.examples;
+    if (delta) info.delta_base = base->first;
+    model::ExportWriter::Scorer score;
+    model::RowFilter eval_rows;
+    if (!request.eval_data.empty() && !delta) {
+      // The export as written, not the live servers: anything that changed
+      // their rows between a score of them and the stream made the manifest
+      // describe another model. The writer keeps the rows the eval looks up
+      // as it writes them; scored with `shadowsync eval --model`'s code and
+      // defaults, so that it repeats this score exactly.
+      SS_ASSIGN_OR_RETURN(eval_rows,
+                          RowsLookedUpBy(info.config, info.embeddings.tables, request.eval_data));
+      score = [&](model::SavedModel& written) -> absl::StatusOr<nlohmann::json> {
+        SS_ASSIGN_OR_RETURN(ModelScore score, EvaluateModel(written, request.eval_data));
+        eval = EvalJson(score);
+        return eval;
+      };
+    }
+    source = info.dense_source;
+    SS_ASSIGN_OR_RETURN(auto writer, model::ExportWriter::Create(dir, std::move(info)));
+    if (eval_rows != nullptr) SS_RETURN_IF_ERROR(writer->KeepRows(std::move(eval_rows)));
+    SS_RETURN_IF_ERROR(writer->WriteDense(dense.params, dense.state));
+    RowStreamOptions options{.security = request.security, .track_changes = track};
+    if (delta) options.changes_since = &base->second;
+    SS_ASSIGN_OR_RETURN(rows, ExportServerRows(request.ps_address, options, writer.get()));
+    writer->set_changes(rows.changes);
+    return writer->Commit(score);
+  };
+  bool delta = base.has_value();
+  if (delta) {
+    if (absl::Status written = write(true); absl::IsFailedPrecondition(written)) {
+      full_because = std::string(written.message());
+      delta = false;
+    } else {
+      SS_RETURN_IF_ERROR(written);
+    }
+  }
+  if (!delta) SS_RETURN_IF_ERROR(write(false));
 
   // LATEST atomically: a reader sees the old name or the new one.
   SS_RETURN_IF_ERROR(WriteFileAtomically(request.exports_dir + "/LATEST", name + "\n"));
   names.push_back(name);
-  const int keep = std::max(1, request.job.spec.export_.keep);
-  for (size_t i = 0; i + keep < names.size(); ++i) {
-    fs::remove_all(fs::path(request.exports_dir) / names[i], ec);
+  // The newest `keep` full exports and the deltas over them; a delta older
+  // than the oldest of those has lost its base.
+  const size_t keep = static_cast<size_t>(std::max(1, request.job.spec.export_.keep));
+  size_t full_seen = 0, cut = 0;
+  for (size_t i = names.size(); i-- > 0;) {
+    if (!IsDelta(fs::path(request.exports_dir) / names[i]) && ++full_seen == keep) {
+      cut = i;
+      break;
+    }
   }
+  for (size_t i = 0; i < cut; ++i) fs::remove_all(fs::path(request.exports_dir) / names[i], ec);
   const double seconds = Since(start);
-  return nlohmann::json{{"path", dir},
-                        {"rows", rows.rows},
-                        {"bytes", rows.bytes},
-                        {"seconds", seconds},
-                        {"rows_per_second", rows.rows / std::max(rows.seconds, 1e-9)},
-                        {"dense_source", source},
-                        {"examples_trained", dense.examples},
-                        {"eval", eval}};
+  nlohmann::json summary{{"path", dir},
+                         {"rows", rows.rows},
+                         {"bytes", rows.bytes},
+                         {"seconds", seconds},
+                         {"rows_per_second", rows.rows / std::max(rows.seconds, 1e-9)},
+                         {"dense_source", source},
+                         {"examples_trained", dense.examples},
+                         {"eval", eval}};
+  if (delta) {
+    summary["delta"] = {{"base", base->first}, {"tombstones", rows.tombstones}};
+  } else if (request.delta) {
+    summary["full_because"] = full_because;
+  }
+  return summary;
 }
 
 std::string DescribeExport(const nlohmann::json& summary) {
+  std::string kind;
+  if (summary.contains("delta")) {
+    kind = absl::StrFormat(" (a delta over %s, %d tombstones)",
+                           summary["delta"]["base"].get<std::string>(),
+                           summary["delta"]["tombstones"].get<int64_t>());
+  } else if (summary.contains("full_because")) {
+    kind = absl::StrCat(" (full, not a delta: ", summary["full_because"].get<std::string>(), ")");
+  }
   return absl::StrFormat(
-      "exported %s: %d rows in %.1f s (%.0f rows/s), dense: %s, %d examples "
+      "exported %s%s: %d rows in %.1f s (%.0f rows/s), dense: %s, %d examples "
       "trained",
-      summary["path"].get<std::string>(), summary["rows"].get<int64_t>(),
+      summary["path"].get<std::string>(), kind, summary["rows"].get<int64_t>(),
       summary["seconds"].get<double>(), summary["rows_per_second"].get<double>(),
       summary["dense_source"].get<std::string>(), summary["examples_trained"].get<int64_t>());
 }

@@ -64,6 +64,16 @@ absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
 
 struct RowStreamOptions {
   GrpcSecurity security;
+  // Delta exports (docs/export.md): the servers record which rows change
+  // from this stream's snapshots on, and RowStreamStats::changes says where
+  // each one's record stood (the manifest's `changes`).
+  bool track_changes = false;
+  // With it, only the rows changed since these cursors (the `changes` of the
+  // export the delta goes over) are streamed, with tombstones for those
+  // removed (evicted). FailedPrecondition if they do not name this cluster
+  // (the shard map changed since) or a server no longer knows them (it
+  // restarted): a full export is due.
+  const nlohmann::json* changes_since = nullptr;
   absl::Duration rpc_deadline = absl::Hours(2);  // Of each server's whole stream.
   // Rows per ImportSlots stream: each is staged by the server and applied
   // atomically, so this bounds the server's staging memory.
@@ -72,6 +82,8 @@ struct RowStreamOptions {
 
 struct RowStreamStats {
   int64_t rows = 0;
+  int64_t tombstones = 0;          // A delta's.
+  nlohmann::json changes = nullptr;  // With track_changes.
   int64_t bytes = 0;  // Row payload (keys, values, state).
   double seconds = 0;
   int servers = 0;
@@ -111,12 +123,19 @@ struct JobExportRequest {
   // the result is the manifest's `eval`, the score of exactly the model
   // exported. Empty = no evaluation.
   std::vector<std::string> eval_data;
+  // A delta export over the newest export (spec.export.deltaIntervalSeconds):
+  // the rows changed since it and tombstones. A full export instead, and
+  // the summary says why, when there is no newest export the servers know
+  // (none yet, another shard map, a server restarted).
+  bool delta = false;
 };
 
-// Writes the export, then keeps the newest spec.export.keep exports in
-// exports_dir (deleting older model-* directories) and points
-// <exports_dir>/LATEST at the new one. Returns a summary: path, rows,
-// bytes, seconds, rows_per_second, dense_source, examples_trained and eval.
+// Writes the export, then keeps the newest spec.export.keep full exports in
+// exports_dir with the deltas over them (deleting older model-*
+// directories) and points <exports_dir>/LATEST at the new one. Returns a
+// summary: path, rows, bytes, seconds, rows_per_second, dense_source,
+// examples_trained, eval, and for a delta its base and tombstones (or, for
+// a delta that had to be a full export, full_because).
 absl::StatusOr<nlohmann::json> ExportJob(const JobExportRequest& request);
 
 // ExportJob's summary as one log line: "exported PATH: N rows in S s (R

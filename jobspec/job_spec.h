@@ -425,6 +425,9 @@ struct ExportSpec {
   // run directory's exports/ (shadowsync run).
   std::string path;
   int64_t interval_seconds = 0;      // "intervalSeconds". 0 = at completion and on demand only.
+  // "deltaIntervalSeconds": between two delta exports while training runs;
+  // 0 = none.
+  int64_t delta_interval_seconds = 0;
   int keep = 3;                      // Newest exports kept; older ones are deleted.
   bool with_optimizer_state = true;  // "withOptimizerState".
   // Kubernetes only: the claim the exports go to ("volumeClaimName"); ""

@@ -523,7 +523,16 @@ void Fields(V& v, S& s) {
                          .doc = "Seconds between two exports while training runs; 0 = only at "
                                 "completion and on demand.",
                          .min = 0});
-  v(s.keep, {.name = "keep", .doc = "Newest exports kept; older ones are deleted.", .min = 1});
+  v(s.delta_interval_seconds,
+    {.name = "deltaIntervalSeconds",
+     .doc = "Seconds between two delta exports while training runs: the rows changed since the "
+            "previous export and tombstones for rows evicted since, which `shadowsync serve` "
+            "applies to the model it serves; 0 = none. The parameter servers then remember "
+            "which rows changed (docs/export.md, \"Delta exports\").",
+     .min = 0});
+  v(s.keep, {.name = "keep",
+             .doc = "Newest full exports kept, with the deltas over them; older ones are deleted.",
+             .min = 1});
   v(s.with_optimizer_state,
     {.name = "withOptimizerState",
      .doc = "Export the optimizer state (Adagrad's accumulators) with the weights, so that a "

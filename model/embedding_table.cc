@@ -143,6 +143,12 @@ void LocalEmbeddingStore::ForEachRow(const RowVisitor& visit) const {
   }
 }
 
+void LocalEmbeddingStore::EraseRow(uint32_t table, uint64_t id) {
+  Shard& shard = ShardFor(table, id);
+  MutexLock lock(&shard.mu);
+  shard.rows.erase(id);
+}
+
 void LocalEmbeddingStore::PutRow(uint32_t table, uint64_t id, std::span<const float> values,
                                  std::span<const float> state) {
   float* row = GetOrCreate(table, id);

@@ -26,6 +26,8 @@ using nlohmann::json;
 
 constexpr char kManifest[] = "manifest.json";
 constexpr char kDense[] = "dense.bin";
+constexpr char kTombstones[] = "tombstones.bin";
+constexpr size_t kTombstoneBytes = sizeof(uint32_t) + sizeof(uint64_t);
 
 uint32_t Crc(uint64_t crc, const void* p, size_t n) {
   return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(p), n));
@@ -70,7 +72,8 @@ ExportWriter::ExportWriter(std::string dir, std::string tmp, ExportInfo info)
       state_floats_(info_.with_optimizer_state
                         ? info_.embeddings.dim *
                               StateFloatsPerParam(info_.embeddings.optimizer.kind)
-                        : 0) {}
+                        : 0),
+      changes_(info_.changes) {}
 
 absl::StatusOr<std::unique_ptr<ExportWriter>> ExportWriter::Create(std::string dir,
                                                                    ExportInfo info) {
@@ -251,6 +254,32 @@ absl::Status ExportWriter::AddRecords(std::string_view records, uint32_t crc) {
   return absl::OkStatus();
 }
 
+absl::Status ExportWriter::AddTombstones(std::string_view records) {
+  if (info_.delta_base.empty()) {
+    return absl::FailedPreconditionError("export: tombstones in a full export");
+  }
+  if (part_ < 0) return absl::FailedPreconditionError("export: a tombstone outside any part");
+  if (records.size() % kTombstoneBytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("export: ", records.size(),
+                                                   " bytes of tombstones of ", kTombstoneBytes,
+                                                   " bytes"));
+  }
+  for (size_t at = 0; at < records.size(); at += kTombstoneBytes) {
+    uint32_t table;
+    uint64_t id;
+    std::memcpy(&table, records.data() + at, sizeof(table));
+    std::memcpy(&id, records.data() + at + sizeof(table), sizeof(id));
+    const uint32_t slot = SlotOf(table, id, info_.num_slots);
+    if (slot < part_begin_ || slot >= part_end_ || table >= info_.embeddings.tables.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "export: tombstone (table ", table, ", id ", id, ", slot ", slot,
+          ") does not belong in part ", part_, " (slots ", part_begin_, "-", part_end_, ")"));
+    }
+  }
+  tombstones_.append(records);
+  return absl::OkStatus();
+}
+
 // The checksum and the write per buffer, not per field of every row: the
 // same bytes and the same CRC (it is a running one), at a fraction of the
 // calls.
@@ -283,7 +312,7 @@ absl::Status ExportWriter::EndPart() {
 
 absl::Status ExportWriter::WriteManifest(const json& eval) {
   const LocalStoreOptions& e = info_.embeddings;
-  const json manifest = {{"format", "shadowsync-export"},
+  json manifest = {{"format", "shadowsync-export"},
                          {"formatVersion", kExportFormatVersion},
                          {"model", DlrmConfigToJson(info_.config)},
                          {"embeddings",
@@ -303,6 +332,8 @@ absl::Status ExportWriter::WriteManifest(const json& eval) {
                          {"eval", eval},
                          {"job", info_.job},
                          {"files", files_}};
+  if (!info_.delta_base.empty()) manifest["delta"] = {{"base", info_.delta_base}};
+  if (!changes_.is_null()) manifest["changes"] = changes_;
   return WriteFileAtomically(tmp_ + "/" + kManifest, manifest.dump(1) + "\n");
 }
 
@@ -312,6 +343,10 @@ absl::Status ExportWriter::Commit(const Scorer& score) {
   if (next_part_ < info_.num_parts) {
     SS_RETURN_IF_ERROR(BeginPart(info_.num_parts - 1));
     SS_RETURN_IF_ERROR(EndPart());
+  }
+  if (!info_.delta_base.empty()) {
+    SS_RETURN_IF_ERROR(WriteFile(kTombstones, tombstones_,
+                                 static_cast<int64_t>(tombstones_.size() / kTombstoneBytes)));
   }
   json eval = info_.eval;
   if (score != nullptr) {
@@ -432,6 +467,17 @@ absl::StatusOr<ExportReader> ExportReader::Open(const std::string& dir) {
     info.examples_trained = m.value("examplesTrained", int64_t{0});
     info.eval = m.value("eval", json::object());
     info.job = m.value("job", json());
+    field = "delta";
+    if (m.contains("delta")) {
+      info.delta_base = m["delta"].at("base").get<std::string>();
+      if (info.delta_base.empty() || info.delta_base.find('/') != std::string::npos ||
+          info.delta_base == "." || info.delta_base == "..") {
+        return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": delta.base \"",
+                                                       info.delta_base,
+                                                       "\" is not the name of an export beside it"));
+      }
+    }
+    info.changes = m.value("changes", json());
     field = "files";
     for (const json& f : m.at("files")) {
       const std::string path = dir + "/" + f.at("path").get<std::string>();
@@ -454,6 +500,11 @@ int64_t ExportReader::num_rows() const { return manifest_["embeddings"].value("r
 
 absl::Status ExportReader::CheckShape(const DlrmConfig& config,
                                       const std::vector<EmbeddingTableConfig>& tables) const {
+  if (is_delta()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir_, " is a delta export (the changes since ", info_.delta_base,
+                     "); a warm start needs a full export"));
+  }
   const json want = DlrmConfigToJson(config);
   // The manifest's model as read, so a field an older export lacks compares
   // as its default (an export from before DCN-v2 is a dot model).
@@ -591,9 +642,43 @@ absl::Status ExportReader::ForEachRow(const RowVisitor& visit,
       part_order);
 }
 
+absl::Status ExportReader::ForEachTombstone(
+    const std::function<absl::Status(uint32_t table, uint64_t id)>& visit) const {
+  for (const json& f : manifest_["files"]) {
+    if (f["path"] != kTombstones) continue;
+    const std::string path = dir_ + "/" + kTombstones;
+    SS_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
+    if (Crc(0, bytes.data(), bytes.size()) != f["crc32"].get<uint32_t>()) {
+      return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
+    }
+    if (bytes.size() % kTombstoneBytes != 0) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", bytes.size(), " bytes is not whole tombstones"));
+    }
+    for (size_t at = 0; at < bytes.size(); at += kTombstoneBytes) {
+      uint32_t table;
+      uint64_t id;
+      std::memcpy(&table, bytes.data() + at, sizeof(table));
+      std::memcpy(&id, bytes.data() + at + sizeof(table), sizeof(id));
+      if (table >= info_.embeddings.tables.size()) {
+        return absl::DataLossError(absl::StrCat(path, ": a tombstone of table ", table,
+                                                " (the export has ", info_.embeddings.tables.size(),
+                                                ")"));
+      }
+      SS_RETURN_IF_ERROR(visit(table, id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ExportReader::BaseDir() const {
+  return (fs::path(dir_).parent_path() / info_.delta_base).string();
+}
+
 absl::Status ExportReader::Verify() const {
   std::vector<float> params, state;
   SS_RETURN_IF_ERROR(ReadDense(&params, &state));
+  SS_RETURN_IF_ERROR(ForEachTombstone([](uint32_t, uint64_t) { return absl::OkStatus(); }));
   return ForEachRow([](uint32_t, uint64_t, std::span<const float>, std::span<const float>) {
     return absl::OkStatus();
   });
@@ -610,17 +695,42 @@ absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& r
   return ParseGemmKernel(scored["gemm"].get<std::string>(), field);
 }
 
+namespace {
+
+absl::Status CheckSameModel(const ExportReader& delta, const SavedModel& base) {
+  if (DlrmConfigToJson(delta.config()) != DlrmConfigToJson(base.config) ||
+      TablesToJson(delta.info().embeddings.tables) != TablesToJson(base.store_options.tables) ||
+      delta.info().embeddings.dim != base.store_options.dim) {
+    return absl::FailedPreconditionError(absl::StrCat(delta.dir(), ": its model is not that of ",
+                                                      delta.BaseDir(), ", the export it changes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
   SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
   // No Verify() first: ReadDense and ForEachRow check every file's checksum
   // before using it, and a failure returns no model, so a second read of
   // every part (an export can be many GB) would check nothing more.
   SavedModel m;
-  m.config = reader.config();
-  m.store_options = reader.info().embeddings;
+  if (reader.is_delta()) {
+    // The base chain first (a delta's base may be a delta), then this one's
+    // changes over it.
+    SS_ASSIGN_OR_RETURN(m, LoadExport(reader.BaseDir(), keep));
+    SS_RETURN_IF_ERROR(CheckSameModel(reader, m));
+  } else {
+    m.config = reader.config();
+    m.store_options = reader.info().embeddings;
+    m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
+  }
   SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
-  m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
   SS_RETURN_IF_ERROR(LoadExportRows(reader, m.store.get(), keep));
+  SS_RETURN_IF_ERROR(reader.ForEachTombstone([&](uint32_t table, uint64_t id) {
+    m.store->EraseRow(table, id);
+    return absl::OkStatus();
+  }));
   return m;
 }
 

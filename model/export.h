@@ -46,6 +46,13 @@ struct ExportInfo {
   // scored it (gemm), which a repeat of the score runs.
   nlohmann::json eval = nlohmann::json::object();
   nlohmann::json job = nullptr;  // the job spec, when a job wrote it
+  // A delta export (docs/export.md, "Delta exports"): the name of the export
+  // beside it that this one changes, whose rows it replaces and removes;
+  // empty for a full export.
+  std::string delta_base;
+  // Where each parameter server's change log stood at this export, for the
+  // next delta (exporter/job_export.h); null when nobody tracks changes.
+  nlohmann::json changes = nullptr;
 };
 
 // The first slot of part `part` of an export: p * S / P (S slots, P parts).
@@ -82,6 +89,10 @@ class ExportWriter {
   // InvalidArgument as AddRow, for the first row out of place.
   absl::Status AddRecords(std::string_view records, uint32_t crc);
   size_t RecordBytes() const;
+  // A delta's rows removed since its base (evicted by the servers), as
+  // records of the table (uint32) and the id (uint64), in the open part.
+  // InvalidArgument as AddRecords; FailedPrecondition for a full export.
+  absl::Status AddTombstones(std::string_view records);
   absl::Status EndPart();
   // From here on, the rows `keep` keeps are also held in memory, exactly as
   // written, for Commit's scorer: an eval's rows, which it then needs no
@@ -101,6 +112,9 @@ class ExportWriter {
 
   const std::string& dir() const { return dir_; }
   const ExportInfo& info() const { return info_; }
+  // The manifest's `changes` (ExportInfo::changes), known only once the
+  // rows are streamed.
+  void set_changes(nlohmann::json changes) { changes_ = std::move(changes); }
 
  private:
   ExportWriter(std::string dir, std::string tmp, ExportInfo info);
@@ -128,6 +142,8 @@ class ExportWriter {
   std::string buffer_;                   // Rows of the open part not yet written.
   uint64_t crc_ = 0, bytes_ = 0;
   int64_t rows_ = 0, total_rows_ = 0;
+  std::string tombstones_;  // A delta's, written by Commit.
+  nlohmann::json changes_;
 };
 
 // An export on disk, its manifest checked: the format version, the files it
@@ -146,7 +162,9 @@ class ExportReader {
   int64_t num_rows() const;
 
   // InvalidArgument naming the field ("model.bottomMlp: ...") unless the
-  // export's model and embedding tables are `config` and `tables`.
+  // export's model and embedding tables are `config` and `tables`; for a
+  // warm start, so also FailedPrecondition for a delta export (its rows are
+  // only the changes).
   absl::Status CheckShape(const DlrmConfig& config,
                           const std::vector<EmbeddingTableConfig>& tables) const;
 
@@ -166,6 +184,13 @@ class ExportReader {
   using PartVisitor = std::function<absl::Status(int part, std::string_view records)>;
   absl::Status ForEachPart(const PartVisitor& visit, std::span<const int> part_order = {}) const;
   size_t RecordBytes() const;
+  // A delta's tombstones (AddTombstones), checksum verified first; none for
+  // a full export.
+  absl::Status ForEachTombstone(
+      const std::function<absl::Status(uint32_t table, uint64_t id)>& visit) const;
+  bool is_delta() const { return !info_.delta_base.empty(); }
+  // The export a delta changes: a sibling directory.
+  std::string BaseDir() const;
   // Reads every file and checks its checksum: for a caller that must not
   // change anything if any part is corrupt.
   absl::Status Verify() const;
@@ -184,9 +209,10 @@ absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& r
 
 // An export as a trainable model in this process: dense parameters and
 // state, and a LocalEmbeddingStore of every row (zero optimizer state where
-// the export carries none), or of the rows `keep` keeps. Every file is read
-// and its checksum verified whatever `keep` says; on any error no model is
-// returned.
+// the export carries none), or of the rows `keep` keeps. A delta export is
+// its base chain's full export with every delta up to it applied. Every file
+// is read and its checksum verified whatever `keep` says; on any error no
+// model is returned.
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep = nullptr);
 // Every row of `reader` (that `keep` keeps, when given) into `store` (a
 // warm start of `train --init-model`), with zero optimizer state where the

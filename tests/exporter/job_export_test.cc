@@ -5,7 +5,9 @@
 #include "exporter/job_export.h"
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -22,6 +24,7 @@
 #include "common/status_macros.h"
 #include "data/synthetic.h"
 #include "grpcpp/grpcpp.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/dlrm.h"
 #include "model/export.h"
@@ -37,7 +40,9 @@
 namespace shadowsync::exporter {
 namespace {
 
+namespace fs = std::filesystem;
 using ::shadowsync::testing::StatusIs;
+using ::testing::HasSubstr;
 
 ShadowSyncJob Job(int slots, int embedding_dim = 4, bool with_state = true,
                   const std::string& optimizer = "adagrad") {
@@ -61,8 +66,9 @@ spec:
 // The servers of a job, sharing a balanced shard map.
 class Cluster {
  public:
+  // `max_rows`: each server evicts its least recently used rows beyond it.
   Cluster(const ShadowSyncJob& job, int n, const ::shadowsync::testing::ScratchDir& dir,
-          const std::string& name) {
+          const std::string& name, int64_t max_rows = 0) {
     std::vector<std::string> addresses;
     for (int i = 0; i < n; ++i) {
       ps::PsServerOptions o;
@@ -75,7 +81,8 @@ class Cluster {
       o.store.seed = kEmbeddingInitSeed;
       o.store.optimizer = ExportInfoForJob(job).embeddings.optimizer;
       o.store.cache_bytes = 1 << 20;
-      o.eviction_interval = absl::ZeroDuration();
+      o.store.max_rows = max_rows;
+      o.eviction_interval = max_rows > 0 ? absl::Milliseconds(10) : absl::ZeroDuration();
       o.shutdown_grace = absl::Milliseconds(200);
       o.service.export_chunk_rows = 5;  // Several chunks per slot.
       absl::StatusOr<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Start(std::move(o));
@@ -427,6 +434,98 @@ TEST_F(JobExportTest, TheManifestsEvalIsTheScoreOfTheExportedRows) {
   EXPECT_EQ(eval.value("eval_logloss", 0.0), q->logloss) << eval;
   EXPECT_EQ(eval.value("eval_ne", 0.0), q->ne) << eval;
   EXPECT_EQ(eval.value("eval_auc", 0.0), q->auc) << eval;
+}
+
+// Every row of an export as the model holds it, by key.
+std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> RowsOf(const std::string& dir) {
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> rows;
+  absl::StatusOr<model::SavedModel> saved = model::LoadExport(dir);
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  if (!saved.ok()) return rows;
+  saved->store->ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                               std::span<const float> state) {
+    std::vector<float>& row = rows[{table, id}];
+    row.assign(values.begin(), values.end());
+    row.insert(row.end(), state.begin(), state.end());
+  });
+  return rows;
+}
+
+// Deltas over a full export, with rows pushed and evicted in between, load
+// as exactly the model a full export then holds; `keep` counts full exports
+// and keeps the deltas over them.
+TEST_F(JobExportTest, DeltaExportsOverAFullOneLoadAsTheFullExportWould) {
+  ShadowSyncJob job = Job(64);
+  job.spec.sync.algorithm = SyncAlgorithm::kNone;
+  job.spec.export_.delta_interval_seconds = 60;
+  job.spec.export_.keep = 1;
+  {
+    const model::ExportInfo info = ExportInfoForJob(job);
+    model::LocalEmbeddingStore unused(info.embeddings);
+    worker::Trainer fresh(info.config, info.embeddings.tables, {}, &unused);
+    SS_ASSERT_OK(worker::SaveDenseCheckpoint(dir_.File("trainer-0.ckpt"),
+                                             {0, fresh.params(), fresh.dense_state()}));
+  }
+  constexpr int64_t kMaxRows = 2000;  // per server: training evicts
+  Cluster cluster(job, 2, dir_, "live", kMaxRows);
+  auto settle = [&] {  // until the eviction loops are done
+    for (int i = 0; i < 500 && cluster.Totals().first > 2 * kMaxRows; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_LE(cluster.Totals().first, 2 * kMaxRows);
+  };
+  JobExportRequest request{.job = job,
+                           .exports_dir = dir_.File("exports"),
+                           .ps_address = cluster.address(),
+                           .trainer_checkpoints = {dir_.File("trainer-0.ckpt")},
+                           .delta = true};
+  cluster.Train(60, 26, 4, 1);
+  settle();
+  // No export yet to go over: a full one, saying why.
+  absl::StatusOr<nlohmann::json> first = ExportJob(request);
+  SS_ASSERT_OK(first.status());
+  EXPECT_FALSE(first->contains("delta"));
+  EXPECT_THAT((*first)["full_because"].get<std::string>(), HasSubstr("no export yet"));
+
+  int64_t tombstones = 0;
+  for (uint64_t seed = 2; seed <= 3; ++seed) {
+    cluster.Train(40, 26, 4, seed);
+    settle();
+    absl::StatusOr<nlohmann::json> delta = ExportJob(request);
+    SS_ASSERT_OK(delta.status());
+    ASSERT_TRUE(delta->contains("delta")) << *delta;
+    EXPECT_EQ((*delta)["delta"]["base"], absl::StrCat("model-00000", seed - 1));
+    EXPECT_LT((*delta)["rows"].get<int64_t>(), cluster.Totals().first);
+    tombstones += (*delta)["delta"]["tombstones"].get<int64_t>();
+  }
+  EXPECT_GT(tombstones, 0) << "nothing was evicted between exports";
+  const std::string latest = dir_.File("exports/model-000003");
+  absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(latest);
+  SS_ASSERT_OK(reader.status());
+  EXPECT_TRUE(reader->is_delta());
+  EXPECT_THAT(reader->CheckShape(reader->config(), reader->info().embeddings.tables),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "a warm start needs a full export"));
+  // The same moment as a full export (nothing changes in between).
+  absl::StatusOr<nlohmann::json> full = ExportJob({.job = job,
+                                                   .exports_dir = dir_.File("full"),
+                                                   .ps_address = cluster.address(),
+                                                   .trainer_checkpoints = {dir_.File("trainer-0.ckpt")}});
+  SS_ASSERT_OK(full.status());
+  const auto want = RowsOf((*full)["path"].get<std::string>());
+  EXPECT_EQ(static_cast<int64_t>(want.size()), cluster.Totals().first);
+  EXPECT_TRUE(RowsOf(latest) == want) << "the deltas' chain is not the servers' rows";
+
+  // Every export so far is one full export and its deltas: all kept. A new
+  // full export (keep: 1) retires them.
+  for (int n = 1; n <= 3; ++n) {
+    EXPECT_TRUE(fs::exists(dir_.File(absl::StrCat("exports/model-00000", n)))) << n;
+  }
+  request.delta = false;
+  SS_ASSERT_OK(ExportJob(request).status());
+  for (int n = 1; n <= 3; ++n) {
+    EXPECT_FALSE(fs::exists(dir_.File(absl::StrCat("exports/model-00000", n)))) << n;
+  }
+  EXPECT_TRUE(fs::exists(dir_.File("exports/model-000004")));
 }
 
 }  // namespace
