@@ -260,9 +260,8 @@ absl::Status ExportWriter::AddTombstones(std::string_view records) {
   }
   if (part_ < 0) return absl::FailedPreconditionError("export: a tombstone outside any part");
   if (records.size() % kTombstoneBytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("export: ", records.size(),
-                                                   " bytes of tombstones of ", kTombstoneBytes,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: ", records.size(), " bytes of tombstones of ", kTombstoneBytes, " bytes"));
   }
   for (size_t at = 0; at < records.size(); at += kTombstoneBytes) {
     uint32_t table;
@@ -313,25 +312,25 @@ absl::Status ExportWriter::EndPart() {
 absl::Status ExportWriter::WriteManifest(const json& eval) {
   const LocalStoreOptions& e = info_.embeddings;
   json manifest = {{"format", "shadowsync-export"},
-                         {"formatVersion", kExportFormatVersion},
-                         {"model", DlrmConfigToJson(info_.config)},
-                         {"embeddings",
-                          {{"dim", e.dim},
-                           {"tables", TablesToJson(e.tables)},
-                           {"optimizer", std::string(OptimizerName(e.optimizer.kind))},
-                           {"learningRate", e.optimizer.learning_rate},
-                           {"epsilon", e.optimizer.epsilon},
-                           {"seed", e.seed},
-                           {"withOptimizerState", info_.with_optimizer_state},
-                           {"stateFloatsPerRow", state_floats_},
-                           {"numSlots", info_.num_slots},
-                           {"numParts", info_.num_parts},
-                           {"rows", total_rows_}}},
-                         {"dense", {{"file", kDense}, {"source", info_.dense_source}}},
-                         {"examplesTrained", info_.examples_trained},
-                         {"eval", eval},
-                         {"job", info_.job},
-                         {"files", files_}};
+                   {"formatVersion", kExportFormatVersion},
+                   {"model", DlrmConfigToJson(info_.config)},
+                   {"embeddings",
+                    {{"dim", e.dim},
+                     {"tables", TablesToJson(e.tables)},
+                     {"optimizer", std::string(OptimizerName(e.optimizer.kind))},
+                     {"learningRate", e.optimizer.learning_rate},
+                     {"epsilon", e.optimizer.epsilon},
+                     {"seed", e.seed},
+                     {"withOptimizerState", info_.with_optimizer_state},
+                     {"stateFloatsPerRow", state_floats_},
+                     {"numSlots", info_.num_slots},
+                     {"numParts", info_.num_parts},
+                     {"rows", total_rows_}}},
+                   {"dense", {{"file", kDense}, {"source", info_.dense_source}}},
+                   {"examplesTrained", info_.examples_trained},
+                   {"eval", eval},
+                   {"job", info_.job},
+                   {"files", files_}};
   if (!info_.delta_base.empty()) manifest["delta"] = {{"base", info_.delta_base}};
   if (!changes_.is_null()) manifest["changes"] = changes_;
   return WriteFileAtomically(tmp_ + "/" + kManifest, manifest.dump(1) + "\n");
@@ -472,9 +471,9 @@ absl::StatusOr<ExportReader> ExportReader::Open(const std::string& dir) {
       info.delta_base = m["delta"].at("base").get<std::string>();
       if (info.delta_base.empty() || info.delta_base.find('/') != std::string::npos ||
           info.delta_base == "." || info.delta_base == "..") {
-        return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": delta.base \"",
-                                                       info.delta_base,
-                                                       "\" is not the name of an export beside it"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(manifest_path, ": delta.base \"", info.delta_base,
+                         "\" is not the name of an export beside it"));
       }
     }
     info.changes = m.value("changes", json());
@@ -709,7 +708,17 @@ absl::Status CheckSameModel(const ExportReader& delta, const SavedModel& base) {
 
 }  // namespace
 
-absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
+namespace {
+
+// A delta chain this long is a cycle of deltas naming each other.
+constexpr int kMaxDeltaChain = 100'000;
+
+absl::StatusOr<SavedModel> LoadExportChain(const std::string& dir, const RowFilter& keep,
+                                           int depth) {
+  if (depth > kMaxDeltaChain) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": over ", kMaxDeltaChain, " delta exports deep; their bases form a cycle"));
+  }
   SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
   // No Verify() first: ReadDense and ForEachRow check every file's checksum
   // before using it, and a failure returns no model, so a second read of
@@ -718,7 +727,7 @@ absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& k
   if (reader.is_delta()) {
     // The base chain first (a delta's base may be a delta), then this one's
     // changes over it.
-    SS_ASSIGN_OR_RETURN(m, LoadExport(reader.BaseDir(), keep));
+    SS_ASSIGN_OR_RETURN(m, LoadExportChain(reader.BaseDir(), keep, depth + 1));
     SS_RETURN_IF_ERROR(CheckSameModel(reader, m));
   } else {
     m.config = reader.config();
@@ -732,6 +741,12 @@ absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& k
     return absl::OkStatus();
   }));
   return m;
+}
+
+}  // namespace
+
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
+  return LoadExportChain(dir, keep, 0);
 }
 
 absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store,

@@ -4,17 +4,22 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "model/export.h"
 
 namespace shadowsync::serving {
 namespace {
+
+namespace fs = std::filesystem;
 
 // The export `path` is or names, and its manifest's identity.
 absl::StatusOr<ModelSource::Stamp> Resolve(const std::string& path) {
@@ -45,6 +50,31 @@ absl::StatusOr<ModelSource::Stamp> Resolve(const std::string& path) {
 }
 
 absl::Time Exported(const ModelSource::Stamp& stamp) { return absl::FromUnixNanos(stamp.mtime_ns); }
+
+// Past this many deltas over the export loaded whole, the next one loads
+// whole (its chain from disk) instead: each delta costs every lookup a probe.
+constexpr int kMaxDeltas = 8;
+
+// The model at `dir`, which replaces `current`: `current` with the deltas
+// from it to `dir` applied, when `dir` is a chain of delta exports over it;
+// else loaded whole.
+absl::StatusOr<std::unique_ptr<Scorer>> Next(const Scorer& current, const std::string& dir,
+                                             const ScorerOptions& options) {
+  const fs::path served = fs::path(current.dir()).lexically_normal();
+  std::vector<std::string> chain;  // Newest first.
+  for (std::string at = dir; fs::path(at).lexically_normal() != served;) {
+    absl::StatusOr<model::ExportReader> reader = model::ExportReader::Open(at);
+    if (!reader.ok() || !reader->is_delta() ||
+        current.num_deltas() + static_cast<int>(chain.size()) >= kMaxDeltas) {
+      return Scorer::Load(dir, options);
+    }
+    chain.push_back(at);
+    at = reader->BaseDir();
+  }
+  // An export replaced in place (the same directory) loads whole too.
+  if (chain.empty()) return Scorer::Load(dir, options);
+  return current.WithDeltas({chain.rbegin(), chain.rend()});
+}
 
 }  // namespace
 
@@ -92,7 +122,7 @@ absl::StatusOr<bool> ModelSource::Refresh() {
   // replaced: the next poll sees the settled state.
   if (!stamp.ok()) return stamp.status();
   if (*stamp == loaded_ || *stamp == failed_) return false;
-  absl::StatusOr<std::unique_ptr<Scorer>> scorer = Scorer::Load(stamp->dir, options_.scorer);
+  absl::StatusOr<std::unique_ptr<Scorer>> scorer = Next(*Current(), stamp->dir, options_.scorer);
   if (!scorer.ok()) {
     failed_ = *stamp;
     return scorer.status();

@@ -1,6 +1,8 @@
 #include "serving/scorer.h"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,25 +37,83 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::Load(const std::string& dir,
   SS_ASSIGN_OR_RETURN(model::SavedModel saved, model::LoadExport(dir));
   const model::GemmChoice gemm =
       model::ResolveGemmKernel(model::Dlrm(saved.config).GemmShapes(options.max_batch), requested);
-  LOG(INFO) << "serving " << dir << ": " << saved.store->num_rows() << " rows, "
-            << reader.info().examples_trained << " examples trained; fp32 GEMM " << gemm.Summary();
-  return std::unique_ptr<Scorer>(
-      new Scorer(dir, reader.info(), std::move(saved), options, gemm.kernel));
+  const int64_t rows = saved.store->num_rows();
+  LOG(INFO) << "serving " << dir << ": " << rows << " rows, " << reader.info().examples_trained
+            << " examples trained; fp32 GEMM " << gemm.Summary();
+  return std::unique_ptr<Scorer>(new Scorer(dir, reader.info(), saved.config,
+                                            std::move(saved.params), std::move(saved.store), {},
+                                            rows, options, gemm.kernel));
 }
 
-Scorer::Scorer(std::string dir, model::ExportInfo info, model::SavedModel saved,
+absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
+    const std::vector<std::string>& deltas) const {
+  std::vector<std::shared_ptr<const DeltaRows>> layers = deltas_;
+  std::vector<float> params = params_;
+  int64_t rows = num_rows_;
+  std::optional<model::ExportReader> last;
+  const int dim = model_.config().embedding_dim;
+  // Whether a row is stored in the layers so far (a delta's row may be new
+  // or replace one; a tombstone may remove one or none).
+  auto stored = [&](uint32_t table, uint64_t id) {
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      if (auto found = (*it)->index.find({table, id}); found != (*it)->index.end()) {
+        return found->second >= 0;
+      }
+    }
+    return store_->Contains(table, id);
+  };
+  for (const std::string& dir : deltas) {
+    SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
+    if (!reader.is_delta() ||
+        model::DlrmConfigToJson(reader.config()) != model::DlrmConfigToJson(model_.config()) ||
+        reader.info().embeddings.tables.size() != info_.embeddings.tables.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": not a delta export of the served model's shape"));
+    }
+    std::vector<float> state;
+    SS_RETURN_IF_ERROR(reader.ReadDense(&params, &state));
+    auto delta = std::make_shared<DeltaRows>();
+    SS_RETURN_IF_ERROR(
+        reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                              std::span<const float>) -> absl::Status {
+          rows += stored(table, id) ? 0 : 1;
+          delta->index[{table, id}] = static_cast<int64_t>(delta->values.size() / dim);
+          delta->values.insert(delta->values.end(), values.begin(), values.end());
+          return absl::OkStatus();
+        }));
+    SS_RETURN_IF_ERROR(reader.ForEachTombstone([&](uint32_t table, uint64_t id) {
+      rows -= stored(table, id) ? 1 : 0;
+      delta->index[{table, id}] = -1;
+      return absl::OkStatus();
+    }));
+    layers.push_back(std::move(delta));
+    last.emplace(std::move(reader));
+  }
+  if (!last.has_value()) return absl::InvalidArgumentError("WithDeltas: no delta");
+  LOG(INFO) << "serving " << last->dir() << ": " << deltas.size() << " delta(s) over " << dir_
+            << ", " << rows << " rows, " << last->info().examples_trained << " examples trained";
+  return std::unique_ptr<Scorer>(new Scorer(last->dir(), last->info(), model_.config(),
+                                            std::move(params), store_, std::move(layers), rows,
+                                            options_, gemm_));
+}
+
+Scorer::Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
+               std::vector<float> params, std::shared_ptr<model::LocalEmbeddingStore> store,
+               std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
                ScorerOptions options, model::GemmKernel gemm)
     : dir_(std::move(dir)),
       info_(std::move(info)),
-      model_(saved.config),
-      params_(std::move(saved.params)),
-      store_(std::move(saved.store)),
+      model_(config),
+      params_(std::move(params)),
+      store_(std::move(store)),
+      deltas_(std::move(deltas)),
+      num_rows_(num_rows),
       options_(options),
       gemm_(gemm) {}
 
 Scorer::~Scorer() = default;
 
-int64_t Scorer::num_rows() const { return store_->num_rows(); }
+int64_t Scorer::num_rows() const { return num_rows_; }
 
 std::unique_ptr<Scorer::Context> Scorer::Acquire() const {
   {
@@ -72,6 +132,29 @@ void Scorer::Release(std::unique_ptr<Context> context) const {
   idle_.push_back(std::move(context));
 }
 
+void Scorer::ApplyDeltas(std::span<model::TableRows> rows) const {
+  if (deltas_.empty()) return;
+  const size_t dim = static_cast<size_t>(model_.config().embedding_dim);
+  for (uint32_t t = 0; t < rows.size(); ++t) {
+    model::TableRows& r = rows[t];
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      // The newest delta that has the row decides it.
+      for (auto it = deltas_.rbegin(); it != deltas_.rend(); ++it) {
+        const auto found = (*it)->index.find({t, r.ids[i]});
+        if (found == (*it)->index.end()) continue;
+        const std::span<float> out(r.values.data() + i * dim, dim);
+        if (found->second < 0) {
+          model::InitEmbeddingRow(info_.embeddings.seed, t, r.ids[i],
+                                  info_.embeddings.tables[t].hash_buckets, out);
+        } else {
+          std::copy_n((*it)->values.data() + found->second * dim, dim, out.data());
+        }
+        break;
+      }
+    }
+  }
+}
+
 absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) const {
   const model::DlrmConfig& config = model_.config();
   if (block.num_dense != config.num_dense || block.num_sparse != config.num_tables) {
@@ -85,8 +168,10 @@ absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) cons
   for (int64_t begin = 0; begin < block.size() && status.ok(); begin += options_.max_batch) {
     const int64_t end = std::min<int64_t>(block.size(), begin + options_.max_batch);
     context->batch.Collect(block, begin, end, info_.embeddings.tables);
-    status = store_->Lookup(context->batch.rows());
+    std::span<model::TableRows> rows = context->batch.rows();
+    status = store_->Lookup(rows);
     if (!status.ok()) break;
+    ApplyDeltas(rows);
     context->batch.Bind(context->inputs);
     const model::BatchView view{static_cast<int>(end - begin),
                                 block.dense.data() + begin * block.num_dense, nullptr,

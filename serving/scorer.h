@@ -14,10 +14,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/example.h"
 #include "common/mutex.h"
@@ -37,10 +40,21 @@ struct ScorerOptions {
 
 class Scorer {
  public:
-  // Errors as model::LoadExport gives them, naming the file.
+  // Errors as model::LoadExport gives them, naming the file. A delta export
+  // loads as its chain (LoadExport).
   static absl::StatusOr<std::unique_ptr<Scorer>> Load(const std::string& dir,
                                                       ScorerOptions options = {});
   ~Scorer();
+
+  // This model with the delta exports `deltas` applied in order (each over
+  // the one before, the first over this model's export): their dense
+  // parameters, changed rows and tombstones. The rows this model holds are
+  // shared, not copied, so a delta costs its own rows. FailedPrecondition
+  // if a delta is not of this model's shape; ExportReader's errors.
+  absl::StatusOr<std::unique_ptr<Scorer>> WithDeltas(const std::vector<std::string>& deltas) const;
+  // Deltas applied over the export loaded whole: each costs a probe per
+  // looked-up row, so past a few a full load is better.
+  int num_deltas() const { return static_cast<int>(deltas_.size()); }
 
   // The probability of a click for each example of `block` (its labels are
   // ignored). InvalidArgument if the block's layout is not the model's
@@ -55,9 +69,19 @@ class Scorer {
 
  private:
   struct Context;  // One forward pass's buffers.
+  // One delta's rows over the layers below: an index into `values` (dim
+  // floats a row), or -1 for a tombstone.
+  struct DeltaRows {
+    absl::flat_hash_map<std::pair<uint32_t, uint64_t>, int64_t> index;
+    std::vector<float> values;
+  };
 
-  Scorer(std::string dir, model::ExportInfo info, model::SavedModel saved, ScorerOptions options,
-         model::GemmKernel gemm);
+  Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
+         std::vector<float> params, std::shared_ptr<model::LocalEmbeddingStore> store,
+         std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
+         ScorerOptions options, model::GemmKernel gemm);
+  // Rows the deltas change, over what the store looked up.
+  void ApplyDeltas(std::span<model::TableRows> rows) const;
   std::unique_ptr<Context> Acquire() const;
   void Release(std::unique_ptr<Context> context) const;
 
@@ -65,8 +89,11 @@ class Scorer {
   const model::ExportInfo info_;
   const model::Dlrm model_;
   const std::vector<float> params_;
-  // Only read (Lookup never stores a row).
-  const std::unique_ptr<model::LocalEmbeddingStore> store_;
+  // Only read (Lookup never stores a row); shared with the models that
+  // deltas made from this one.
+  const std::shared_ptr<model::LocalEmbeddingStore> store_;
+  const std::vector<std::shared_ptr<const DeltaRows>> deltas_;  // Oldest first.
+  const int64_t num_rows_;
   const ScorerOptions options_;
   const model::GemmKernel gemm_;
   mutable Mutex mu_;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/http_get.h"
+#include "tests/util/job_yaml.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync {
@@ -268,6 +270,135 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadFile(dir.File("serve.log"));
+}
+
+// Seconds since the export `dir` was committed (its manifest written).
+double AgeOf(const std::string& dir) {
+  const auto written = std::filesystem::last_write_time(dir + "/manifest.json");
+  return std::chrono::duration<double>(std::filesystem::file_time_type::clock::now() - written)
+      .count();
+}
+
+// The "done when": a job still training writes a delta export every
+// deltaIntervalSeconds; serve, watching its exports directory, applies each
+// over the model it serves within its poll plus the load, and the scores
+// change to those `shadowsync eval` gives the delta.
+TEST(ServeE2eTest, DeltasFromARunningJobReachTheServerAndChangeItsScores) {
+  testing::ScratchDir dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  constexpr int kDeltaSeconds = 2;
+  const std::string job = dir.File("live.yaml");
+  testing::WriteFile(job,
+                     testing::TinyJobYaml(
+                         "live", 1'000'000, 1000,
+                         "  trainer: {replicas: 2, threads: 1, batchSize: 64, learningRate: 0.02}\n"
+                         "  parameterServer: {replicas: 2, cacheBytes: 16Mi, slots: 512}\n"
+                         "  syncer: {replicas: 1}\n"
+                         "  sync: {algorithm: shadow-easgd, dutyCycle: 1}\n"
+                         "  export: {deltaIntervalSeconds: " +
+                             std::to_string(kDeltaSeconds) + "}\n"));
+  const std::string run = dir.File("live");
+  const pid_t launcher = testing::StartLauncher(bin, job, run);
+  const std::string exports = run + "/exports";
+  // The first one is a full export (there is nothing to go over yet).
+  for (int i = 0; i < 600 && !std::filesystem::exists(exports + "/LATEST"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(exports + "/LATEST")) << testing::ReadFile(run + ".log");
+
+  absl::StatusOr<pid_t> serve =
+      Spawn({bin, "serve", "--model", exports, "--ready-file", dir.File("ready"),
+             "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--grpc-listen=127.0.0.1:0",
+             "--threads=2", "--max-body-bytes=4000000", "--poll-seconds=0.2", "--gemm=openblas"},
+            {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  int port = 0, metrics_port = 0, grpc_port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream ready(dir.File("ready"));
+    if (!(ready >> port >> metrics_port >> grpc_port)) port = 0;
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(port, 0) << testing::ReadFile(dir.File("serve.log"));
+
+  std::vector<std::string> lines;
+  std::vector<float> labels;
+  {
+    std::ifstream in(run + "/data/eval.tsv");
+    for (std::string line; std::getline(in, line);) {
+      lines.push_back(line);
+      labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
+    }
+  }
+  ASSERT_EQ(lines.size(), 1000u);
+  // Every eval line in one request, so one model scores them all; the
+  // export that model is, read before and after (a swap in between: again).
+  const auto score = [&](std::vector<float>* probs) -> std::string {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::string before, answer, after;
+      if (testing::HttpGet(port, "/v2/models/ctr", &before) != 200 ||
+          testing::HttpPost(port, "/v2/models/ctr/infer",
+                            LinesRequest(lines, 0, lines.size()).dump(), &answer) != 200 ||
+          testing::HttpGet(port, "/v2/models/ctr", &after) != 200) {
+        ADD_FAILURE() << answer;
+        return "";
+      }
+      const Json served = Json::parse(before)["parameters"];
+      if (served != Json::parse(after)["parameters"]) continue;
+      *probs = Json::parse(answer)["outputs"][0]["data"].get<std::vector<float>>();
+      return served["export"].get<std::string>();
+    }
+    ADD_FAILURE() << "the model changed under every request";
+    return "";
+  };
+  std::vector<float> first_probs;
+  const std::string first = score(&first_probs);
+  ASSERT_FALSE(first.empty());
+
+  // Two deltas in turn reach the server; each is served within the poll
+  // (0.2 s) plus the load of its commit, and the exporter writes them
+  // deltaIntervalSeconds apart (plus the export's own time).
+  std::string served = first;
+  std::vector<std::string> deltas;
+  for (int i = 0; i < 1200 && deltas.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string body;
+    ASSERT_EQ(testing::HttpGet(port, "/v2/models/ctr", &body), 200);
+    const std::string now = Json::parse(body)["parameters"]["export"].get<std::string>();
+    if (now == served) continue;
+    served = now;
+    const Json manifest = Json::parse(testing::ReadFile(now + "/manifest.json"));
+    if (!manifest.contains("delta")) continue;  // a full export (at the end)
+    EXPECT_LT(AgeOf(now), 3.0) << now << " was served late";
+    deltas.push_back(now);
+  }
+  ASSERT_EQ(deltas.size(), 2u) << testing::ReadFile(run + ".log")
+                               << testing::ReadFile(dir.File("serve.log"));
+  const double apart = AgeOf(deltas[0]) - AgeOf(deltas[1]);  // committed this far apart
+  EXPECT_LT(apart, kDeltaSeconds + 4.0);
+
+  std::vector<float> probs;
+  const std::string later = score(&probs);
+  ASSERT_FALSE(later.empty());
+  EXPECT_NE(later, first);
+  EXPECT_NE(probs, first_probs) << "the deltas did not change the scores";
+  std::string out;
+  ASSERT_EQ(testing::RunShell(bin + " eval --gemm openblas --model " + later + " --data " + run +
+                                  "/data/eval.tsv --report-json " + dir.File("e.json"),
+                              &out),
+            0)
+      << out;
+  const Json eval = Json::parse(testing::ReadFile(dir.File("e.json")));
+  const QualityReport quality = Evaluate(probs, labels);
+  EXPECT_NEAR(quality.logloss, eval["eval_logloss"].get<double>(), 1e-6) << later;
+  EXPECT_NEAR(quality.auc, eval["eval_auc"].get<double>(), 1e-6) << later;
+
+  ASSERT_EQ(kill(*serve, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(*serve, &status, 0), *serve);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::ReadFile(dir.File("serve.log"));
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
 }
 
 // A model that cannot be served stops serve at start, naming the file or flag.

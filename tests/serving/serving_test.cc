@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -21,6 +23,7 @@
 #include "common/eval_metrics.h"
 #include "common/file_util.h"
 #include "common/grpc_security.h"
+#include "common/hash.h"
 #include "data/criteo_reader.h"
 #include "data/synthetic.h"
 #include "exporter/evaluate_export.h"
@@ -243,6 +246,102 @@ TEST_F(ServingTest, ModelSourceSwapsInTheExportLatestNames) {
   p = first->Score(examples);
   SS_ASSERT_OK(p);
   EXPECT_EQ(*p, ScoresOf(root + "/model-000001", examples));
+}
+
+// Writes a delta export over `base` (a name beside `dir`): `rows` replace
+// or add rows, `removed` are tombstones, dense parameters `params`.
+void WriteDelta(const std::string& dir, const std::string& base, const model::SavedModel& model,
+                const std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>& rows,
+                const std::set<std::pair<uint32_t, uint64_t>>& removed,
+                const std::vector<float>& params) {
+  model::ExportInfo info;
+  info.config = model.config;
+  info.embeddings = model.store_options;
+  info.delta_base = base;
+  info.examples_trained = 12000;
+  auto writer = model::ExportWriter::Create(dir, info);
+  SS_ASSERT_OK(writer);
+  SS_ASSERT_OK((*writer)->WriteDense(params, model.dense_state));
+  const std::vector<float> state(model.store_options.dim, 0.0f);
+  for (int part = 0; part < info.num_parts; ++part) {
+    SS_ASSERT_OK((*writer)->BeginPart(part));
+    const uint32_t begin = (*writer)->PartBegin(part), end = (*writer)->PartBegin(part + 1);
+    auto here = [&](const std::pair<uint32_t, uint64_t>& key) {
+      const uint32_t slot = SlotOf(key.first, key.second, info.num_slots);
+      return slot >= begin && slot < end;
+    };
+    for (const auto& [key, values] : rows) {
+      if (here(key)) SS_ASSERT_OK((*writer)->AddRow(key.first, key.second, values, state));
+    }
+    std::string tombstones;
+    for (const auto& key : removed) {
+      if (!here(key)) continue;
+      tombstones.append(reinterpret_cast<const char*>(&key.first), sizeof(key.first));
+      tombstones.append(reinterpret_cast<const char*>(&key.second), sizeof(key.second));
+    }
+    SS_ASSERT_OK((*writer)->AddTombstones(tombstones));
+    SS_ASSERT_OK((*writer)->EndPart());
+  }
+  SS_ASSERT_OK((*writer)->Commit());
+}
+
+// A delta export LATEST names is applied over the served model, sharing its
+// rows: the result scores as the delta's whole chain loaded from disk does
+// (what `shadowsync eval --model DELTA` scores), changed rows, removed rows
+// (back to their initial values) and new dense parameters included.
+TEST_F(ServingTest, ModelSourceAppliesDeltaExportsOverTheServedModel) {
+  const std::string root = dir_->File("delta-exports");
+  std::filesystem::create_directories(root);
+  std::filesystem::copy(dir_->File("export"), root + "/model-000001",
+                        std::filesystem::copy_options::recursive);
+  SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", "model-000001\n"));
+  absl::StatusOr<model::SavedModel> model = model::LoadExport(root + "/model-000001");
+  SS_ASSERT_OK(model);
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> changed, restored;
+  std::set<std::pair<uint32_t, uint64_t>> removed;
+  model->store->ForEachRow(
+      [&](uint32_t table, uint64_t id, std::span<const float> values, std::span<const float>) {
+        std::vector<float> row(values.begin(), values.end());
+        if (table < 3) {
+          for (float& v : row) v *= 1.5f;
+          changed[{table, id}] = row;
+        } else if (table == 3) {
+          removed.insert({table, id});
+          restored[{table, id}] = row;
+        }
+      });
+  ASSERT_FALSE(removed.empty());
+  std::vector<float> params = model->params;
+  for (float& p : params) p *= 0.9f;
+  WriteDelta(root + "/model-000002", "model-000001", *model, changed, removed, params);
+  // The second puts table 3 back.
+  WriteDelta(root + "/model-000003", "model-000002", *model, restored, {}, params);
+
+  absl::StatusOr<std::unique_ptr<ModelSource>> source =
+      ModelSource::Open(root, {.scorer = kPinned, .poll = absl::ZeroDuration()});
+  SS_ASSERT_OK(source);
+  const int64_t full_rows = (*source)->Current()->num_rows();
+  ExampleBlock examples = EvalExamples();
+  examples.Truncate(300);
+  const std::vector<float> before = ScoresOf(root + "/model-000001", examples);
+  for (const std::string name : {"model-000002", "model-000003"}) {
+    SS_ASSERT_OK(WriteFileAtomically(root + "/LATEST", name + "\n"));
+    EXPECT_THAT((*source)->Refresh(), IsOkAndHolds(true)) << name;
+    const std::shared_ptr<const Scorer> served = (*source)->Current();
+    EXPECT_EQ(served->dir(), root + "/" + name);
+    EXPECT_EQ(served->num_deltas(), name == "model-000002" ? 1 : 2);
+    EXPECT_EQ(served->info().examples_trained, 12000);
+    absl::StatusOr<std::unique_ptr<Scorer>> whole = Scorer::Load(root + "/" + name, kPinned);
+    SS_ASSERT_OK(whole);
+    EXPECT_EQ(served->num_rows(), (*whole)->num_rows()) << name;
+    EXPECT_EQ(served->num_rows(), name == "model-000002"
+                                      ? full_rows - static_cast<int64_t>(removed.size())
+                                      : full_rows);
+    absl::StatusOr<std::vector<float>> p = served->Score(examples);
+    SS_ASSERT_OK(p);
+    EXPECT_EQ(*p, ScoresOf(root + "/" + name, examples)) << name;
+    EXPECT_NE(*p, before) << name;
+  }
 }
 
 TEST_F(ServingTest, ModelSourceKeepsServingWhenTheNewerExportCannotBeLoaded) {
