@@ -170,8 +170,8 @@ void ClusterExporter::Loop() {
     const std::string request = ReadRequest();
     const bool asked = !request.empty() && request != handled_request_;
     const bool due = interval > 0 && Clock::now() - last >= std::chrono::seconds(interval);
-    const bool delta_due = delta_interval > 0 &&
-                           Clock::now() - last_delta >= std::chrono::seconds(delta_interval);
+    const bool delta_due =
+        delta_interval > 0 && Clock::now() - last_delta >= std::chrono::seconds(delta_interval);
     if (!asked && !due && !delta_due) continue;
     // Nothing to export before the first checkpoint: the request waits.
     if (Checkpoints(Trainers()).empty()) continue;

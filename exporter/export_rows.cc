@@ -31,8 +31,7 @@ class ServerStream {
  public:
   // `since`: a delta's, of this server.
   ServerStream(std::string address, const RowStreamOptions& options,
-               const std::vector<uint32_t>& slots, bool weights_only,
-               const v1::ChangeCursor* since)
+               const std::vector<uint32_t>& slots, bool weights_only, const v1::ChangeCursor* since)
       : address_(std::move(address)), stub_(internal::Connect(address_, options.security)) {
     context_.set_deadline(DeadlineFromNow(options.rpc_deadline));
     v1::ExportSlotsRequest request;
@@ -172,9 +171,9 @@ absl::StatusOr<std::vector<v1::ChangeCursor>> CursorsFor(
     const uint64_t since_epoch = since.at("epoch").get<uint64_t>();
     const nlohmann::json& servers = since.at("servers");
     if (since_epoch != epoch || servers.size() != addresses.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the shard map changed since the base export (epoch ", since_epoch, ", ", servers.size(),
-          " servers; now epoch ", epoch, ", ", addresses.size(), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the shard map changed since the base export (epoch ", since_epoch, ", ",
+                       servers.size(), " servers; now epoch ", epoch, ", ", addresses.size(), ")"));
     }
     for (size_t i = 0; i < addresses.size(); ++i) {
       if (servers[i].at("address").get<std::string>() != addresses[i]) {
@@ -246,13 +245,12 @@ absl::StatusOr<RowStreamStats> ExportServerRows(const std::string& ps_address,
         const std::string& tombstones = chunk->packed_tombstones();
         if (chunk->rows_size() > 0 || packed.size() % record_bytes != 0 ||
             tombstones.size() % v1::PackedRowBytes(0) != 0) {
-          status = absl::DataLossError(
-              absl::StrCat("export: ExportSlots on ", stream->address(), " sent slot ",
-                           chunk->slot(), " as ", chunk->rows_size(), " unpacked rows and ",
-                           packed.size(), " bytes of packed rows and ", tombstones.size(),
-                           " of tombstones; want records of ", record_bytes, " bytes (", dim,
-                           " + ", state_floats, " optimizer state floats) and of ",
-                           v1::PackedRowBytes(0)));
+          status = absl::DataLossError(absl::StrCat(
+              "export: ExportSlots on ", stream->address(), " sent slot ", chunk->slot(), " as ",
+              chunk->rows_size(), " unpacked rows and ", packed.size(),
+              " bytes of packed rows and ", tombstones.size(), " of tombstones; want records of ",
+              record_bytes, " bytes (", dim, " + ", state_floats,
+              " optimizer state floats) and of ", v1::PackedRowBytes(0)));
           break;
         }
         const uint32_t crc = v1::PackedRowsCrc(packed);

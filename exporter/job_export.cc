@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/ascii.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/shard_map.h"
@@ -151,8 +151,7 @@ absl::StatusOr<std::pair<std::string, nlohmann::json>> DeltaBase(const std::stri
   SS_ASSIGN_OR_RETURN(model::ExportReader base,
                       model::ExportReader::Open(exports_dir + "/" + name));
   if (base.info().changes.is_null()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name, " was taken without change tracking"));
+    return absl::FailedPreconditionError(absl::StrCat(name, " was taken without change tracking"));
   }
   return std::pair(std::move(name), base.info().changes);
 }

@@ -82,9 +82,9 @@ struct RowStreamOptions {
 
 struct RowStreamStats {
   int64_t rows = 0;
-  int64_t tombstones = 0;          // A delta's.
+  int64_t tombstones = 0;            // A delta's.
   nlohmann::json changes = nullptr;  // With track_changes.
-  int64_t bytes = 0;  // Row payload (keys, values, state).
+  int64_t bytes = 0;                 // Row payload (keys, values, state).
   double seconds = 0;
   int servers = 0;
 };

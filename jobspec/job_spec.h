@@ -424,7 +424,7 @@ struct ExportSpec {
   // Directory the exports go under, each in its own subdirectory; "" = the
   // run directory's exports/ (shadowsync run).
   std::string path;
-  int64_t interval_seconds = 0;      // "intervalSeconds". 0 = at completion and on demand only.
+  int64_t interval_seconds = 0;  // "intervalSeconds". 0 = at completion and on demand only.
   // "deltaIntervalSeconds": between two delta exports while training runs;
   // 0 = none.
   int64_t delta_interval_seconds = 0;

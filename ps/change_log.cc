@@ -33,10 +33,10 @@ absl::StatusOr<ChangeCursor> ChangeLog::Close(const ChangeCursor* since,
   MutexLock lock(&mu_);
   if (since != nullptr) {
     if (since->incarnation != incarnation_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "changes since generation ", since->generation, " of incarnation ", since->incarnation,
-          ": this server is incarnation ", incarnation_,
-          " (it restarted since), and does not know them"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("changes since generation ", since->generation, " of incarnation ",
+                       since->incarnation, ": this server is incarnation ", incarnation_,
+                       " (it restarted since), and does not know them"));
     }
     if (since->generation >= generation_ || since->generation < forgotten_through_ ||
         !active_.load(std::memory_order_relaxed)) {

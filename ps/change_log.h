@@ -27,8 +27,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "common/hash.h"
+#include "common/mutex.h"
 
 namespace shadowsync::ps {
 

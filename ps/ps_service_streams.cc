@@ -328,15 +328,15 @@ grpc::ServerWriteReactor<v1::SlotChunk>* PsService::ExportSlots(
   }
   std::optional<ChangeCursor> since;
   if (request->has_changes_since()) {
-    since = ChangeCursor{request->changes_since().incarnation(),
-                         request->changes_since().generation()};
+    since =
+        ChangeCursor{request->changes_since().incarnation(), request->changes_since().generation()};
     if (status.ok() && !request->packed_rows()) {
       status = absl::InvalidArgumentError("changes_since: a delta needs packed_rows");
     }
   }
-  auto* reactor = new ExportReactor(this, std::move(slots), request->weights_only(),
-                                    request->packed_rows(),
-                                    request->track_changes() || since.has_value(), since);
+  auto* reactor =
+      new ExportReactor(this, std::move(slots), request->weights_only(), request->packed_rows(),
+                        request->track_changes() || since.has_value(), since);
   if (status.ok()) {
     reactor->Start();
   } else {

@@ -103,9 +103,8 @@ class RowSnapshotImpl final : public RowStore::Snapshot {
     rocksdb::ReadOptions read;
     read.snapshot = holder_.snapshot;
     rocksdb::PinnableSlice value;
-    const rocksdb::Status got =
-        holder_.db->Get(read, holder_.db->DefaultColumnFamily(), rocksdb::Slice(key, kKeySize),
-                        &value);
+    const rocksdb::Status got = holder_.db->Get(read, holder_.db->DefaultColumnFamily(),
+                                                rocksdb::Slice(key, kKeySize), &value);
     if (got.IsNotFound()) return false;
     SS_RETURN_IF_ERROR(
         FromRocks(got, absl::StrCat("read (table ", table, ", id ", id, ") of ", db_path_)));

@@ -23,8 +23,8 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "data/synthetic.h"
-#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/dlrm.h"
 #include "model/export.h"
@@ -506,10 +506,11 @@ TEST_F(JobExportTest, DeltaExportsOverAFullOneLoadAsTheFullExportWould) {
   EXPECT_THAT(reader->CheckShape(reader->config(), reader->info().embeddings.tables),
               StatusIs(absl::StatusCode::kFailedPrecondition, "a warm start needs a full export"));
   // The same moment as a full export (nothing changes in between).
-  absl::StatusOr<nlohmann::json> full = ExportJob({.job = job,
-                                                   .exports_dir = dir_.File("full"),
-                                                   .ps_address = cluster.address(),
-                                                   .trainer_checkpoints = {dir_.File("trainer-0.ckpt")}});
+  absl::StatusOr<nlohmann::json> full =
+      ExportJob({.job = job,
+                 .exports_dir = dir_.File("full"),
+                 .ps_address = cluster.address(),
+                 .trainer_checkpoints = {dir_.File("trainer-0.ckpt")}});
   SS_ASSERT_OK(full.status());
   const auto want = RowsOf((*full)["path"].get<std::string>());
   EXPECT_EQ(static_cast<int64_t>(want.size()), cluster.Totals().first);

@@ -1506,11 +1506,11 @@ TEST_F(RowStoreTest, ChangeSnapshotListsRowsPushedImportedOrEvictedSinceItsCurso
 
   clock.Advance(absl::Minutes(11));
   SS_ASSERT_OK(PushRow(*store, 0, 1, {2, 2, 2, 2}));  // changed
-  LookupRow(*store, 2, 9);                           // read, not changed; kept
+  LookupRow(*store, 2, 9);                            // read, not changed; kept
   std::vector<float> imported(kDim * 2, 0.5f);
   const StoredRow row{1, 7, imported};
-  SS_ASSERT_OK(store->ImportRows({&row, 1}));        // changed
-  EXPECT_EQ(store->EvictNow().value_or(-1), 2);      // (0, 2) and (1, 5)
+  SS_ASSERT_OK(store->ImportRows({&row, 1}));    // changed
+  EXPECT_EQ(store->EvictNow().value_or(-1), 2);  // (0, 2) and (1, 5)
 
   ChangeCursor next;
   auto snapshot = store->TakeChangeSnapshot(&base, &next, &changed);

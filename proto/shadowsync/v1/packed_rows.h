@@ -48,9 +48,8 @@ inline uint32_t PackedRowsCrc(std::string_view packed) {
 // The packed_crc32 of a chunk with tombstones: over the rows, then the
 // tombstones.
 inline uint32_t PackedChunkCrc(std::string_view rows, std::string_view tombstones) {
-  return static_cast<uint32_t>(crc32_z(PackedRowsCrc(rows),
-                                       reinterpret_cast<const Bytef*>(tombstones.data()),
-                                       tombstones.size()));
+  return static_cast<uint32_t>(crc32_z(
+      PackedRowsCrc(rows), reinterpret_cast<const Bytef*>(tombstones.data()), tombstones.size()));
 }
 
 struct PackedRow {
