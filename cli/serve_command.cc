@@ -105,6 +105,7 @@ int RunServe(ServeFlags f) {
     return 2;
   }
   f.grpc.security = *security;
+  f.http.auth_token = security->auth_token;
   if (!InstallStopSignals()) {
     LOG(ERROR) << "serve: cannot create the signal pipe";
     return 1;

@@ -189,11 +189,13 @@ int HandleRequest(mg_connection* conn) {
 }  // namespace
 
 void WriteHttpResponse(mg_connection* conn, int code, std::string_view reason,
-                       std::string_view content_type, std::string_view body, bool close) {
+                       std::string_view content_type, std::string_view body, bool close,
+                       std::string_view extra_headers) {
   std::string response = absl::StrCat("HTTP/1.1 ", code, " ");
   response.append(reason).append("\r\nContent-Type: ").append(content_type);
   absl::StrAppend(&response, "\r\nContent-Length: ", body.size(), "\r\nCache-Control: no-store\r\n",
-                  close ? "Connection: close\r\n" : "", "\r\n");
+                  close ? "Connection: close\r\n" : "");
+  response.append(extra_headers).append("\r\n");
   if (std::string_view(mg_get_request_info(conn)->request_method) != "HEAD") response += body;
   mg_write(conn, response.data(), response.size());
 }

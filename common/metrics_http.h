@@ -81,9 +81,11 @@ void StopCivetweb(const std::function<void()>& stop, const std::string& address)
 
 // Answers a civetweb request with `body` (none for HEAD) in one write: a head
 // and a body written apart wait out the client's delayed ACK (40 ms on Linux)
-// where Nagle is on. `close` adds "Connection: close".
+// where Nagle is on. `close` adds "Connection: close"; `extra_headers` are
+// further header lines, each ending in "\r\n".
 void WriteHttpResponse(mg_connection* conn, int code, std::string_view reason,
-                       std::string_view content_type, std::string_view body, bool close);
+                       std::string_view content_type, std::string_view body, bool close,
+                       std::string_view extra_headers = {});
 
 }  // namespace shadowsync
 

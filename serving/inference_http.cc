@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "civetweb.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "common/version.h"
@@ -29,6 +30,8 @@ const char* Reason(int code) {
       return "Bad Request";
     case 404:
       return "Not Found";
+    case 401:
+      return "Unauthorized";
     case 405:
       return "Method Not Allowed";
     case 503:
@@ -47,6 +50,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
         source(source),
         batcher(batcher),
         options(std::move(options)),
+        expected_authorization(absl::StrCat("Bearer ", this->options.auth_token)),
         metrics(registry) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
@@ -58,10 +62,21 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     const std::string uri = info->local_uri != nullptr ? info->local_uri : "";
     const std::vector<std::string> path = absl::StrSplit(uri, '/', absl::SkipEmpty());
     // path[0] == "v2" (the handler's prefix).
-    if (path.size() == 1) return Reply(conn, post, 200, ServerMetadata());
     if (path.size() == 3 && path[1] == "health" && (path[2] == "live" || path[2] == "ready")) {
       return Reply(conn, post, 200, {{path[2], true}});
     }
+    if (!options.auth_token.empty()) {
+      const char* header = mg_get_header(conn, "Authorization");
+      if (header == nullptr || !ConstantTimeEquals(header, expected_authorization)) {
+        if (post) metrics.Answered("http", "401");  // as Reply counts: infer requests
+        WriteHttpResponse(
+            conn, 401, "Unauthorized", "application/json",
+            ErrorBody("missing or invalid bearer token in the Authorization header").dump(),
+            /*close=*/false, "WWW-Authenticate: Bearer\r\n");
+        return true;
+      }
+    }
+    if (path.size() == 1) return Reply(conn, post, 200, ServerMetadata());
     if (path.size() < 3 || path[1] != "models") {
       return Reply(conn, post, 404, ErrorBody(absl::StrCat("no such endpoint: ", uri)));
     }
@@ -148,6 +163,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
   const ModelSource& source;
   Batcher& batcher;
   const InferenceHttpOptions options;
+  const std::string expected_authorization;
   InferenceMetrics metrics;
 };
 

@@ -30,6 +30,10 @@ struct InferenceHttpOptions {
   int threads = 64;                     // Connections served at once (keep-alive holds one each).
   int64_t max_body_bytes = 64 << 20;
   int64_t max_request_examples = 4096;
+  // Non-empty: every endpoint but /v2/health/{live,ready} (the probes')
+  // answers 401 unless the request carries "Authorization: Bearer <token>",
+  // as the gRPC port requires (--auth-token-file).
+  std::string auth_token;
 };
 
 class InferenceHttpServer {

@@ -43,6 +43,41 @@ Json LinesRequest(const std::vector<std::string>& lines, size_t begin, size_t en
              {"data", std::vector<std::string>(lines.begin() + begin, lines.begin() + end)}}}}};
 }
 
+// A `shadowsync serve` process on loopback ports, logging to <dir>/serve.log.
+struct Served {
+  pid_t pid = -1;
+  int port = 0, metrics_port = 0, grpc_port = 0;  // port 0: it did not start
+};
+
+// Starts `shadowsync serve --model MODEL FLAGS...` and waits for its ready file.
+Served StartServe(const testing::ScratchDir& dir, const std::string& model,
+                  const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {testing::BinDir() + "/shadowsync",
+                                   "serve",
+                                   "--model",
+                                   model,
+                                   "--ready-file",
+                                   dir.File("ready"),
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics-listen=127.0.0.1:0",
+                                   "--grpc-listen=127.0.0.1:0"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  Served served;
+  absl::StatusOr<pid_t> pid =
+      Spawn(args, {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
+  if (!pid.ok()) {
+    ADD_FAILURE() << pid.status();
+    return served;
+  }
+  served.pid = *pid;
+  for (int i = 0; i < 600 && served.port == 0; ++i) {
+    std::ifstream ready(dir.File("ready"));
+    if (!(ready >> served.port >> served.metrics_port >> served.grpc_port)) served.port = 0;
+    if (served.port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return served;
+}
+
 TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   testing::ScratchDir dir;
   const std::string bin = testing::BinDir() + "/shadowsync";
@@ -72,23 +107,11 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   const Json eval = Json::parse(testing::ReadFile(dir.File("e.json")));
   testing::WriteFile(dir.File("exports/LATEST"), "model-000001\n");
 
-  std::vector<std::string> serve_args = {
-      bin, "serve", "--model", dir.File("exports"), "--ready-file", dir.File("ready")};
-  for (const char* flag :
-       {"--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--grpc-listen=127.0.0.1:0",
-        "--threads=2", "--max-body-bytes=1000000", "--poll-seconds=0.2", "--gemm=openblas"}) {
-    serve_args.push_back(flag);
-  }
-  absl::StatusOr<pid_t> pid = Spawn(
-      serve_args, {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  int port = 0, metrics_port = 0, grpc_port = 0;
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::ifstream ready(dir.File("ready"));
-    if (!(ready >> port >> metrics_port >> grpc_port)) port = 0;
-    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_NE(port, 0) << testing::ReadFile(dir.File("serve.log"));
+  const Served serve = StartServe(
+      dir, dir.File("exports"),
+      {"--threads=2", "--max-body-bytes=1000000", "--poll-seconds=0.2", "--gemm=openblas"});
+  ASSERT_NE(serve.port, 0) << testing::ReadFile(dir.File("serve.log"));
+  const int port = serve.port, metrics_port = serve.metrics_port, grpc_port = serve.grpc_port;
 
   std::string body;
   EXPECT_EQ(testing::HttpGet(port, "/v2/health/ready", &body), 200);
@@ -265,9 +288,9 @@ TEST(ServeE2eTest, ServesAnExportAsEvalScoresItAndRefusesBadRequests) {
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_examples_trained 3000"));
   EXPECT_THAT(body, HasSubstr("shadowsync_serve_model_loads_total 2"));
 
-  ASSERT_EQ(kill(*pid, SIGTERM), 0);
+  ASSERT_EQ(kill(serve.pid, SIGTERM), 0);
   int status = 0;
-  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadFile(dir.File("serve.log"));
 }
@@ -306,19 +329,11 @@ TEST(ServeE2eTest, DeltasFromARunningJobReachTheServerAndChangeItsScores) {
   }
   ASSERT_TRUE(std::filesystem::exists(exports + "/LATEST")) << testing::ReadFile(run + ".log");
 
-  absl::StatusOr<pid_t> serve =
-      Spawn({bin, "serve", "--model", exports, "--ready-file", dir.File("ready"),
-             "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--grpc-listen=127.0.0.1:0",
-             "--threads=2", "--max-body-bytes=4000000", "--poll-seconds=0.2", "--gemm=openblas"},
-            {.stdout_path = dir.File("serve.log"), .stderr_path = dir.File("serve.log")});
-  ASSERT_TRUE(serve.ok()) << serve.status();
-  int port = 0, metrics_port = 0, grpc_port = 0;
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::ifstream ready(dir.File("ready"));
-    if (!(ready >> port >> metrics_port >> grpc_port)) port = 0;
-    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_NE(port, 0) << testing::ReadFile(dir.File("serve.log"));
+  const Served serve = StartServe(
+      dir, exports,
+      {"--threads=2", "--max-body-bytes=4000000", "--poll-seconds=0.2", "--gemm=openblas"});
+  ASSERT_NE(serve.port, 0) << testing::ReadFile(dir.File("serve.log"));
+  const int port = serve.port;
 
   std::vector<std::string> lines;
   std::vector<float> labels;
@@ -392,13 +407,68 @@ TEST(ServeE2eTest, DeltasFromARunningJobReachTheServerAndChangeItsScores) {
   EXPECT_NEAR(quality.logloss, eval["eval_logloss"].get<double>(), 1e-6) << later;
   EXPECT_NEAR(quality.auc, eval["eval_auc"].get<double>(), 1e-6) << later;
 
-  ASSERT_EQ(kill(*serve, SIGTERM), 0);
+  ASSERT_EQ(kill(serve.pid, SIGTERM), 0);
   int status = 0;
-  ASSERT_EQ(waitpid(*serve, &status, 0), *serve);
+  ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadFile(dir.File("serve.log"));
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadFile(run + ".log");
+}
+
+// --auth-token-file guards the HTTP port as it does the gRPC one: every
+// endpoint but the probes' answers 401 without "Authorization: Bearer
+// <token>", and serving goes on.
+TEST(ServeE2eTest, WithATokenHttpRequestsWithoutItAreRefusedAndTheProbesStayOpen) {
+  testing::ScratchDir dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  std::string out;
+  ASSERT_EQ(testing::RunShell(bin + " gen-data --out " + dir.File("t.tsv") +
+                                  " --examples 2000 --eval-examples 10 --seed 4 && " + bin +
+                                  " train --data " + dir.File("t.tsv") +
+                                  " --bottom-mlp 16 --top-mlp 16 --hash-buckets 500 --save-model " +
+                                  dir.File("model"),
+                              &out),
+            0)
+      << out;
+  testing::WriteFile(dir.File("token"), "s3cret-token\n");
+  const Served serve = StartServe(dir, dir.File("model"), {"--auth-token-file", dir.File("token")});
+  ASSERT_NE(serve.port, 0) << testing::ReadFile(dir.File("serve.log"));
+  const int port = serve.port, metrics_port = serve.metrics_port;
+  const auto get = [&](const std::string& path, const std::string& authorization) {
+    return testing::HttpExchange(
+        "127.0.0.1", port,
+        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" +
+            (authorization.empty() ? "" : "Authorization: " + authorization + "\r\n") + "\r\n");
+  };
+  std::string body;
+  EXPECT_EQ(testing::HttpStatus(get("/v2/health/ready", ""), &body), 200);
+  EXPECT_EQ(testing::HttpStatus(get("/v2/health/live", ""), &body), 200);
+  const std::string refused = get("/v2/models/ctr", "");
+  EXPECT_EQ(testing::HttpStatus(refused, &body), 401) << refused;
+  EXPECT_THAT(refused, HasSubstr("WWW-Authenticate: Bearer"));
+  EXPECT_THAT(body, HasSubstr("bearer token"));
+  EXPECT_EQ(testing::HttpStatus(get("/v2/models/ctr", "Bearer wrong"), &body), 401);
+  EXPECT_EQ(testing::HttpStatus(get("/v2", ""), &body), 401);
+  EXPECT_EQ(testing::HttpStatus(get("/v2/models/ctr", "Bearer s3cret-token"), &body), 200) << body;
+  EXPECT_EQ(testing::HttpPost(port, "/v2/models/ctr/infer", "{}", &body), 401);
+  const std::string data = testing::ReadFile(dir.File("t.tsv"));
+  const std::string line = data.substr(0, data.find('\n'));
+  const std::string request = LinesRequest({line}, 0, 1).dump();
+  const std::string scored = testing::HttpExchange(
+      "127.0.0.1", port,
+      "POST /v2/models/ctr/infer HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+      "s3cret-token\r\nContent-Type: application/json\r\nContent-Length: " +
+          std::to_string(request.size()) + "\r\n\r\n" + request);
+  EXPECT_EQ(testing::HttpStatus(scored, &body), 200) << scored;
+  ASSERT_EQ(testing::HttpGet(metrics_port, "/metrics", &body), 200);
+  EXPECT_THAT(body, HasSubstr("shadowsync_serve_requests_total{code=\"401\",protocol=\"http\"} 1"));
+
+  ASSERT_EQ(kill(serve.pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::ReadFile(dir.File("serve.log"));
 }
 
 // A model that cannot be served stops serve at start, naming the file or flag.

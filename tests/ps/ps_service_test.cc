@@ -343,14 +343,19 @@ struct Exported {
   grpc::Status status;
 };
 
+// `track_changes` and `since`: ExportSlotsRequest's track_changes and
+// changes_since.
 Exported Export(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots,
-                bool weights_only = false, bool packed = false) {
+                bool weights_only = false, bool packed = false, bool track_changes = false,
+                const v1::ChangeCursor* since = nullptr) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
   v1::ExportSlotsRequest request;
   request.mutable_slots()->Add(slots.begin(), slots.end());
   request.set_weights_only(weights_only);
   request.set_packed_rows(packed);
+  request.set_track_changes(track_changes);
+  if (since != nullptr) *request.mutable_changes_since() = *since;
   auto reader = stub.ExportSlots(&context, request);
   Exported out;
   v1::SlotChunk chunk;
@@ -435,22 +440,10 @@ PackedStream ReadPacked(const Exported& exported, int row_floats) {
   return out;
 }
 
+// A weights-only packed stream that tracks changes: a delta with `since`.
 Exported ExportChanges(v1::ParameterServer::Stub& stub, const std::vector<uint32_t>& slots,
                        const v1::ChangeCursor* since) {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineFromNow(absl::Seconds(30)));
-  v1::ExportSlotsRequest request;
-  request.mutable_slots()->Add(slots.begin(), slots.end());
-  request.set_packed_rows(true);
-  request.set_weights_only(true);
-  request.set_track_changes(true);
-  if (since != nullptr) *request.mutable_changes_since() = *since;
-  auto reader = stub.ExportSlots(&context, request);
-  Exported out;
-  v1::SlotChunk chunk;
-  while (reader->Read(&chunk)) out.chunks.push_back(chunk);
-  out.status = reader->Finish();
-  return out;
+  return Export(stub, slots, /*weights_only=*/true, /*packed=*/true, /*track_changes=*/true, since);
 }
 
 // A delta stream: after a full export that tracks changes, exactly the rows
@@ -498,7 +491,9 @@ TEST_F(PsServiceTest, DeltaExportStreamsTheRowsChangedSinceTheCursorAndTombstone
   for (const auto& [key, values] : changes.rows) EXPECT_EQ(now.rows.at(key), values);
   // Every stored row not in the delta is as the base had it.
   for (const auto& [key, values] : now.rows) {
-    if (!changes.rows.contains(key)) EXPECT_EQ(full.rows.at(key), values);
+    if (!changes.rows.contains(key)) {
+      EXPECT_EQ(full.rows.at(key), values);
+    }
   }
   ASSERT_TRUE(changes.done.has_cursor());
   EXPECT_EQ(changes.done.cursor().incarnation(), cursor.incarnation());

@@ -1521,7 +1521,9 @@ TEST_F(RowStoreTest, ChangeSnapshotListsRowsPushedImportedOrEvictedSinceItsCurso
   for (size_t i = 0; i < changed.size(); ++i) {
     keys.insert({changed[i].table, changed[i].id});
     EXPECT_EQ(changed[i].slot, SlotOf(changed[i].table, changed[i].id, o.num_slots));
-    if (i > 0) EXPECT_LE(changed[i - 1].slot, changed[i].slot) << "not in slot order";
+    if (i > 0) {
+      EXPECT_LE(changed[i - 1].slot, changed[i].slot) << "not in slot order";
+    }
   }
   EXPECT_EQ(keys, (std::set<std::pair<uint32_t, uint64_t>>{{0, 1}, {0, 2}, {1, 5}, {1, 7}}));
   const RowMap rows = ReadRows(**snapshot, changed, &absent);

@@ -271,7 +271,9 @@ void WriteDelta(const std::string& dir, const std::string& base, const model::Sa
       return slot >= begin && slot < end;
     };
     for (const auto& [key, values] : rows) {
-      if (here(key)) SS_ASSERT_OK((*writer)->AddRow(key.first, key.second, values, state));
+      if (here(key)) {
+        SS_ASSERT_OK((*writer)->AddRow(key.first, key.second, values, state));
+      }
     }
     std::string tombstones;
     for (const auto& key : removed) {
