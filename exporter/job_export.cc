@@ -133,7 +133,7 @@ absl::StatusOr<DenseParams> CollectDense(const ShadowSyncJob& job,
 
 namespace {
 
-// The export `name` in `dir` is a delta: its manifest says so. An
+// Whether the export at `dir` is a delta, as its manifest says. An
 // unreadable manifest counts as a full export (pruning then keeps it).
 bool IsDelta(const fs::path& dir) {
   std::ifstream in(dir / "manifest.json");
