@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -710,43 +711,47 @@ absl::Status CheckSameModel(const ExportReader& delta, const SavedModel& base) {
 
 namespace {
 
-// A delta chain this long is a cycle of deltas naming each other.
-constexpr int kMaxDeltaChain = 100'000;
-
-absl::StatusOr<SavedModel> LoadExportChain(const std::string& dir, const RowFilter& keep,
-                                           int depth) {
-  if (depth > kMaxDeltaChain) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, ": over ", kMaxDeltaChain, " delta exports deep; their bases form a cycle"));
-  }
-  SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(dir));
-  // No Verify() first: ReadDense and ForEachRow check every file's checksum
-  // before using it, and a failure returns no model, so a second read of
-  // every part (an export can be many GB) would check nothing more.
-  SavedModel m;
-  if (reader.is_delta()) {
-    // The base chain first (a delta's base may be a delta), then this one's
-    // changes over it.
-    SS_ASSIGN_OR_RETURN(m, LoadExportChain(reader.BaseDir(), keep, depth + 1));
-    SS_RETURN_IF_ERROR(CheckSameModel(reader, m));
-  } else {
-    m.config = reader.config();
-    m.store_options = reader.info().embeddings;
-    m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
-  }
+// Applies one export's dense parameters, rows and tombstones to `m`.
+absl::Status ApplyExport(const ExportReader& reader, const RowFilter& keep, SavedModel& m) {
   SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
   SS_RETURN_IF_ERROR(LoadExportRows(reader, m.store.get(), keep));
-  SS_RETURN_IF_ERROR(reader.ForEachTombstone([&](uint32_t table, uint64_t id) {
+  return reader.ForEachTombstone([&](uint32_t table, uint64_t id) {
     m.store->EraseRow(table, id);
     return absl::OkStatus();
-  }));
-  return m;
+  });
 }
 
 }  // namespace
 
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
-  return LoadExportChain(dir, keep, 0);
+  // The chain from `dir` back to its full export (a delta's base may be a
+  // delta), walked without recursion: corrupt bases naming each other are
+  // a cycle to refuse, not a stack to overflow.
+  std::vector<ExportReader> chain;
+  std::set<std::string> seen;
+  for (std::string at = dir;;) {
+    if (!seen.insert(fs::path(at).lexically_normal().string()).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": its delta exports' bases form a cycle at ", at));
+    }
+    SS_ASSIGN_OR_RETURN(ExportReader reader, ExportReader::Open(at));
+    const bool delta = reader.is_delta();
+    at = reader.BaseDir();
+    chain.push_back(std::move(reader));
+    if (!delta) break;
+  }
+  // No Verify() first: ReadDense and ForEachRow check every file's checksum
+  // before using it, and a failure returns no model, so a second read of
+  // every part (an export can be many GB) would check nothing more.
+  SavedModel m;
+  m.config = chain.back().config();
+  m.store_options = chain.back().info().embeddings;
+  m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    if (it != chain.rbegin()) SS_RETURN_IF_ERROR(CheckSameModel(*it, m));
+    SS_RETURN_IF_ERROR(ApplyExport(*it, keep, m));
+  }
+  return m;
 }
 
 absl::Status LoadExportRows(const ExportReader& reader, LocalEmbeddingStore* store,

@@ -425,6 +425,30 @@ TEST_F(ExportTest, ALoadKeepsTheRowsItIsAskedFor) {
               testing::StatusIs(absl::StatusCode::kDataLoss, "part-00003.bin"));
 }
 
+// A delta whose base chain comes back to itself (a corrupt or hand-edited
+// manifest) is refused naming the cycle; it does not recurse until the
+// stack runs out; so is a delta naming itself as its base.
+TEST_F(ExportTest, DeltaBasesThatFormACycleAreRefused) {
+  Write("model-000001", Info());
+  auto delta = [&](const std::string& name, const std::string& base) {
+    ExportInfo info = Info();
+    info.delta_base = base;
+    auto writer = ExportWriter::Create(dir_.File(name), info);
+    SS_ASSERT_OK(writer.status());
+    SS_ASSERT_OK((*writer)->WriteDense(params_, dense_state_));
+    SS_ASSERT_OK((*writer)->Commit());
+  };
+  delta("model-000002", "model-000001");
+  SS_ASSERT_OK(LoadExport(dir_.File("model-000002")).status());
+  delta("model-000003", "model-000004");
+  delta("model-000004", "model-000003");
+  EXPECT_THAT(LoadExport(dir_.File("model-000004")).status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "form a cycle"));
+  delta("model-000005", "model-000005");
+  EXPECT_THAT(LoadExport(dir_.File("model-000005")).status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "form a cycle"));
+}
+
 TEST_F(ExportTest, BadExportsAreRefusedNamingTheFileAndTheProblem) {
   const std::string good = Write("good", Info());
   auto copy = [&](const std::string& name) {
