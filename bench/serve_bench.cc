@@ -80,6 +80,7 @@ struct Flags {
   double invalid_fraction = 0.2;
   double max_rss_growth = 0.10;
   double max_p50_ms = 0;  // 0: no bound.
+  std::vector<std::string> serve_args;
 };
 
 // One keep-alive HTTP/1.1 connection to 127.0.0.1:port, reopened when the
@@ -378,18 +379,19 @@ int Run(const Flags& f) {
   constexpr int64_t kMaxBodyBytes = 1 << 20;
   const std::string ready = f.work_dir + "/serve.ready";
   fs::remove(ready);
+  std::vector<std::string> serve_argv = {f.shadowsync,       "serve",
+                                         "--model",          f.exports,
+                                         "--listen",         "127.0.0.1:0",
+                                         "--metrics-listen", "127.0.0.1:0",
+                                         "--grpc-listen",    "127.0.0.1:0",
+                                         "--ready-file",     ready,
+                                         "--threads",        std::to_string(f.threads),
+                                         "--http-threads",   "160",
+                                         "--poll-seconds",   "0.2",
+                                         "--max-body-bytes", std::to_string(kMaxBodyBytes)};
+  serve_argv.insert(serve_argv.end(), f.serve_args.begin(), f.serve_args.end());
   absl::StatusOr<std::unique_ptr<ChildProcess>> serve =
-      ChildProcess::Spawn({f.shadowsync,       "serve",
-                           "--model",          f.exports,
-                           "--listen",         "127.0.0.1:0",
-                           "--metrics-listen", "127.0.0.1:0",
-                           "--grpc-listen",    "127.0.0.1:0",
-                           "--ready-file",     ready,
-                           "--threads",        std::to_string(f.threads),
-                           "--http-threads",   "160",
-                           "--poll-seconds",   "0.2",
-                           "--max-body-bytes", std::to_string(kMaxBodyBytes)},
-                          f.work_dir + "/serve.log");
+      ChildProcess::Spawn(serve_argv, f.work_dir + "/serve.log");
   if (!serve.ok()) {
     LOG(ERROR) << serve.status();
     return 1;
@@ -562,6 +564,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-rss-growth", f.max_rss_growth, "allowed over the mixed load")
       ->capture_default_str();
+  app.add_option("--serve-arg", f.serve_args, "passed on to shadowsync serve (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--max-p50-ms", f.max_p50_ms, "fail a point whose median latency exceeds it")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

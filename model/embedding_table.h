@@ -87,7 +87,6 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   // Stores a row verbatim (loading a saved model).
   void PutRow(uint32_t table, uint64_t id, std::span<const float> values,
               std::span<const float> state);
-  bool Contains(uint32_t table, uint64_t id) const { return Find(table, id) != nullptr; }
   // Forgets a row (a delta export's tombstone): it reads as its initial
   // value again. Its storage is reclaimed with the store.
   void EraseRow(uint32_t table, uint64_t id);

@@ -697,20 +697,6 @@ absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& r
 
 namespace {
 
-absl::Status CheckSameModel(const ExportReader& delta, const SavedModel& base) {
-  if (DlrmConfigToJson(delta.config()) != DlrmConfigToJson(base.config) ||
-      TablesToJson(delta.info().embeddings.tables) != TablesToJson(base.store_options.tables) ||
-      delta.info().embeddings.dim != base.store_options.dim) {
-    return absl::FailedPreconditionError(absl::StrCat(delta.dir(), ": its model is not that of ",
-                                                      delta.BaseDir(), ", the export it changes"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
 // Applies one export's dense parameters, rows and tombstones to `m`.
 absl::Status ApplyExport(const ExportReader& reader, const RowFilter& keep, SavedModel& m) {
   SS_RETURN_IF_ERROR(reader.ReadDense(&m.params, &m.dense_state));
@@ -723,10 +709,9 @@ absl::Status ApplyExport(const ExportReader& reader, const RowFilter& keep, Save
 
 }  // namespace
 
-absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
-  // The chain from `dir` back to its full export (a delta's base may be a
-  // delta), walked without recursion: corrupt bases naming each other are
-  // a cycle to refuse, not a stack to overflow.
+absl::StatusOr<std::vector<ExportReader>> OpenExportChain(const std::string& dir) {
+  // Walked without recursion: corrupt bases naming each other are a cycle
+  // to refuse, not a stack to overflow.
   std::vector<ExportReader> chain;
   std::set<std::string> seen;
   for (std::string at = dir;;) {
@@ -740,17 +725,30 @@ absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& k
     chain.push_back(std::move(reader));
     if (!delta) break;
   }
+  std::reverse(chain.begin(), chain.end());
+  const ExportInfo& full = chain.front().info();
+  for (size_t i = 1; i < chain.size(); ++i) {
+    const ExportReader& delta = chain[i];
+    if (DlrmConfigToJson(delta.config()) != DlrmConfigToJson(full.config) ||
+        TablesToJson(delta.info().embeddings.tables) != TablesToJson(full.embeddings.tables) ||
+        delta.info().embeddings.dim != full.embeddings.dim) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          delta.dir(), ": its model is not that of ", delta.BaseDir(), ", the export it changes"));
+    }
+  }
+  return chain;
+}
+
+absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep) {
+  SS_ASSIGN_OR_RETURN(std::vector<ExportReader> chain, OpenExportChain(dir));
   // No Verify() first: ReadDense and ForEachRow check every file's checksum
   // before using it, and a failure returns no model, so a second read of
   // every part (an export can be many GB) would check nothing more.
   SavedModel m;
-  m.config = chain.back().config();
-  m.store_options = chain.back().info().embeddings;
+  m.config = chain.front().config();
+  m.store_options = chain.front().info().embeddings;
   m.store = std::make_unique<LocalEmbeddingStore>(m.store_options);
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    if (it != chain.rbegin()) SS_RETURN_IF_ERROR(CheckSameModel(*it, m));
-    SS_RETURN_IF_ERROR(ApplyExport(*it, keep, m));
-  }
+  for (const ExportReader& reader : chain) SS_RETURN_IF_ERROR(ApplyExport(reader, keep, m));
   return m;
 }
 

@@ -214,6 +214,11 @@ absl::StatusOr<std::optional<GemmKernel>> ScoredGemmKernel(const ExportReader& r
 // is read and its checksum verified whatever `keep` says; on any error no
 // model is returned.
 absl::StatusOr<SavedModel> LoadExport(const std::string& dir, const RowFilter& keep = nullptr);
+// The exports LoadExport(dir) reads: `dir` and, for a delta, the bases back
+// to its full export, oldest (the full export) first, manifests checked.
+// FailedPrecondition if the bases form a cycle or a delta's model differs
+// from its full export's.
+absl::StatusOr<std::vector<ExportReader>> OpenExportChain(const std::string& dir);
 // Every row of `reader` (that `keep` keeps, when given) into `store` (a
 // warm start of `train --init-model`), with zero optimizer state where the
 // export has none or another optimizer's. The caller checks the shape

@@ -22,9 +22,22 @@ InferenceMetrics::InferenceMetrics(prometheus::Registry& registry)
                    .Register(registry)
                    .Add({}, prometheus::Histogram::BucketBoundaries{
                                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                0.1, 0.25, 0.5, 1.0, 2.5})) {}
+                                0.1, 0.25, 0.5, 1.0, 2.5})) {
+  for (const char* code : {"200", "400", "401", "404", "405", "500"}) {
+    known_["http"][code] = &requests_.Add({{"protocol", "http"}, {"code", code}});
+  }
+  for (const char* code : {"OK", "INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_FOUND", "INTERNAL"}) {
+    known_["grpc"][code] = &requests_.Add({{"protocol", "grpc"}, {"code", code}});
+  }
+}
 
 void InferenceMetrics::Answered(const std::string& protocol, const std::string& code) {
+  if (const auto p = known_.find(protocol); p != known_.end()) {
+    if (const auto c = p->second.find(code); c != p->second.end()) {
+      c->second->Increment();
+      return;
+    }
+  }
   requests_.Add({{"protocol", protocol}, {"code", code}}).Increment();
 }
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace prometheus {
 class Counter;
 template <typename T>
@@ -29,6 +31,11 @@ class InferenceMetrics {
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
+  // The counters of the codes the endpoints answer with, by protocol then
+  // code, made once: Family::Add takes the family's lock and builds a label
+  // map, per request and from every HTTP thread at once. Only read after
+  // construction.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, prometheus::Counter*>> known_;
   prometheus::Counter& examples_;
   prometheus::Histogram& latency_;
 };

@@ -29,20 +29,38 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::Load(const std::string& dir,
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch must be at least 1, got ", options.max_batch));
   }
-  SS_ASSIGN_OR_RETURN(model::ExportReader reader, model::ExportReader::Open(dir));
+  SS_ASSIGN_OR_RETURN(std::vector<model::ExportReader> chain, model::OpenExportChain(dir));
+  const model::ExportReader& reader = chain.back();
   std::optional<model::GemmKernel> requested = options.gemm;
   if (!requested.has_value()) {
     SS_ASSIGN_OR_RETURN(requested, model::ScoredGemmKernel(reader));
   }
-  SS_ASSIGN_OR_RETURN(model::SavedModel saved, model::LoadExport(dir));
+  // The chain applied in order, as LoadExport applies it, but into a
+  // RowTable: values only, where a LocalEmbeddingStore would also hold the
+  // optimizer state and a lock per lookup.
+  auto rows = std::make_shared<RowTable>(chain.front().info().embeddings);
+  std::vector<float> params, dense_state;
+  for (const model::ExportReader& r : chain) {
+    SS_RETURN_IF_ERROR(r.ReadDense(&params, &dense_state));
+    SS_RETURN_IF_ERROR(r.ForEachRow(
+        [&](uint32_t table, uint64_t id, std::span<const float> values, std::span<const float>) {
+          rows->Put(table, id, values);
+          return absl::OkStatus();
+        }));
+    SS_RETURN_IF_ERROR(r.ForEachTombstone([&](uint32_t table, uint64_t id) {
+      rows->Erase(table, id);
+      return absl::OkStatus();
+    }));
+  }
+  const model::DlrmConfig& config = reader.config();
   const model::GemmChoice gemm =
-      model::ResolveGemmKernel(model::Dlrm(saved.config).GemmShapes(options.max_batch), requested);
-  const int64_t rows = saved.store->num_rows();
-  LOG(INFO) << "serving " << dir << ": " << rows << " rows, " << reader.info().examples_trained
-            << " examples trained; fp32 GEMM " << gemm.Summary();
-  return std::unique_ptr<Scorer>(new Scorer(dir, reader.info(), saved.config,
-                                            std::move(saved.params), std::move(saved.store), {},
-                                            rows, options, gemm.kernel));
+      model::ResolveGemmKernel(model::Dlrm(config).GemmShapes(options.max_batch), requested);
+  const int64_t num_rows = rows->num_rows();
+  LOG(INFO) << "serving " << dir << ": " << num_rows << " rows in " << rows->bytes() / (1 << 20)
+            << " MiB, " << reader.info().examples_trained << " examples trained; fp32 GEMM "
+            << gemm.Summary();
+  return std::unique_ptr<Scorer>(new Scorer(dir, reader.info(), config, std::move(params),
+                                            std::move(rows), {}, num_rows, options, gemm.kernel));
 }
 
 absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
@@ -98,7 +116,7 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
 }
 
 Scorer::Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
-               std::vector<float> params, std::shared_ptr<model::LocalEmbeddingStore> store,
+               std::vector<float> params, std::shared_ptr<const RowTable> store,
                std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
                ScorerOptions options, model::GemmKernel gemm)
     : dir_(std::move(dir)),
@@ -164,13 +182,11 @@ absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) cons
   }
   std::vector<float> probs(block.size());
   std::unique_ptr<Context> context = Acquire();
-  absl::Status status;
-  for (int64_t begin = 0; begin < block.size() && status.ok(); begin += options_.max_batch) {
+  for (int64_t begin = 0; begin < block.size(); begin += options_.max_batch) {
     const int64_t end = std::min<int64_t>(block.size(), begin + options_.max_batch);
     context->batch.Collect(block, begin, end, info_.embeddings.tables);
     std::span<model::TableRows> rows = context->batch.rows();
-    status = store_->Lookup(rows);
-    if (!status.ok()) break;
+    store_->Lookup(rows);
     ApplyDeltas(rows);
     context->batch.Bind(context->inputs);
     const model::BatchView view{static_cast<int>(end - begin),
@@ -179,7 +195,6 @@ absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) cons
     model_.Step(params_.data(), view, context->ws.get(), probs.data() + begin, nullptr);
   }
   Release(std::move(context));
-  SS_RETURN_IF_ERROR(status);
   return probs;
 }
 

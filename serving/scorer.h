@@ -1,5 +1,5 @@
 // A model export loaded for online scoring: the dense parameters and every
-// embedding row in RAM, read-only, shared by all serving threads. A score is
+// embedding row in RAM (a RowTable), read-only, shared by all serving threads. A score is
 // the probability the model gives an example, computed exactly as
 // `shadowsync eval` computes it (the same batch gathering, forward pass and
 // fp32 GEMM kernel), so the two agree.
@@ -27,6 +27,7 @@
 #include "model/dlrm.h"
 #include "model/export.h"
 #include "model/gemm.h"
+#include "serving/row_table.h"
 
 namespace shadowsync::serving {
 
@@ -77,7 +78,7 @@ class Scorer {
   };
 
   Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
-         std::vector<float> params, std::shared_ptr<model::LocalEmbeddingStore> store,
+         std::vector<float> params, std::shared_ptr<const RowTable> store,
          std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
          ScorerOptions options, model::GemmKernel gemm);
   // Rows the deltas change, over what the store looked up.
@@ -89,9 +90,8 @@ class Scorer {
   const model::ExportInfo info_;
   const model::Dlrm model_;
   const std::vector<float> params_;
-  // Only read (Lookup never stores a row); shared with the models that
-  // deltas made from this one.
-  const std::shared_ptr<model::LocalEmbeddingStore> store_;
+  // Shared with the models that deltas made from this one.
+  const std::shared_ptr<const RowTable> store_;
   const std::vector<std::shared_ptr<const DeltaRows>> deltas_;  // Oldest first.
   const int64_t num_rows_;
   const ScorerOptions options_;
