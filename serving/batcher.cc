@@ -1,16 +1,23 @@
 #include "serving/batcher.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <utility>
 
 namespace shadowsync::serving {
 
+// Each request is woken on its own condition variable: Mutex::Await wakes
+// every waiter on every unlock, and with a request thread waiting per
+// client that herd cost serve more CPU than its forward passes.
 struct Batcher::Request {
   std::shared_ptr<const Scorer> scorer;
   ExampleBlock block;
   absl::Time enqueued;
   absl::StatusOr<std::vector<float>> result = absl::UnknownError("not scored");
-  bool done = false;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool done = false;  // Guarded by done_mu.
 };
 
 Batcher::Batcher(BatcherOptions options) : options_(std::move(options)) {
@@ -33,8 +40,8 @@ absl::StatusOr<std::vector<float>> Batcher::Score(std::shared_ptr<const Scorer> 
     queue_.push_back(&request);
     queued_examples_ += request.block.size();
   }  // The unlock wakes the scoring threads' Await.
-  MutexLock lock(&mu_);
-  mu_.Await([&] { return request.done; });
+  std::unique_lock<std::mutex> lock(request.done_mu);
+  request.done_cv.wait(lock, [&] { return request.done; });
   return std::move(request.result);
 }
 
@@ -73,19 +80,24 @@ void Batcher::Run() {
       probs = batch[0]->scorer->Score(merged);
     }
     if (options_.on_batch && probs.ok()) options_.on_batch(static_cast<int64_t>(probs->size()));
-    MutexLock lock(&mu_);
     int64_t begin = 0;
     for (Request* r : batch) {
-      if (!probs.ok()) {
-        r->result = probs.status();
-      } else if (batch.size() == 1) {
-        r->result = std::move(*probs);
-      } else {
-        r->result =
-            std::vector<float>(probs->begin() + begin, probs->begin() + begin + r->block.size());
+      const int64_t size = r->block.size();
+      {
+        std::lock_guard<std::mutex> lock(r->done_mu);
+        if (!probs.ok()) {
+          r->result = probs.status();
+        } else if (batch.size() == 1) {
+          r->result = std::move(*probs);
+        } else {
+          r->result = std::vector<float>(probs->begin() + begin, probs->begin() + begin + size);
+        }
+        r->done = true;
+        // Notified under the lock: once the waiter sees `done` it returns
+        // and destroys the request, condition variable included.
+        r->done_cv.notify_one();
       }
-      begin += r->block.size();
-      r->done = true;
+      begin += size;
     }
   }
 }

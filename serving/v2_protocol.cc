@@ -1,6 +1,8 @@
 #include "serving/v2_protocol.h"
 
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "data/criteo_reader.h"
+#include "serving/infer_json_scanner.h"
 
 namespace shadowsync::serving {
 namespace {
@@ -192,6 +195,47 @@ absl::Status ReadLines(const InputTensor& t, int64_t batch, ExampleBlock* out) {
   return absl::OkStatus();
 }
 
+// A scanned request's examples if every check ParseInferRequest makes
+// passes; nullopt sends the body to the full parser, which names the error.
+std::optional<InferRequest> FromScanned(ScannedRequest scanned, const model::DlrmConfig& config,
+                                        int64_t max_examples) {
+  if (!scanned.outputs_ok) return std::nullopt;
+  const auto request = std::make_shared<const ScannedRequest>(std::move(scanned));
+  std::vector<InputTensor> inputs;
+  for (size_t i = 0; i < request->inputs.size(); ++i) {
+    const ScannedTensor* s = &request->inputs[i];
+    InputTensor t;
+    t.name = s->name;
+    t.where = absl::StrCat("inputs[", i, "]");
+    t.datatype = s->datatype;
+    t.shape = s->shape;
+    if (!CheckInputName(t.name, t.where, inputs).ok()) return std::nullopt;
+    if (!t.shape.empty() && !CheckBatch(t.shape[0], t.where, max_examples).ok()) {
+      return std::nullopt;
+    }
+    const absl::StatusOr<int64_t> values = CheckedSize(t);
+    if (!values.ok() || *values != static_cast<int64_t>(s->numbers.size() + s->strings.size())) {
+      return std::nullopt;
+    }
+    // The errors below only send the body to the full parser.
+    t.integer = [request, s, where = t.where](size_t i, bool int_type) -> absl::StatusOr<int64_t> {
+      if (i >= s->numbers.size()) return Invalid(where, "not a number");
+      const ScannedTensor::Number& n = s->numbers[i];
+      if (n.is_integer) return n.integer;
+      if (int_type) return Invalid(where, "not an integer");
+      return IntegerCount(where, n.real);
+    };
+    t.bytes = [request, s, where = t.where](size_t i) -> absl::StatusOr<std::string> {
+      if (i >= s->strings.size()) return Invalid(where, "not a string");
+      return s->strings[i];
+    };
+    inputs.push_back(std::move(t));
+  }
+  absl::StatusOr<ExampleBlock> examples = ExamplesFromInputs(inputs, config, max_examples);
+  if (!examples.ok()) return std::nullopt;
+  return InferRequest{.id = request->id, .examples = *std::move(examples)};
+}
+
 }  // namespace
 
 // The integer count a float value holds, if it holds one.
@@ -208,6 +252,19 @@ absl::StatusOr<int64_t> IntegerCount(const std::string& where, double d) {
 absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                const model::DlrmConfig& config,
                                                int64_t max_examples) {
+  if (std::optional<ScannedRequest> scanned = ScanInferRequest(body); scanned.has_value()) {
+    if (std::optional<InferRequest> request =
+            FromScanned(*std::move(scanned), config, max_examples);
+        request.has_value()) {
+      return *std::move(request);
+    }
+  }
+  return ParseInferRequestDocument(body, config, max_examples);
+}
+
+absl::StatusOr<InferRequest> ParseInferRequestDocument(std::string_view body,
+                                                       const model::DlrmConfig& config,
+                                                       int64_t max_examples) {
   bool too_deep = false;
   Json root;
   try {

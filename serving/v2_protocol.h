@@ -79,9 +79,17 @@ struct InferRequest {
 // malformed or too deeply nested JSON, an unknown or missing tensor, a wrong
 // datatype or shape, a value that is not a finite integer in range, an
 // output other than `probability`, or more than `max_examples` examples.
+// The body is read with ScanInferRequest when it can be, else (and for
+// every error) as a document (ParseInferRequestDocument), with the same
+// result either way.
 absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                const model::DlrmConfig& config,
                                                int64_t max_examples);
+// The same, always through an nlohmann::json document: the reference the
+// scanner is tested against.
+absl::StatusOr<InferRequest> ParseInferRequestDocument(std::string_view body,
+                                                       const model::DlrmConfig& config,
+                                                       int64_t max_examples);
 
 nlohmann::json InferResponse(const ServedModel& model, const std::string& id,
                              std::span<const float> probabilities);

@@ -2,6 +2,7 @@
 // features, and every malformed request refused naming its field.
 #include "serving/v2_protocol.h"
 
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "data/criteo_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "serving/infer_json_scanner.h"
 #include "tests/util/test_util.h"
 
 namespace shadowsync::serving {
@@ -168,6 +170,106 @@ TEST(V2ProtocolTest, EachBadRequestIsRefusedNamingWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, "malformed JSON"));
   EXPECT_THAT(ParseInferRequest(body, Criteo(), 64),
               StatusIs(absl::StatusCode::kInvalidArgument, "number overflow"));
+}
+
+// ParseInferRequest (the scanner, else the document) against
+// ParseInferRequestDocument alone: the same request, or the same error.
+void ExpectSameAsDocument(const std::string& body) {
+  const absl::StatusOr<InferRequest> got = ParseInferRequest(body, Criteo(), 64);
+  const absl::StatusOr<InferRequest> want = ParseInferRequestDocument(body, Criteo(), 64);
+  ASSERT_EQ(got.status(), want.status()) << body.substr(0, 300);
+  if (!want.ok()) return;
+  EXPECT_EQ(got->id, want->id) << body.substr(0, 300);
+  ExpectSameFeatures(got->examples, want->examples);
+}
+
+TEST(V2ProtocolTest, TheScannerReadsCommonBodiesAsTheDocumentParserDoes) {
+  Json lines = {{"id", "l"},
+                {"inputs",
+                 {{{"name", "lines"},
+                   {"datatype", "BYTES"},
+                   {"shape", {2}},
+                   {"data", {kLines[0], kLines[1]}}}}}};
+  Json nested = TensorRequest();
+  nested["inputs"][1]["data"] = Json::array({Json::array(), nested["inputs"][1]["data"]});
+  nested["inputs"][0]["parameters"] = {{"binary_data_size", nullptr}, {"x", {true, false, 1.5}}};
+  nested["parameters"] = {{"content_type", "pb"}};
+  nested["outputs"] = {{{"name", "probability"}, {"parameters", Json::object()}}};
+  // Each is read by the scanner (it is not a test of the fallback alone)
+  // and agrees with the document parser.
+  for (const std::string& body : {TensorRequest().dump(), TensorRequest().dump(2), lines.dump(),
+                                  nested.dump(), nested.dump(1, '\t')}) {
+    EXPECT_TRUE(ScanInferRequest(body).has_value()) << body.substr(0, 300);
+    ExpectSameAsDocument(body);
+  }
+  // What it read: the strings decoded, the numbers as written.
+  const std::optional<ScannedRequest> scanned_lines = ScanInferRequest(lines.dump());
+  ASSERT_TRUE(scanned_lines.has_value());
+  EXPECT_EQ(scanned_lines->id, "l");
+  EXPECT_EQ(scanned_lines->inputs[0].strings, kLines);
+  EXPECT_EQ(scanned_lines->inputs[0].shape, std::vector<int64_t>{2});
+  const std::optional<ScannedRequest> scanned_nested = ScanInferRequest(nested.dump());
+  ASSERT_TRUE(scanned_nested.has_value());
+  std::vector<int64_t> ids;
+  for (const ScannedTensor::Number& n : scanned_nested->inputs[1].numbers) {
+    EXPECT_TRUE(n.is_integer);
+    ids.push_back(n.integer);
+  }
+  EXPECT_EQ(Json(ids), TensorRequest()["inputs"][1]["data"]);
+  // Bodies the scanner leaves to the document parser, which reads them.
+  std::string escaped = lines.dump();
+  escaped.replace(escaped.find("\\t"), 2, "\\u0009");
+  std::string duplicate = TensorRequest().dump();
+  duplicate.replace(duplicate.find("\"id\""), 4, "\"id\":\"x\",\"id\"");
+  Json unsigned_id = TensorRequest();
+  unsigned_id["inputs"][1]["data"][0] = uint64_t{1} << 63;
+  Json floats = TensorRequest();
+  floats["inputs"][0]["data"][0] = 2.0;
+  floats["inputs"][0]["data"][1] = -0.0;
+  floats["inputs"][0]["data"][2] = 1e3;
+  for (const std::string& body : {escaped, duplicate, unsigned_id.dump(), floats.dump()}) {
+    ExpectSameAsDocument(body);
+  }
+  EXPECT_FALSE(ScanInferRequest(escaped).has_value());
+  EXPECT_FALSE(ScanInferRequest(duplicate).has_value());
+  EXPECT_TRUE(ScanInferRequest(floats.dump()).has_value());
+  SS_EXPECT_OK(ParseInferRequest(floats.dump(), Criteo(), 64));
+}
+
+// Thousands of bodies one edit away from valid ones (a byte dropped,
+// replaced or inserted, JSON's own characters likeliest): whatever the
+// scanner makes of each, the result is the document parser's.
+TEST(V2ProtocolTest, MutatedBodiesGetTheDocumentParsersAnswer) {
+  const std::vector<std::string> seeds = {
+      TensorRequest().dump(), TensorRequest().dump(1),
+      Json({{"inputs",
+             {{{"name", "lines"}, {"datatype", "BYTES"}, {"shape", {1}}, {"data", {kLines[1]}}}}},
+            {"outputs", {{{"name", "probability"}}}}})
+          .dump()};
+  const std::string alphabet = "{}[]\",:0123456789-+.eE \\tnu";
+  std::mt19937_64 rng(11);
+  int scanned = 0;
+  for (int i = 0; i < 6000; ++i) {
+    std::string body = seeds[rng() % seeds.size()];
+    const size_t at = rng() % body.size();
+    const char c = alphabet[rng() % alphabet.size()];
+    switch (rng() % 3) {
+      case 0:
+        body.erase(at, 1);
+        break;
+      case 1:
+        body[at] = c;
+        break;
+      default:
+        body.insert(at, 1, c);
+        break;
+    }
+    scanned += ScanInferRequest(body).has_value() ? 1 : 0;
+    ExpectSameAsDocument(body);
+    if (HasFailure()) break;
+  }
+  // Many edits leave a body the scanner reads (inside a string or a number).
+  EXPECT_GT(scanned, 500);
 }
 
 TEST(V2ProtocolTest, TheResponseCarriesTheModelTheIdAndOneProbabilityPerExample) {
