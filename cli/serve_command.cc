@@ -36,6 +36,8 @@ struct ServeFlags {
   serving::BatcherOptions batcher;
   double max_delay_ms = 1;
   int max_forward_examples = serving::ScorerOptions().max_batch;
+  int64_t cache_bytes = 0;
+  std::string cache_dir;
   double poll_seconds = 2;
 };
 
@@ -46,7 +48,10 @@ class ModelGauges {
       : examples_(Gauge(registry, "shadowsync_serve_model_examples_trained",
                         "Examples the served model was trained on (also its version).")),
         rows_(Gauge(registry, "shadowsync_serve_model_rows",
-                    "Embedding rows the served model holds in memory.")),
+                    "Embedding rows the served model holds.")),
+        rows_memory_(Gauge(registry, "shadowsync_serve_model_rows_memory_bytes",
+                           "RAM the served model's rows take (with --cache-bytes: the cache "
+                           "and the on-disk store's index).")),
         loaded_(Gauge(registry, "shadowsync_serve_model_loaded_timestamp_seconds",
                       "When the served model was loaded (Unix seconds).")),
         exported_(Gauge(registry, "shadowsync_serve_model_exported_timestamp_seconds",
@@ -66,6 +71,7 @@ class ModelGauges {
   void Loaded(const serving::Scorer& scorer, absl::Time exported) {
     examples_.Set(static_cast<double>(scorer.info().examples_trained));
     rows_.Set(static_cast<double>(scorer.num_rows()));
+    rows_memory_.Set(static_cast<double>(scorer.rows_memory_bytes()));
     loaded_.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
     exported_.Set(absl::ToDoubleSeconds(exported - absl::UnixEpoch()));
     loads_.Increment();
@@ -80,6 +86,7 @@ class ModelGauges {
 
   prometheus::Gauge& examples_;
   prometheus::Gauge& rows_;
+  prometheus::Gauge& rows_memory_;
   prometheus::Gauge& loaded_;
   prometheus::Gauge& exported_;
   prometheus::Counter& loads_;
@@ -94,9 +101,9 @@ int RunServe(ServeFlags f) {
   }
   if (!(f.max_delay_ms >= 0) || !(f.poll_seconds >= 0) || f.batcher.threads < 1 ||
       f.batcher.max_batch_examples < 1 || f.http.threads < 1 || f.http.max_request_examples < 1 ||
-      f.max_forward_examples < 1) {
-    LOG(ERROR) << "serve: --max-delay-ms and --poll-seconds must be >= 0, and the thread and "
-                  "example counts >= 1";
+      f.max_forward_examples < 1 || f.cache_bytes < 0) {
+    LOG(ERROR) << "serve: --max-delay-ms, --poll-seconds and --cache-bytes must be >= 0, and "
+                  "the thread and example counts >= 1";
     return 2;
   }
   absl::StatusOr<GrpcSecurity> security = LoadGrpcSecurity(f.security);
@@ -112,9 +119,34 @@ int RunServe(ServeFlags f) {
   }
   auto registry = std::make_shared<prometheus::Registry>();
   ModelGauges gauges(*registry);
+  auto& rows_read = prometheus::BuildCounter()
+                        .Name("shadowsync_serve_rows_total")
+                        .Help(
+                            "Embedding rows looked up, by where they were found: memory (all "
+                            "rows in RAM), cache or disk (--cache-bytes), initial (not "
+                            "stored: the row's initial value).")
+                        .Register(*registry);
+  prometheus::Counter& from_memory = rows_read.Add({{"source", "memory"}});
+  prometheus::Counter& from_cache = rows_read.Add({{"source", "cache"}});
+  prometheus::Counter& from_disk = rows_read.Add({{"source", "disk"}});
+  prometheus::Counter& initial = rows_read.Add({{"source", "initial"}});
+  if (f.cache_dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    f.cache_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
   absl::StatusOr<std::unique_ptr<serving::ModelSource>> source = serving::ModelSource::Open(
       f.model_dir,
-      {.scorer = {.max_batch = f.max_forward_examples, .gemm = *gemm},
+      {.scorer = {.max_batch = f.max_forward_examples,
+                  .gemm = *gemm,
+                  .cache_bytes = f.cache_bytes,
+                  .cache_dir = f.cache_dir,
+                  .on_rows =
+                      [&](const serving::RowCounts& c) {
+                        from_memory.Increment(static_cast<double>(c.memory));
+                        from_cache.Increment(static_cast<double>(c.cache));
+                        from_disk.Increment(static_cast<double>(c.disk));
+                        initial.Increment(static_cast<double>(c.initial));
+                      }},
        .poll = absl::Seconds(f.poll_seconds),
        .on_load = [&gauges](const serving::Scorer& s, absl::Time t) { gauges.Loaded(s, t); },
        .on_load_failure = [&gauges](const absl::Status&) { gauges.Failed(); }});
@@ -219,6 +251,14 @@ Action AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gemm", f->gemm,
                   "fp32 GEMM kernel: auto (the one that scored the export), openblas or onednn")
+      ->capture_default_str();
+  cmd->add_option("--cache-bytes", f->cache_bytes,
+                  "0: every embedding row in RAM. Else the rows go to an on-disk store under "
+                  "--cache-dir, read through a RAM cache of this many bytes")
+      ->capture_default_str();
+  cmd->add_option("--cache-dir", f->cache_dir,
+                  "where --cache-bytes builds each loaded model's row store (default: $TMPDIR, "
+                  "else /tmp); removed when the model is")
       ->capture_default_str();
   cmd->add_option("--ready-file", f->ready_file,
                   "write \"HTTP_PORT METRICS_PORT GRPC_PORT\" here once serving");

@@ -31,7 +31,7 @@ void RowTable::Grow(Table& t) {
   }
 }
 
-void RowTable::Put(uint32_t table, uint64_t id, std::span<const float> values) {
+absl::Status RowTable::Put(uint32_t table, uint64_t id, std::span<const float> values) {
   CHECK_LT(table, tables_.size());
   CHECK_EQ(values.size(), dim_);
   Table& t = tables_[table];
@@ -54,14 +54,15 @@ void RowTable::Put(uint32_t table, uint64_t id, std::span<const float> values) {
     ++t.size;
   }
   std::copy(values.begin(), values.end(), Row(t, s->row));
+  return absl::OkStatus();
 }
 
-void RowTable::Erase(uint32_t table, uint64_t id) {
+absl::Status RowTable::Erase(uint32_t table, uint64_t id) {
   CHECK_LT(table, tables_.size());
   Table& t = tables_[table];
   const size_t mask = t.slots.size() - 1;
   size_t hole = Probe(t, id);
-  if (t.slots[hole].row < 0) return;
+  if (t.slots[hole].row < 0) return absl::OkStatus();
   t.free_rows.push_back(t.slots[hole].row);
   --t.size;
   // Backward-shift deletion: move later entries of the run into the hole
@@ -76,6 +77,7 @@ void RowTable::Erase(uint32_t table, uint64_t id) {
     }
   }
   t.slots[hole] = Slot{0, -1};
+  return absl::OkStatus();
 }
 
 const float* RowTable::Find(uint32_t table, uint64_t id) const {
@@ -84,8 +86,9 @@ const float* RowTable::Find(uint32_t table, uint64_t id) const {
   return s.row < 0 ? nullptr : Row(t, s.row);
 }
 
-void RowTable::Lookup(std::span<model::TableRows> rows) const {
+absl::Status RowTable::Lookup(std::span<model::TableRows> rows, RowCounts* counts) const {
   CHECK_EQ(rows.size(), tables_.size());
+  int64_t found = 0, initial = 0;
   for (uint32_t t = 0; t < rows.size(); ++t) {
     model::TableRows& r = rows[t];
     r.values.resize(r.ids.size() * dim_);
@@ -93,11 +96,16 @@ void RowTable::Lookup(std::span<model::TableRows> rows) const {
       const std::span<float> out(r.values.data() + i * dim_, dim_);
       if (const float* row = Find(t, r.ids[i]); row != nullptr) {
         std::copy_n(row, dim_, out.data());
+        ++found;
       } else {
         model::InitEmbeddingRow(options_.seed, t, r.ids[i], options_.tables[t].hash_buckets, out);
+        ++initial;
       }
     }
   }
+  counts->memory += found;
+  counts->initial += initial;
+  return absl::OkStatus();
 }
 
 int64_t RowTable::num_rows() const {
@@ -106,7 +114,7 @@ int64_t RowTable::num_rows() const {
   return n;
 }
 
-int64_t RowTable::bytes() const {
+int64_t RowTable::memory_bytes() const {
   int64_t n = 0;
   for (const Table& t : tables_) {
     n += static_cast<int64_t>(t.slots.capacity() * sizeof(Slot) +

@@ -1,14 +1,13 @@
-// The embedding rows a served model reads: per table an open-addressed hash
+// A served model's embedding rows all in RAM: per table an open-addressed hash
 // from row id to the row's values, which lie in chunks of kChunkRows rows
 // (no optimizer state, no per-row allocation, no copy as the table grows). Built once by one
 // thread, then only read: lookups take no lock, so every scoring thread reads it at once.
 //
 //   RowTable rows(info.embeddings);
-//   rows.Put(table, id, values);            // building
-//   rows.Lookup(batch.rows());              // serving, from any thread
+//   SS_RETURN_IF_ERROR(rows.Put(table, id, values));  // building
+//   SS_RETURN_IF_ERROR(rows.Lookup(batch.rows(), &counts));  // from any thread
 //
-// Thread-safe for concurrent const calls once building is over; Put and
-// Erase need the table to themselves.
+// Thread-safe as RowSource says.
 #ifndef SHADOWSYNC_SERVING_ROW_TABLE_H_
 #define SHADOWSYNC_SERVING_ROW_TABLE_H_
 
@@ -18,30 +17,30 @@
 #include <vector>
 
 #include "model/embedding_table.h"
+#include "serving/row_source.h"
 
 namespace shadowsync::serving {
 
-class RowTable {
+class RowTable final : public RowSource {
  public:
   // `options`' tables, dim and seed (rows not stored read as their initial
   // values); its optimizer is not used.
   explicit RowTable(model::LocalStoreOptions options);
 
-  // Stores or replaces a row (dim values).
-  void Put(uint32_t table, uint64_t id, std::span<const float> values);
-  // Forgets a row if stored: it reads as its initial value again.
-  void Erase(uint32_t table, uint64_t id);
+  // Never fail.
+  absl::Status Put(uint32_t table, uint64_t id, std::span<const float> values) override;
+  absl::Status Erase(uint32_t table, uint64_t id) override;
+  absl::Status Seal() override { return absl::OkStatus(); }
+  absl::Status Lookup(std::span<model::TableRows> rows, RowCounts* counts) const override;
+  absl::StatusOr<bool> Contains(uint32_t table, uint64_t id) const override {
+    return Find(table, id) != nullptr;
+  }
+  int64_t num_rows() const override;
+  // The values, index and free lists held.
+  int64_t memory_bytes() const override;
 
   // The row's dim values, or null if not stored.
   const float* Find(uint32_t table, uint64_t id) const;
-  bool Contains(uint32_t table, uint64_t id) const { return Find(table, id) != nullptr; }
-  // Fills rows[t].values for rows[t].ids as EmbeddingStore::Lookup does.
-  // REQUIRES: rows.size() == the number of tables.
-  void Lookup(std::span<model::TableRows> rows) const;
-
-  int64_t num_rows() const;
-  // The values, index and free lists held.
-  int64_t bytes() const;
 
  private:
   static constexpr int64_t kChunkRows = 4096;

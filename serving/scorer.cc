@@ -9,6 +9,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "model/sparse_batch.h"
+#include "serving/disk_rows.h"
+#include "serving/row_table.h"
 
 namespace shadowsync::serving {
 
@@ -36,29 +38,33 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::Load(const std::string& dir,
     SS_ASSIGN_OR_RETURN(requested, model::ScoredGemmKernel(reader));
   }
   // The chain applied in order, as LoadExport applies it, but into a
-  // RowTable: values only, where a LocalEmbeddingStore would also hold the
-  // optimizer state and a lock per lookup.
-  auto rows = std::make_shared<RowTable>(chain.front().info().embeddings);
+  // RowSource: values only, where a LocalEmbeddingStore would also hold the
+  // optimizer state and take a lock per lookup.
+  std::shared_ptr<RowSource> rows;
+  if (options.cache_bytes > 0) {
+    SS_ASSIGN_OR_RETURN(rows, DiskRows::Create(chain.front().info().embeddings, options.cache_dir,
+                                               options.cache_bytes));
+  } else {
+    rows = std::make_shared<RowTable>(chain.front().info().embeddings);
+  }
   std::vector<float> params, dense_state;
   for (const model::ExportReader& r : chain) {
     SS_RETURN_IF_ERROR(r.ReadDense(&params, &dense_state));
-    SS_RETURN_IF_ERROR(r.ForEachRow(
-        [&](uint32_t table, uint64_t id, std::span<const float> values, std::span<const float>) {
-          rows->Put(table, id, values);
-          return absl::OkStatus();
-        }));
-    SS_RETURN_IF_ERROR(r.ForEachTombstone([&](uint32_t table, uint64_t id) {
-      rows->Erase(table, id);
-      return absl::OkStatus();
-    }));
+    SS_RETURN_IF_ERROR(
+        r.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
+                         std::span<const float>) { return rows->Put(table, id, values); }));
+    SS_RETURN_IF_ERROR(
+        r.ForEachTombstone([&](uint32_t table, uint64_t id) { return rows->Erase(table, id); }));
   }
+  SS_RETURN_IF_ERROR(rows->Seal());
   const model::DlrmConfig& config = reader.config();
   const model::GemmChoice gemm =
       model::ResolveGemmKernel(model::Dlrm(config).GemmShapes(options.max_batch), requested);
   const int64_t num_rows = rows->num_rows();
-  LOG(INFO) << "serving " << dir << ": " << num_rows << " rows in " << rows->bytes() / (1 << 20)
-            << " MiB, " << reader.info().examples_trained << " examples trained; fp32 GEMM "
-            << gemm.Summary();
+  LOG(INFO) << "serving " << dir << ": " << num_rows << " rows, "
+            << rows->memory_bytes() / (1 << 20) << " MiB in RAM"
+            << (options.cache_bytes > 0 ? " (on disk behind a cache)" : "") << ", "
+            << reader.info().examples_trained << " examples trained; fp32 GEMM " << gemm.Summary();
   return std::unique_ptr<Scorer>(new Scorer(dir, reader.info(), config, std::move(params),
                                             std::move(rows), {}, num_rows, options, gemm.kernel));
 }
@@ -72,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
   const int dim = model_.config().embedding_dim;
   // Whether a row is stored in the layers so far (a delta's row may be new
   // or replace one; a tombstone may remove one or none).
-  auto stored = [&](uint32_t table, uint64_t id) {
+  auto stored = [&](uint32_t table, uint64_t id) -> absl::StatusOr<bool> {
     for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
       if (auto found = (*it)->index.find({table, id}); found != (*it)->index.end()) {
         return found->second >= 0;
@@ -94,13 +100,15 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
     SS_RETURN_IF_ERROR(
         reader.ForEachRow([&](uint32_t table, uint64_t id, std::span<const float> values,
                               std::span<const float>) -> absl::Status {
-          rows += stored(table, id) ? 0 : 1;
+          SS_ASSIGN_OR_RETURN(const bool was_stored, stored(table, id));
+          rows += was_stored ? 0 : 1;
           delta->index[{table, id}] = static_cast<int64_t>(delta->values.size() / dim);
           delta->values.insert(delta->values.end(), values.begin(), values.end());
           return absl::OkStatus();
         }));
     SS_RETURN_IF_ERROR(reader.ForEachTombstone([&](uint32_t table, uint64_t id) {
-      rows -= stored(table, id) ? 1 : 0;
+      SS_ASSIGN_OR_RETURN(const bool was_stored, stored(table, id));
+      rows -= was_stored ? 1 : 0;
       delta->index[{table, id}] = -1;
       return absl::OkStatus();
     }));
@@ -116,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::WithDeltas(
 }
 
 Scorer::Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
-               std::vector<float> params, std::shared_ptr<const RowTable> store,
+               std::vector<float> params, std::shared_ptr<const RowSource> store,
                std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
                ScorerOptions options, model::GemmKernel gemm)
     : dir_(std::move(dir)),
@@ -182,11 +190,14 @@ absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) cons
   }
   std::vector<float> probs(block.size());
   std::unique_ptr<Context> context = Acquire();
-  for (int64_t begin = 0; begin < block.size(); begin += options_.max_batch) {
+  RowCounts counts;
+  absl::Status status;
+  for (int64_t begin = 0; begin < block.size() && status.ok(); begin += options_.max_batch) {
     const int64_t end = std::min<int64_t>(block.size(), begin + options_.max_batch);
     context->batch.Collect(block, begin, end, info_.embeddings.tables);
     std::span<model::TableRows> rows = context->batch.rows();
-    store_->Lookup(rows);
+    status = store_->Lookup(rows, &counts);
+    if (!status.ok()) break;
     ApplyDeltas(rows);
     context->batch.Bind(context->inputs);
     const model::BatchView view{static_cast<int>(end - begin),
@@ -195,6 +206,8 @@ absl::StatusOr<std::vector<float>> Scorer::Score(const ExampleBlock& block) cons
     model_.Step(params_.data(), view, context->ws.get(), probs.data() + begin, nullptr);
   }
   Release(std::move(context));
+  if (options_.on_rows) options_.on_rows(counts);
+  SS_RETURN_IF_ERROR(status);
   return probs;
 }
 

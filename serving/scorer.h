@@ -1,8 +1,8 @@
-// A model export loaded for online scoring: the dense parameters and every
-// embedding row in RAM (a RowTable), read-only, shared by all serving threads. A score is
-// the probability the model gives an example, computed exactly as
-// `shadowsync eval` computes it (the same batch gathering, forward pass and
-// fp32 GEMM kernel), so the two agree.
+// A model export loaded for online scoring: the dense parameters, and every
+// embedding row in RAM or on disk behind a RAM cache (RowSource), read-only, shared by all serving
+// threads. A score is the probability the model gives an example, computed exactly as `shadowsync
+// eval` computes it (the same batch gathering, forward pass and fp32 GEMM kernel), so the two
+// agree.
 //
 //   SS_ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Scorer::Load("exports/model-000002"));
 //   SS_ASSIGN_OR_RETURN(std::vector<float> p, scorer->Score(block));
@@ -12,6 +12,7 @@
 #define SHADOWSYNC_SERVING_SCORER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -27,7 +28,7 @@
 #include "model/dlrm.h"
 #include "model/export.h"
 #include "model/gemm.h"
-#include "serving/row_table.h"
+#include "serving/row_source.h"
 
 namespace shadowsync::serving {
 
@@ -37,6 +38,14 @@ struct ScorerOptions {
   // nullopt: the kernel that scored the export (its manifest's eval.gemm),
   // else the fastest here.
   std::optional<model::GemmKernel> gemm;
+  // 0: every row in RAM (RowTable). Else the rows go to an on-disk store in
+  // a fresh directory under `cache_dir`, read through a RAM cache of this
+  // many bytes (DiskRows).
+  int64_t cache_bytes = 0;
+  std::string cache_dir = "/tmp";
+  // Called after each forward pass's lookups with where they found their
+  // rows (for metrics); from the scoring threads.
+  std::function<void(const RowCounts& counts)> on_rows;
 };
 
 class Scorer {
@@ -59,7 +68,7 @@ class Scorer {
 
   // The probability of a click for each example of `block` (its labels are
   // ignored). InvalidArgument if the block's layout is not the model's
-  // (dense or categorical field counts).
+  // (dense or categorical field counts); the row store's read errors.
   absl::StatusOr<std::vector<float>> Score(const ExampleBlock& block) const;
 
   const std::string& dir() const { return dir_; }
@@ -67,6 +76,8 @@ class Scorer {
   const model::DlrmConfig& config() const { return model_.config(); }
   model::GemmKernel gemm() const { return gemm_; }
   int64_t num_rows() const;
+  // RAM the embedding rows take (with DiskRows, its cache and index).
+  int64_t rows_memory_bytes() const { return store_->memory_bytes(); }
 
  private:
   struct Context;  // One forward pass's buffers.
@@ -78,7 +89,7 @@ class Scorer {
   };
 
   Scorer(std::string dir, model::ExportInfo info, model::DlrmConfig config,
-         std::vector<float> params, std::shared_ptr<const RowTable> store,
+         std::vector<float> params, std::shared_ptr<const RowSource> store,
          std::vector<std::shared_ptr<const DeltaRows>> deltas, int64_t num_rows,
          ScorerOptions options, model::GemmKernel gemm);
   // Rows the deltas change, over what the store looked up.
@@ -91,7 +102,7 @@ class Scorer {
   const model::Dlrm model_;
   const std::vector<float> params_;
   // Shared with the models that deltas made from this one.
-  const std::shared_ptr<const RowTable> store_;
+  const std::shared_ptr<const RowSource> store_;
   const std::vector<std::shared_ptr<const DeltaRows>> deltas_;  // Oldest first.
   const int64_t num_rows_;
   const ScorerOptions options_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/eval_metrics.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
@@ -469,6 +470,64 @@ TEST(ServeE2eTest, WithATokenHttpRequestsWithoutItAreRefusedAndTheProbesStayOpen
   ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadFile(dir.File("serve.log"));
+}
+
+// The counter shadowsync_serve_rows_total{source="SOURCE"} in a /metrics body.
+double RowsFrom(const std::string& metrics, const std::string& source) {
+  const std::string name = "shadowsync_serve_rows_total{source=\"" + source + "\"} ";
+  const size_t at = metrics.find(name);
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size()));
+}
+
+// `--cache-bytes`: the rows live on disk behind a RAM cache far smaller
+// than them, the answers are those of the model in RAM, the metrics say
+// where the rows came from, and the store goes when serve does.
+TEST(ServeE2eTest, WithCacheBytesRowsComeFromDiskAndScoreAsInMemory) {
+  testing::ScratchDir dir, ram_dir, disk_dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  std::string out;
+  ASSERT_EQ(
+      testing::RunShell(bin + " gen-data --out " + dir.File("t.tsv") +
+                            " --examples 3000 --eval-examples 10 --seed 4 && " + bin +
+                            " train --data " + dir.File("t.tsv") +
+                            " --bottom-mlp 16 --top-mlp 16 --hash-buckets 5000 --save-model " +
+                            dir.File("model"),
+                        &out),
+      0)
+      << out;
+  // One GEMM kernel for both: each would otherwise measure and pick its own,
+  // and two kernels' sums differ in the last bits.
+  const Served ram = StartServe(ram_dir, dir.File("model"), {"--gemm=openblas"});
+  const Served disk =
+      StartServe(disk_dir, dir.File("model"),
+                 {"--gemm=openblas", "--cache-bytes=16384", "--cache-dir=" + dir.File("stores")});
+  ASSERT_NE(ram.port, 0) << testing::ReadFile(ram_dir.File("serve.log"));
+  ASSERT_NE(disk.port, 0) << testing::ReadFile(disk_dir.File("serve.log"));
+  std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(dir.File("t.tsv")), '\n');
+  const std::string request = LinesRequest(lines, 0, 200).dump();
+  std::string want, got;
+  ASSERT_EQ(testing::HttpPost(ram.port, "/v2/models/ctr/infer", request, &want), 200) << want;
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_EQ(testing::HttpPost(disk.port, "/v2/models/ctr/infer", request, &got), 200) << got;
+    EXPECT_EQ(Json::parse(got)["outputs"], Json::parse(want)["outputs"]);
+  }
+  std::string metrics;
+  ASSERT_EQ(testing::HttpGet(ram.metrics_port, "/metrics", &metrics), 200);
+  const double in_ram = RowsFrom(metrics, "memory");
+  EXPECT_GT(in_ram, 0) << metrics;
+  ASSERT_EQ(testing::HttpGet(disk.metrics_port, "/metrics", &metrics), 200);
+  EXPECT_EQ(RowsFrom(metrics, "memory"), 0) << metrics;
+  EXPECT_GT(RowsFrom(metrics, "disk"), 0) << metrics;
+  EXPECT_EQ(RowsFrom(metrics, "disk") + RowsFrom(metrics, "cache"), 2 * in_ram) << metrics;
+  EXPECT_FALSE(std::filesystem::is_empty(dir.File("stores")));
+
+  for (const Served& s : {ram, disk}) {
+    ASSERT_EQ(kill(s.pid, SIGTERM), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(s.pid, &status, 0), s.pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.File("stores")));
 }
 
 // A model that cannot be served stops serve at start, naming the file or flag.
