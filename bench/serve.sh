@@ -15,8 +15,12 @@
 #    floor of any server built on it. Its weights are its own initialisation
 #    (the arithmetic does not depend on them).
 #
+# 4. Rows on disk: 64 clients x 64 examples once more against serve
+#    --cache-bytes CACHE_BYTES (a RAM cache about a quarter of the rows' size),
+#    with where the rows came from (serve's shadowsync_serve_rows_total).
+#
 #   bench/run.sh serve [--threads 2] [--seconds-per-point 10] [--swaps 10] [--load-seconds 60]
-#                      [--hash-buckets 100000] [--eval 10000] [--smoke 1]
+#                      [--hash-buckets 100000] [--eval 10000] [--cache-bytes 2097152] [--smoke 1]
 #
 # --smoke 1: a tiny synthetic model, short phases and no peer (the ctest
 # serve_bench_smoke, with SHADOWSYNC_BIN, SERVE_BENCH and SERVE_SMOKE_DIR set),
@@ -38,8 +42,10 @@ SWAPS=10
 LOAD_SECONDS=60
 HASH_BUCKETS=100000
 EVAL=10000
+CACHE_BYTES=2097152
 SMOKE=0
-parse_flags --threads --seconds-per-point --swaps --load-seconds --hash-buckets --eval --smoke -- "$@"
+parse_flags --threads --seconds-per-point --swaps --load-seconds --hash-buckets --eval --cache-bytes \
+  --smoke -- "$@"
 need_shadowsync
 SERVE_BENCH="${SERVE_BENCH:-$ROOT/build/release/bin/serve_bench}"
 [[ -x "$SERVE_BENCH" ]] || die "$SERVE_BENCH not built; run bench/run.sh serve"
@@ -105,6 +111,20 @@ note "peer: torch in-process, batches of 64, $THREADS threads"
   --hash-buckets "$HASH_BUCKETS" --inference-seconds "$SECONDS_PER_POINT" --quiet \
   --report-json "$work/torch.json" | tee "$work/torch.txt"
 torch_eps=$(json_get "$work/torch.json" examples_per_second)
+
+note "rows on disk: serve --cache-bytes $CACHE_BYTES, 64 clients x 64 examples"
+cache_out="$work/serve_bench_cache.txt"
+"$SERVE_BENCH" --shadowsync "$SHADOWSYNC" --exports "$work/exports" --data "$requests" \
+  --work-dir "$work/cache" --threads "$THREADS" --points 64x64 --seconds "$SECONDS_PER_POINT" \
+  --swaps 0 --load-seconds 0 --serve-arg="--cache-bytes=$CACHE_BYTES" \
+  --serve-arg="--cache-dir=$work/cache" 2>"$work/serve_bench_cache.log" | tee "$cache_out" ||
+  bench_rc=1
+cache_result=$(grep '^RESULT name=serve_http' "$cache_out" | tail -n 1)
+cache_field() { printf '%s\n' "$cache_result" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+cache_eps=$(cache_field eps_c64_b64)
+rows_cache=$(cache_field rows_cache)
+rows_disk=$(cache_field rows_disk)
+hit_ratio=$(calc "$rows_cache / ($rows_cache + $rows_disk)" .3f)
 eps=$(field eps_c64_b64)
 ratio=$(calc "$eps / $torch_eps" .3f)
 echo "ours: $eps examples/s at 64 clients x 64 examples over HTTP; torch in-process: $torch_eps" \
@@ -114,5 +134,7 @@ echo "RESULT name=serve qps_c64_b64=$(field qps_c64_b64) p99_ms_c64_b64=$(field 
   "eps_c64_b64=$eps torch_eps_b64=$(calc "$torch_eps" .1f)" \
   "p99_ms_c8_b1=$(field p99_ms_c8_b1) qps_c1_b1=$(field qps_c1_b1) p50_ms_c1_b1=$(field p50_ms_c1_b1)" \
   "load_valid_failed=$(field load_valid_failed) load_invalid_not_refused=$(field load_invalid_not_refused)" \
-  "load_rss_growth=$(field load_rss_growth) threads=$THREADS checks=$(field checks) cpu=${cpu:-unknown}"
+  "load_rss_growth=$(field load_rss_growth) eps_c64_b64_cache=$cache_eps" \
+  "cache_bytes=$CACHE_BYTES cache_hit_ratio=$hit_ratio threads=$THREADS checks=$(field checks)" \
+  "cpu=${cpu:-unknown}"
 exit "$bench_rc"

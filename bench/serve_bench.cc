@@ -337,6 +337,17 @@ std::string ServedVersion(int port) {
   return metadata["versions"][0].get<std::string>();
 }
 
+// shadowsync_serve_rows_total{source="SOURCE"} from serve's /metrics on
+// `metrics_port`; -1 if absent.
+double RowsFrom(int metrics_port, const std::string& source) {
+  Connection conn(metrics_port);
+  std::string body;
+  if (conn.Request("GET", "/metrics", "", &body) != 200) return -1;
+  const std::string name = "shadowsync_serve_rows_total{source=\"" + source + "\"} ";
+  const size_t at = body.find(name);
+  return at == std::string::npos ? -1 : std::strtod(body.c_str() + at + name.size(), nullptr);
+}
+
 int Run(const Flags& f) {
   const std::string versions[2] = {"model-000001", "model-000002"};
   std::string served_versions[2];
@@ -525,6 +536,14 @@ int Run(const Flags& f) {
       ok = false;
     }
   }
+
+  // Where the looked-up rows came from (memory; or cache and disk with
+  // --serve-arg=--cache-bytes=N).
+  const double memory = RowsFrom(ports->second, "memory"), cache = RowsFrom(ports->second, "cache"),
+               disk = RowsFrom(ports->second, "disk");
+  std::printf("rows: memory=%.0f cache=%.0f disk=%.0f\n", memory, cache, disk);
+  absl::StrAppendFormat(&result, " rows_memory=%.0f rows_cache=%.0f rows_disk=%.0f", memory, cache,
+                        disk);
 
   const absl::StatusOr<double> stopped = (*serve)->Stop(SIGTERM, absl::Seconds(30));
   if (!stopped.ok()) {
