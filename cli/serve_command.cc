@@ -130,10 +130,6 @@ int RunServe(ServeFlags f) {
   prometheus::Counter& from_cache = rows_read.Add({{"source", "cache"}});
   prometheus::Counter& from_disk = rows_read.Add({{"source", "disk"}});
   prometheus::Counter& initial = rows_read.Add({{"source", "initial"}});
-  if (f.cache_dir.empty()) {
-    const char* tmp = getenv("TMPDIR");
-    f.cache_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  }
   absl::StatusOr<std::unique_ptr<serving::ModelSource>> source = serving::ModelSource::Open(
       f.model_dir,
       {.scorer = {.max_batch = f.max_forward_examples,

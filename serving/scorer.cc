@@ -1,8 +1,10 @@
 #include "serving/scorer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <span>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +44,13 @@ absl::StatusOr<std::unique_ptr<Scorer>> Scorer::Load(const std::string& dir,
   // optimizer state and take a lock per lookup.
   std::shared_ptr<RowSource> rows;
   if (options.cache_bytes > 0) {
-    SS_ASSIGN_OR_RETURN(rows, DiskRows::Create(chain.front().info().embeddings, options.cache_dir,
-                                               options.cache_bytes));
+    std::error_code ec;
+    const std::string parent = !options.cache_dir.empty()
+                                   ? options.cache_dir
+                                   : std::filesystem::temp_directory_path(ec).string();
+    SS_ASSIGN_OR_RETURN(
+        rows, DiskRows::Create(chain.front().info().embeddings, parent.empty() ? "/tmp" : parent,
+                               options.cache_bytes));
   } else {
     rows = std::make_shared<RowTable>(chain.front().info().embeddings);
   }

@@ -39,10 +39,11 @@ struct ScorerOptions {
   // else the fastest here.
   std::optional<model::GemmKernel> gemm;
   // 0: every row in RAM (RowTable). Else the rows go to an on-disk store in
-  // a fresh directory under `cache_dir`, read through a RAM cache of this
-  // many bytes (DiskRows).
+  // a fresh directory under `cache_dir` (empty: the system's temporary
+  // directory, $TMPDIR or /tmp), read through a RAM cache of this many bytes
+  // (DiskRows).
   int64_t cache_bytes = 0;
-  std::string cache_dir = "/tmp";
+  std::string cache_dir;
   // Called after each forward pass's lookups with where they found their
   // rows (for metrics); from the scoring threads.
   std::function<void(const RowCounts& counts)> on_rows;

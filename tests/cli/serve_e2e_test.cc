@@ -528,6 +528,17 @@ TEST(ServeE2eTest, WithCacheBytesRowsComeFromDiskAndScoreAsInMemory) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.File("stores")));
+
+  // A --cache-dir that cannot hold a store stops serve at start, naming it.
+  testing::WriteFile(dir.File("a-file"), "x");
+  out.clear();
+  EXPECT_EQ(testing::RunShell(bin + " serve --model " + dir.File("model") +
+                                  " --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0" +
+                                  " --grpc-listen 127.0.0.1:0 --cache-bytes=16384 --cache-dir " +
+                                  dir.File("a-file") + "/stores",
+                              &out),
+            1);
+  EXPECT_THAT(out, HasSubstr(dir.File("a-file") + "/stores"));
 }
 
 // A model that cannot be served stops serve at start, naming the file or flag.
@@ -543,6 +554,10 @@ TEST(ServeE2eTest, AnExportThatCannotBeReadOrABadFlagStopsItAtStart) {
   out.clear();
   EXPECT_EQ(testing::RunShell(bin + " serve --model " + dir.File("none") + " --gemm mkl", &out), 2);
   EXPECT_THAT(out, HasSubstr("--gemm: 'mkl' is not one of auto, openblas, onednn"));
+  out.clear();
+  EXPECT_EQ(
+      testing::RunShell(bin + " serve --model " + dir.File("none") + " --cache-bytes=-1", &out), 2);
+  EXPECT_THAT(out, HasSubstr("--cache-bytes must be >= 0"));
 }
 
 }  // namespace
