@@ -112,7 +112,7 @@ int RunServe(ServeFlags f) {
     return 2;
   }
   f.grpc.security = *security;
-  f.http.auth_token = security->auth_token;
+  f.http.security = *security;
   if (!InstallStopSignals()) {
     LOG(ERROR) << "serve: cannot create the signal pipe";
     return 1;
@@ -176,7 +176,7 @@ int RunServe(ServeFlags f) {
       serving::InferenceHttpServer::Start(f.name, **source, *batcher, f.http, *registry);
   if (!http.ok()) {
     LOG(ERROR) << "serve: " << http.status().message();
-    return 1;
+    return absl::IsInvalidArgument(http.status()) ? 2 : 1;  // 2: a bad --tls-* file
   }
   f.grpc.max_request_examples = f.http.max_request_examples;
   absl::StatusOr<std::unique_ptr<serving::InferenceGrpcServer>> grpc =
@@ -189,9 +189,10 @@ int RunServe(ServeFlags f) {
   const serving::ServedModel served = serving::Served(f.name, *(*source)->Current());
   LOG(INFO) << "serving model '" << served.name << "' version " << served.version << " from "
             << f.model_dir << (f.poll_seconds > 0 ? " (watched)" : "") << " on port "
-            << (*http)->port() << " (KServe v2 HTTP) and " << (*grpc)->port() << " (gRPC"
-            << (security->tls() ? ", TLS" : "") << (security->has_token() ? ", token" : "")
-            << "); metrics on " << (*metrics)->port();
+            << (*http)->port() << " (KServe v2 " << (security->tls() ? "HTTPS" : "HTTP") << ") and "
+            << (*grpc)->port() << " (gRPC" << (security->tls() ? ", TLS" : "") << "); "
+            << (security->has_token() ? "token required; " : "") << "metrics on "
+            << (*metrics)->port();
   if (!f.ready_file.empty() &&
       !WriteReadyFile(f.ready_file, {(*http)->port(), (*metrics)->port(), (*grpc)->port()})) {
     LOG(ERROR) << "serve: cannot write --ready-file " << f.ready_file;

@@ -15,6 +15,8 @@
 #include "common/grpc_util.h"
 #include "common/metrics_http.h"
 #include "common/version.h"
+#include "glog/logging.h"
+#include "serving/civetweb_tls.h"
 #include "serving/inference_metrics.h"
 
 namespace shadowsync::serving {
@@ -50,7 +52,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
         source(source),
         batcher(batcher),
         options(std::move(options)),
-        expected_authorization(absl::StrCat("Bearer ", this->options.auth_token)),
+        expected_authorization(absl::StrCat("Bearer ", this->options.security.auth_token)),
         metrics(registry) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override { return Handle(conn, false); }
@@ -65,7 +67,7 @@ struct InferenceHttpServer::Handler : public CivetHandler {
     if (path.size() == 3 && path[1] == "health" && (path[2] == "live" || path[2] == "ready")) {
       return Reply(conn, post, 200, {{path[2], true}});
     }
-    if (!options.auth_token.empty()) {
+    if (options.security.has_token()) {
       const char* header = mg_get_header(conn, "Authorization");
       if (header == nullptr || !ConstantTimeEquals(header, expected_authorization)) {
         if (post) metrics.Answered("http", "401");  // as Reply counts: infer requests
@@ -172,15 +174,32 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
     prometheus::Registry& registry) {
   std::unique_ptr<InferenceHttpServer> server(new InferenceHttpServer());
   server->address_ = options.listen;
+  CivetCallbacks callbacks = {};
+  // civetweb's own errors (a failed start, a refused TLS handshake) say why.
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    LOG(WARNING) << "inference HTTP server: " << message;
+    return 1;
+  };
+  if (options.security.tls()) {
+    absl::StatusOr<SslCtx> tls = MakeMutualTlsServerContext(options.security);
+    if (!tls.ok()) return tls.status();
+    if (absl::Status s = PrepareCivetwebOpenSsl(); !s.ok()) return s;
+    server->tls_ = *std::move(tls);
+    callbacks.external_ssl_ctx = &ProvideCivetwebTlsContext;
+  }
+  // civetweb's "s" suffix: this port speaks TLS only.
   const std::vector<std::string> civet_options = {
-      "listening_ports",       options.listen,
+      "listening_ports",       options.listen + (options.security.tls() ? "s" : ""),
       "num_threads",           std::to_string(options.threads),
       "enable_keep_alive",     "yes",
       "keep_alive_timeout_ms", "30000",
       "request_timeout_ms",    "30000",
       "tcp_nodelay",           "1"};
   try {
-    StartCivetweb([&] { server->server_ = std::make_unique<CivetServer>(civet_options); });
+    StartCivetweb([&] {
+      server->server_ =
+          std::make_unique<CivetServer>(civet_options, &callbacks, server->tls_.get());
+    });
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot bind the inference address ", options.listen, ": ", e.what()));

@@ -5,6 +5,8 @@
 // server goes on serving. Requests are parsed on civetweb's threads, each
 // against the model the source serves when it arrives, and scored by the
 // Batcher with that model. Its Prometheus metrics go into the registry given.
+// With TLS material the port speaks HTTPS only, with mutual TLS as the gRPC
+// port: a client must present a certificate that chains to the CA.
 // Thread-safe.
 #ifndef SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
 #define SHADOWSYNC_SERVING_INFERENCE_HTTP_H_
@@ -14,7 +16,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/grpc_security.h"
 #include "serving/batcher.h"
+#include "serving/civetweb_tls.h"
 #include "serving/model_source.h"
 #include "serving/v2_protocol.h"
 
@@ -30,10 +34,12 @@ struct InferenceHttpOptions {
   int threads = 64;                     // Connections served at once (keep-alive holds one each).
   int64_t max_body_bytes = 64 << 20;
   int64_t max_request_examples = 4096;
-  // Non-empty: every endpoint but /v2/health/{live,ready} (the probes')
-  // answers 401 unless the request carries "Authorization: Bearer <token>",
-  // as the gRPC port requires (--auth-token-file).
-  std::string auth_token;
+  // The process's TLS and token material (--tls-*, --auth-token-file), as
+  // the gRPC port takes it. tls(): HTTPS, and a client certificate signed by
+  // ca_pem is required. has_token(): every endpoint but
+  // /v2/health/{live,ready} answers 401 unless the request carries
+  // "Authorization: Bearer <token>".
+  GrpcSecurity security;
 };
 
 class InferenceHttpServer {
@@ -58,6 +64,9 @@ class InferenceHttpServer {
   std::string address_;
   int port_ = 0;
   std::unique_ptr<Handler> handler_;
+  // OpenSSL's SSL_CTX of the HTTPS port (null: plain HTTP); civetweb uses it
+  // without owning it, so it outlives server_.
+  SslCtx tls_;
   std::unique_ptr<CivetServer> server_;
 };
 

@@ -27,6 +27,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/http_get.h"
+#include "tests/util/https_exchange.h"
 #include "tests/util/job_yaml.h"
 #include "tests/util/test_util.h"
 
@@ -74,7 +75,10 @@ Served StartServe(const testing::ScratchDir& dir, const std::string& model,
   for (int i = 0; i < 600 && served.port == 0; ++i) {
     std::ifstream ready(dir.File("ready"));
     if (!(ready >> served.port >> served.metrics_port >> served.grpc_port)) served.port = 0;
-    if (served.port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (served.port != 0) break;
+    int status = 0;
+    if (waitpid(served.pid, &status, WNOHANG) == served.pid) break;  // It stopped at start.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return served;
 }
@@ -470,6 +474,88 @@ TEST(ServeE2eTest, WithATokenHttpRequestsWithoutItAreRefusedAndTheProbesStayOpen
   ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadFile(dir.File("serve.log"));
+}
+
+// The TLS options every ShadowSync server takes (--tls-*): the HTTP port
+// speaks HTTPS only, and only to clients with a certificate of the CA, as
+// the gRPC port; /metrics and the probes stay plain HTTP on the metrics
+// port. A key that is not the certificate's stops serve at start.
+TEST(ServeE2eTest, WithTlsTheHttpPortServesOnlyClientsWithACertificateOfTheCa) {
+  testing::ScratchDir dir;
+  const std::string bin = testing::BinDir() + "/shadowsync";
+  std::string out;
+  ASSERT_EQ(
+      testing::RunShell("bash " + testing::SourceDir() + "/tests/util/gen_test_certs.sh " +
+                            dir.File("certs") + " && " + bin + " gen-data --out " +
+                            dir.File("t.tsv") + " --examples 2000 --eval-examples 10 --seed 4 && " +
+                            bin + " train --data " + dir.File("t.tsv") +
+                            " --bottom-mlp 16 --top-mlp 16 --hash-buckets 500 --save-model " +
+                            dir.File("model"),
+                        &out),
+      0)
+      << out;
+  const std::string certs = dir.File("certs") + "/";
+  const std::vector<std::string> tls_flags = {"--tls-ca-file",   certs + "ca.crt",
+                                              "--tls-cert-file", certs + "tls.crt",
+                                              "--tls-key-file",  certs + "tls.key"};
+  const Served serve = StartServe(dir, dir.File("model"), tls_flags);
+  ASSERT_NE(serve.port, 0) << testing::ReadFile(dir.File("serve.log"));
+  EXPECT_THAT(testing::ReadFile(dir.File("serve.log")), HasSubstr("(KServe v2 HTTPS)"));
+
+  const testing::TlsClientFiles client = {
+      .ca_file = certs + "ca.crt", .cert_file = certs + "tls.crt", .key_file = certs + "tls.key"};
+  std::string body, error;
+  const std::string metadata =
+      testing::HttpsExchange(serve.port, "GET /v2/models/ctr HTTP/1.0\r\n\r\n", client, &error);
+  ASSERT_EQ(testing::HttpStatus(metadata, &body), 200) << error << metadata;
+  EXPECT_THAT(body, HasSubstr("\"name\":\"ctr\""));
+  const std::string data = testing::ReadFile(dir.File("t.tsv"));
+  const std::string request = LinesRequest({data.substr(0, data.find('\n'))}, 0, 1).dump();
+  const std::string scored = testing::HttpsExchange(
+      serve.port,
+      "POST /v2/models/ctr/infer HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+          std::to_string(request.size()) + "\r\n\r\n" + request,
+      client, &error);
+  ASSERT_EQ(testing::HttpStatus(scored, &body), 200) << error << scored;
+  const double p = Json::parse(body)["outputs"][0]["data"][0].get<double>();
+  EXPECT_TRUE(p > 0 && p < 1) << body;
+
+  const std::string ready = "GET /v2/health/ready HTTP/1.0\r\n\r\n";
+  testing::TlsClientFiles anonymous = client;
+  anonymous.cert_file = anonymous.key_file = "";
+  EXPECT_EQ(testing::HttpsExchange(serve.port, ready, anonymous, &error), "")
+      << "no client certificate";
+  testing::TlsClientFiles stranger = client;
+  stranger.cert_file = certs + "other.crt";
+  stranger.key_file = certs + "other.key";
+  EXPECT_EQ(testing::HttpsExchange(serve.port, ready, stranger, &error), "")
+      << "a client certificate of another CA";
+  testing::TlsClientFiles doubting = client;
+  doubting.ca_file = certs + "other-ca.crt";
+  EXPECT_EQ(testing::HttpsExchange(serve.port, ready, doubting, &error), "")
+      << "a client that does not trust the server's CA";
+  EXPECT_THAT(error, HasSubstr("handshake"));
+  EXPECT_EQ(testing::HttpStatus(testing::HttpExchange("127.0.0.1", serve.port, ready), &body), -1)
+      << "plain HTTP on the HTTPS port";
+  // Still serving after the refusals; the metrics port stays plain HTTP.
+  EXPECT_EQ(testing::HttpStatus(testing::HttpsExchange(serve.port, ready, client), &body), 200);
+  EXPECT_EQ(testing::HttpGet(serve.metrics_port, "/readyz", &body), 200);
+
+  ASSERT_EQ(kill(serve.pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(serve.pid, &status, 0), serve.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::ReadFile(dir.File("serve.log"));
+
+  out.clear();
+  EXPECT_EQ(testing::RunShell(bin + " serve --model " + dir.File("model") +
+                                  " --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 "
+                                  "--grpc-listen=127.0.0.1:0 --tls-ca-file " +
+                                  certs + "ca.crt --tls-cert-file " + certs +
+                                  "tls.crt --tls-key-file " + certs + "other.key",
+                              &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("--tls-key-file is not the private key of --tls-cert-file"));
 }
 
 // The counter shadowsync_serve_rows_total{source="SOURCE"} in a /metrics body.

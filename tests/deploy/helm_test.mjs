@@ -224,7 +224,11 @@ const cases = {
       const mounts = Object.fromEntries(c.volumeMounts.map((m) => [m.name, m]));
       assert.deepEqual(mounts.exports, { name: 'exports', mountPath: '/models', readOnly: true });
       assert.equal(c.securityContext.readOnlyRootFilesystem, true);
-      assert.equal(c.readinessProbe.httpGet.path, '/v2/health/ready');
+      // The probes go to the plain-HTTP metrics port: with TLS the http port
+      // asks for a client certificate the kubelet does not have.
+      for (const probe of [c.startupProbe, c.readinessProbe]) {
+        assert.deepEqual(probe.httpGet, { path: '/readyz', port: 'metrics' });
+      }
       assert.equal(c.livenessProbe.httpGet.path, '/healthz');
       assert.equal(pod.automountServiceAccountToken, false, 'serve talks to no API server');
       // The Service reaches the serve pods and only them.

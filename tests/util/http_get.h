@@ -14,12 +14,9 @@
 
 namespace shadowsync::testing {
 
-// Sends `request` (raw HTTP) to `host` (an IPv4 address):`port` and returns
-// everything the server sends until it closes the connection: "" if it
-// cannot connect, or nothing arrives within `timeout_seconds` of the connect
-// or of a read.
-inline std::string HttpExchange(const std::string& host, int port, const std::string& request,
-                                int timeout_seconds = 5) {
+// A TCP connection to `host` (an IPv4 address):`port` whose connect, reads
+// and writes give up after `timeout_seconds`; -1 if it cannot connect.
+inline int ConnectTcp(const std::string& host, int port, int timeout_seconds) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -32,8 +29,19 @@ inline std::string HttpExchange(const std::string& host, int port, const std::st
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+// Sends `request` (raw HTTP) to `host` (an IPv4 address):`port` and returns
+// everything the server sends until it closes the connection: "" if it
+// cannot connect, or nothing arrives within `timeout_seconds` of the connect
+// or of a read.
+inline std::string HttpExchange(const std::string& host, int port, const std::string& request,
+                                int timeout_seconds = 5) {
+  const int fd = ConnectTcp(host, port, timeout_seconds);
+  if (fd < 0) return "";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return "";
