@@ -8,7 +8,7 @@ if(TARGET shadowsync::fake_kube)
     DEPS shadowsync::controller shadowsync::fake_kube prometheus-cpp::core)
   shadowsync_cc_test(NAME operator_e2e_test
     SRCS ${CMAKE_CURRENT_LIST_DIR}/operator_e2e_test.cc
-    DEPS shadowsync::fake_kube shadowsync::fake_kubelet shadowsync::os shadowsync::reconcile shadowsync::reshard
+    DEPS shadowsync::base shadowsync::fake_kube shadowsync::fake_kubelet shadowsync::os shadowsync::reconcile shadowsync::reshard
          shadowsync::shard_map
     LABEL integration TIMEOUT 600)
   add_dependencies(operator_e2e_test shadowsync)

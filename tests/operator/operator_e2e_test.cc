@@ -5,7 +5,8 @@
 // scale live (2 -> 3 -> 2 with a key checksum), an operator killed in the
 // middle of a reshard is replaced and the reshard completes, one stopped
 // with SIGTERM ends its reshard before it releases the Lease, and two
-// replicas contend for the Lease. The operators run as their ServiceAccount
+// replicas contend for the Lease; delta exports of a running job reach a
+// serve process watching the claim. The operators run as their ServiceAccount
 // under deploy/rbac.yaml (operator_rbac.h): a call it does not grant fails
 // the test.
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -26,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/eval_metrics.h"
 #include "common/grpc_security.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
@@ -570,6 +573,117 @@ TEST_F(OperatorE2eTest, ExportsIntoTheClaimAndAnotherJobWarmStartsFromIt) {
   std::cout << "trainer 0 train NE: first job " << cold_train_ne << ", warm-started job "
             << warm_train_ne << "\n";
   EXPECT_LT(warm_train_ne, cold_train_ne - 0.02);
+}
+
+// spec.export.deltaIntervalSeconds on Kubernetes: trainer 0 writes a delta
+// export into the claim every interval while the job trains, and
+// `shadowsync serve` watching the claim (as the chart's serving pods do)
+// swaps each in within its poll plus the load; the scores it gives change
+// to those of the delta, and equal `shadowsync eval`'s of it.
+TEST_F(OperatorE2eTest, DeltaExportsOfARunningJobReachServeOnTheClaim) {
+  StartOperator(/*leader_elect=*/false);
+  json job = testing::JobJson("dlt", 60000, 1, 1);
+  job["spec"]["export"] = {{"deltaIntervalSeconds", 2}};
+  // Slowed down: training lasts at least 60000 / 64 steps x 15 ms = 14 s.
+  job["spec"]["trainer"]["straggler"] = {{"count", 1}, {"delayMs", 15}};
+  ASSERT_TRUE(api_->Create(kJobs, job).ok());
+  const std::string claim = kubelet_->ClaimDir("default", "dlt-exports");
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(claim + "/LATEST"); },
+                      std::chrono::seconds(120)))
+      << JobObject("dlt").dump(2) << kubelet_->Log("default", "dlt-trainer-0");
+
+  const std::string ready = dir_.File("serve.ready");
+  absl::StatusOr<pid_t> serve =
+      Spawn({Bin(), "serve", "--model", claim, "--poll-seconds=0.2", "--gemm=openblas",
+             "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--grpc-listen=127.0.0.1:0",
+             "--ready-file", ready},
+            {.stdout_path = dir_.File("serve.log"), .stderr_path = dir_.File("serve.log")});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  int port = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream in(ready);
+        return static_cast<bool>(in >> port);
+      },
+      std::chrono::seconds(60)))
+      << testing::ReadFile(dir_.File("serve.log"));
+
+  const std::string eval_data = dir_.File("nodes/default/dlt-trainer-0/volumes/data/data/eval.tsv");
+  std::vector<std::string> lines;
+  std::vector<float> labels;
+  {
+    std::ifstream in(eval_data);
+    for (std::string line; std::getline(in, line);) {
+      lines.push_back(line);
+      labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
+    }
+  }
+  ASSERT_EQ(lines.size(), 1000u) << eval_data;
+  const std::string request = json{
+      {"inputs",
+       {{{"name", "lines"},
+         {"datatype", "BYTES"},
+         {"shape", {lines.size()}},
+         {"data", lines}}}}}.dump();
+  // The export serve answered with (the same before and after the request)
+  // and its probabilities.
+  const auto score = [&](std::vector<float>* probs) -> std::string {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::string before, answer, after;
+      if (testing::HttpGet(port, "/v2/models/ctr", &before) != 200 ||
+          testing::HttpPost(port, "/v2/models/ctr/infer", request, &answer) != 200 ||
+          testing::HttpGet(port, "/v2/models/ctr", &after) != 200) {
+        ADD_FAILURE() << answer;
+        return "";
+      }
+      const json served = json::parse(before)["parameters"];
+      if (served != json::parse(after)["parameters"]) continue;
+      *probs = json::parse(answer)["outputs"][0]["data"].get<std::vector<float>>();
+      return served["export"].get<std::string>();
+    }
+    ADD_FAILURE() << "the model changed under every request";
+    return "";
+  };
+  std::vector<float> first_probs;
+  const std::string first = score(&first_probs);
+  ASSERT_FALSE(first.empty());
+
+  // A delta written after serve started reaches it while the job trains.
+  std::string delta;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::string body;
+        if (testing::HttpGet(port, "/v2/models/ctr", &body) != 200) return false;
+        const std::string now = json::parse(body)["parameters"]["export"].get<std::string>();
+        if (now == first) return false;
+        const json manifest =
+            json::parse(testing::ReadFile(now + "/manifest.json"), nullptr, false);
+        if (!manifest.is_object() || !manifest.contains("delta")) return false;
+        delta = now;
+        return true;
+      },
+      std::chrono::seconds(60)))
+      << "no delta served; phase " << Phase("dlt") << "\n"
+      << kubelet_->Log("default", "dlt-trainer-0") << testing::ReadFile(dir_.File("serve.log"));
+  std::vector<float> probs;
+  const std::string later = score(&probs);
+  ASSERT_FALSE(later.empty());
+  EXPECT_NE(probs, first_probs) << "the delta did not change the scores";
+  std::string out;
+  const std::string cmd = Bin() + " eval --gemm openblas --model " + later + " --data " +
+                          eval_data + " --report-json " + dir_.File("delta-eval.json");
+  ASSERT_EQ(testing::RunShell(cmd, &out), 0) << cmd << "\n" << out;
+  const json eval = json::parse(testing::ReadFile(dir_.File("delta-eval.json")));
+  const QualityReport quality = Evaluate(probs, labels);
+  EXPECT_NEAR(quality.logloss, eval["eval_logloss"].get<double>(), 1e-6) << later;
+  EXPECT_NEAR(quality.auc, eval["eval_auc"].get<double>(), 1e-6) << later;
+  ASSERT_EQ(kill(*serve, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(*serve, &status, 0), *serve);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::ReadFile(dir_.File("serve.log"));
+  EXPECT_TRUE(WaitFor([&] { return Phase("dlt") == "Succeeded"; }, std::chrono::seconds(300)))
+      << JobObject("dlt").dump(2);
 }
 
 // Trainers 2 -> 3 change only the trainer StatefulSet: the running trainers
