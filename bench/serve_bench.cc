@@ -504,12 +504,17 @@ int Run(const Flags& f) {
     });
     std::this_thread::sleep_until(measure_from);
     const int64_t rss_start = ProcStatusKb((*serve)->pid(), "VmRSS");
-    int64_t rss_peak = rss_start;
+    int64_t rss_peak = rss_start, rss_mid = 0;
     const auto end =
         measure_from + std::chrono::milliseconds(static_cast<int>(f.load_seconds * 1000));
+    const auto mid = measure_from + (end - measure_from) / 2;
     while (Clock::now() < end) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
-      rss_peak = std::max(rss_peak, ProcStatusKb((*serve)->pid(), "VmRSS"));
+      const int64_t rss = ProcStatusKb((*serve)->pid(), "VmRSS");
+      rss_peak = std::max(rss_peak, rss);
+      // Growth that keeps on through the second half is a leak; growth that
+      // stops is the allocator settling.
+      if (rss_mid == 0 && Clock::now() >= mid) rss_mid = rss;
     }
     const int64_t rss_end = ProcStatusKb((*serve)->pid(), "VmRSS");
     stop = true;
@@ -519,13 +524,14 @@ int Run(const Flags& f) {
                       : 0;
     std::printf(
         "load: clients=%d seconds=%.0f valid=%lld valid_failed=%lld invalid=%lld "
-        "invalid_not_refused=%lld p99_ms=%.3f rss_kb start=%lld end=%lld peak=%lld "
-        "growth=%.3f\n",
+        "invalid_not_refused=%lld p99_ms=%.3f rss_kb start=%lld mid=%lld end=%lld peak=%lld "
+        "growth=%.3f second_half_growth=%.3f\n",
         f.load_clients, f.load_seconds, static_cast<long long>(r.requests),
         static_cast<long long>(r.failed), static_cast<long long>(r.invalid),
         static_cast<long long>(r.invalid_not_refused), r.Quantile(0.99),
-        static_cast<long long>(rss_start), static_cast<long long>(rss_end),
-        static_cast<long long>(rss_peak), growth);
+        static_cast<long long>(rss_start), static_cast<long long>(rss_mid),
+        static_cast<long long>(rss_end), static_cast<long long>(rss_peak), growth,
+        rss_mid > 0 ? static_cast<double>(rss_end - rss_mid) / static_cast<double>(rss_mid) : 0);
     absl::StrAppendFormat(&result,
                           " load_valid=%lld load_valid_failed=%lld load_invalid=%lld "
                           "load_invalid_not_refused=%lld load_rss_growth=%.3f",
