@@ -42,6 +42,7 @@
 #include "tests/operator/operator_rbac.h"
 #include "tests/util/fake_kube_apiserver.h"
 #include "tests/util/http_get.h"
+#include "tests/util/serve_requests.h"
 #include "tests/util/test_util.h"
 #include "tests/util/yaml_json.h"
 
@@ -619,37 +620,13 @@ TEST_F(OperatorE2eTest, DeltaExportsOfARunningJobReachServeOnTheClaim) {
     }
   }
   ASSERT_EQ(lines.size(), 1000u) << eval_data;
-  const std::string request = json{
-      {"inputs",
-       {{{"name", "lines"},
-         {"datatype", "BYTES"},
-         {"shape", {lines.size()}},
-         {"data", lines}}}}}.dump();
-  // The export serve answered with (the same before and after the request)
-  // and its probabilities.
-  const auto score = [&](std::vector<float>* probs) -> std::string {
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      std::string before, answer, after;
-      if (testing::HttpGet(port, "/v2/models/ctr", &before) != 200 ||
-          testing::HttpPost(port, "/v2/models/ctr/infer", request, &answer) != 200 ||
-          testing::HttpGet(port, "/v2/models/ctr", &after) != 200) {
-        ADD_FAILURE() << answer;
-        return "";
-      }
-      const json served = json::parse(before)["parameters"];
-      if (served != json::parse(after)["parameters"]) continue;
-      *probs = json::parse(answer)["outputs"][0]["data"].get<std::vector<float>>();
-      return served["export"].get<std::string>();
-    }
-    ADD_FAILURE() << "the model changed under every request";
-    return "";
-  };
+  const std::string request = testing::LinesRequest(lines, 0, lines.size()).dump();
+  std::string error;
   std::vector<float> first_probs;
-  const std::string first = score(&first_probs);
-  ASSERT_FALSE(first.empty());
+  const std::string first = testing::ScoreWithOneExport(port, request, &first_probs, &error);
+  ASSERT_FALSE(first.empty()) << error;
 
   // A delta written after serve started reaches it while the job trains.
-  std::string delta;
   ASSERT_TRUE(WaitFor(
       [&] {
         std::string body;
@@ -658,16 +635,14 @@ TEST_F(OperatorE2eTest, DeltaExportsOfARunningJobReachServeOnTheClaim) {
         if (now == first) return false;
         const json manifest =
             json::parse(testing::ReadFile(now + "/manifest.json"), nullptr, false);
-        if (!manifest.is_object() || !manifest.contains("delta")) return false;
-        delta = now;
-        return true;
+        return manifest.is_object() && manifest.contains("delta");
       },
       std::chrono::seconds(60)))
       << "no delta served; phase " << Phase("dlt") << "\n"
       << kubelet_->Log("default", "dlt-trainer-0") << testing::ReadFile(dir_.File("serve.log"));
   std::vector<float> probs;
-  const std::string later = score(&probs);
-  ASSERT_FALSE(later.empty());
+  const std::string later = testing::ScoreWithOneExport(port, request, &probs, &error);
+  ASSERT_FALSE(later.empty()) << error;
   EXPECT_NE(probs, first_probs) << "the delta did not change the scores";
   std::string out;
   const std::string cmd = Bin() + " eval --gemm openblas --model " + later + " --data " +
