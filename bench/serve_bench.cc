@@ -6,7 +6,7 @@
 //               [--threads 2] [--points 1x1,8x1,64x1,1x64,8x64,64x64] [--seconds 10]
 //               [--swaps 10] [--swap-point 64x64]
 //               [--load-seconds 0] [--load-clients 64] [--invalid-fraction 0.2]
-//               [--max-rss-growth 0.10] [--max-p50-ms 0]
+//               [--max-rss-growth 0.02] [--max-p50-ms 0]
 //
 // --exports holds model-000001 and model-000002, trained on different numbers
 // of examples; the bench writes its LATEST. Phases:
@@ -19,8 +19,10 @@
 //      of their requests invalid (malformed JSON, a wrong tensor name, a wrong
 //      shape, an overflowing dense value, an oversize body). No valid request
 //      may fail, every invalid one must be refused, and serve's resident
-//      memory at the end must be within --max-rss-growth of its value after
-//      the warm-up.
+//      memory must grow by at most --max-rss-growth over the load's second
+//      half. The first half lets the allocator settle at this concurrency
+//      (a 180 s run grew 10.5% in its first half, 0.2% in its second); a
+//      leak keeps growing.
 // Exit status 1 if a check fails. The last line is machine-readable:
 //   RESULT name=serve_http qps_c64_b64=.. eps_c64_b64=.. p50_ms_c64_b64=.. p99_ms_c64_b64=..
 //          ... swap_failed_requests=.. [load_valid=.. load_valid_failed=.. ...]
@@ -78,8 +80,8 @@ struct Flags {
   double load_seconds = 0;
   int load_clients = 64;
   double invalid_fraction = 0.2;
-  double max_rss_growth = 0.10;
-  double max_p50_ms = 0;  // 0: no bound.
+  double max_rss_growth = 0.02;  // Over the load's second half.
+  double max_p50_ms = 0;         // 0: no bound.
   std::vector<std::string> serve_args;
 };
 
@@ -519,9 +521,10 @@ int Run(const Flags& f) {
     const int64_t rss_end = ProcStatusKb((*serve)->pid(), "VmRSS");
     stop = true;
     load.join();
-    const double growth =
-        rss_start > 0 ? static_cast<double>(rss_end - rss_start) / static_cast<double>(rss_start)
-                      : 0;
+    const auto growth_from = [&](int64_t from) {
+      return from > 0 ? static_cast<double>(rss_end - from) / static_cast<double>(from) : 0.0;
+    };
+    const double growth = growth_from(rss_start), second_half_growth = growth_from(rss_mid);
     std::printf(
         "load: clients=%d seconds=%.0f valid=%lld valid_failed=%lld invalid=%lld "
         "invalid_not_refused=%lld p99_ms=%.3f rss_kb start=%lld mid=%lld end=%lld peak=%lld "
@@ -531,14 +534,17 @@ int Run(const Flags& f) {
         static_cast<long long>(r.invalid_not_refused), r.Quantile(0.99),
         static_cast<long long>(rss_start), static_cast<long long>(rss_mid),
         static_cast<long long>(rss_end), static_cast<long long>(rss_peak), growth,
-        rss_mid > 0 ? static_cast<double>(rss_end - rss_mid) / static_cast<double>(rss_mid) : 0);
+        second_half_growth);
     absl::StrAppendFormat(&result,
                           " load_valid=%lld load_valid_failed=%lld load_invalid=%lld "
-                          "load_invalid_not_refused=%lld load_rss_growth=%.3f",
+                          "load_invalid_not_refused=%lld load_rss_growth=%.3f "
+                          "load_rss_second_half_growth=%.3f",
                           static_cast<long long>(r.requests), static_cast<long long>(r.failed),
                           static_cast<long long>(r.invalid),
-                          static_cast<long long>(r.invalid_not_refused), growth);
-    if (r.failed > 0 || r.invalid_not_refused > 0 || r.invalid == 0 || growth > f.max_rss_growth) {
+                          static_cast<long long>(r.invalid_not_refused), growth,
+                          second_half_growth);
+    if (r.failed > 0 || r.invalid_not_refused > 0 || r.invalid == 0 ||
+        second_half_growth > f.max_rss_growth) {
       ok = false;
     }
   }
@@ -587,7 +593,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--invalid-fraction", f.invalid_fraction, "of the mixed load")
       ->capture_default_str();
-  app.add_option("--max-rss-growth", f.max_rss_growth, "allowed over the mixed load")
+  app.add_option("--max-rss-growth", f.max_rss_growth, "allowed over the mixed load's second half")
       ->capture_default_str();
   app.add_option("--serve-arg", f.serve_args, "passed on to shadowsync serve (repeatable)")
       ->allow_extra_args(false);
